@@ -1,0 +1,244 @@
+"""Rollout runner: many episodes at once, one batched generate call per tick.
+
+Each live episode keeps the exact token ids the model has seen; every tick all live
+episodes are continued in one ``policy.generate`` call, their envs are stepped with the
+returned text, and observation ids are appended. Finished episodes are appended to a
+JSONL file at once; a rerun skips every episode id already in that file, so a run
+killed midway resumes with nothing lost and nothing duplicated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from turngym.agents.policy import Generation, GenerationRequest, Policy, SamplingParams
+from turngym.agents.tokenization import ConversationTokenizer
+from turngym.episode import Episode, EpisodeWriter, written_ids
+from turngym.envs.base import TextEnv
+
+
+@dataclass(frozen=True)
+class RolloutTask:
+    """One dataset item (or ad-hoc task) to play ``k`` times."""
+
+    index: int | None = None
+    task: dict[str, Any] | None = None
+
+    def key(self) -> str:
+        if self.index is not None:
+            return str(self.index)
+        digest = hashlib.sha256(repr(sorted((self.task or {}).items())).encode()).hexdigest()[:12]
+        return f"adhoc-{digest}"
+
+
+@dataclass
+class _Slot:
+    env: TextEnv
+    episode: Episode
+    ids: list[int] | None
+    started: float
+
+
+def derive_seed(base_seed: int, *parts: Any) -> int:
+    h = hashlib.sha256(repr((base_seed,) + parts).encode()).digest()
+    return int.from_bytes(h[:4], "little")
+
+
+@dataclass
+class RolloutRunner:
+    """Play tasks with a policy; ``env_factory`` makes one fresh env per concurrent slot."""
+
+    policy: Policy
+    env_factory: Callable[[], Any]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    k: int = 1
+    concurrency: int = 8
+    seed: int = 0
+    use_chat_template: bool | None = None
+    step_workers: int = 1
+    run_tag: str = ""
+    on_episode: Callable[[Episode], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.k < 1 or self.concurrency < 1:
+            raise ValueError("k and concurrency must be >= 1")
+        tok = getattr(self.policy, "tokenizer", None)
+        self.tokens = ConversationTokenizer(tok, self.use_chat_template) if tok is not None else None
+        self._free_envs: list[Any] = []
+
+    # ------------------------------------------------------------------ ids
+
+    def episode_id(self, env_id: str, dataset: str, task: RolloutTask, k: int) -> str:
+        tag = f"{self.run_tag}|" if self.run_tag else ""
+        return f"{tag}{env_id}|{dataset}|{task.key()}#{k}"
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self, tasks: Iterable[RolloutTask | int], out_path: str | Path | None = None,
+            progress: Callable[[int, int], None] | None = None) -> list[Episode]:
+        """Play every task ``k`` times; returns the episodes finished by this call."""
+        tasks = [t if isinstance(t, RolloutTask) else RolloutTask(index=int(t)) for t in tasks]
+        done_ids = written_ids(out_path) if out_path else set()
+        writer = EpisodeWriter(out_path) if out_path else None
+        pending = iter(self._jobs(tasks, done_ids))
+        total = len(tasks) * self.k - len(done_ids)
+        finished: list[Episode] = []
+        live: list[_Slot] = []
+        try:
+            while True:
+                while len(live) < self.concurrency:
+                    job = next(pending, None)
+                    if job is None:
+                        break
+                    live.append(self._start(*job))
+                if not live:
+                    break
+                ended = self._tick(live)
+                for slot in ended:
+                    live.remove(slot)
+                    self._free_envs.append(slot.env)
+                    ep = slot.episode
+                    ep.meta.setdefault("wall_ms", round((time.perf_counter() - slot.started) * 1000.0, 1))
+                    if writer is not None:
+                        writer.write(ep)
+                    if self.on_episode is not None:
+                        self.on_episode(ep)
+                    finished.append(ep)
+                    if progress is not None:
+                        progress(len(finished), max(total, len(finished)))
+        finally:
+            if writer is not None:
+                writer.close()
+        return finished
+
+    def _jobs(self, tasks: Sequence[RolloutTask], skip: set[str]) -> Iterator[tuple[RolloutTask, int, str]]:
+        probe = self._env()
+        env_id = probe.unwrapped.env_name
+        self._free_envs.append(probe)
+        for task in tasks:
+            dataset = self._dataset_name(probe, task)
+            for k in range(self.k):
+                ep_id = self.episode_id(env_id, dataset, task, k)
+                if ep_id not in skip:
+                    yield task, k, ep_id
+
+    @staticmethod
+    def _dataset_name(env: Any, task: RolloutTask) -> str:
+        if task.task is not None:
+            return str(task.task.get("dataset", "adhoc"))
+        return str(getattr(env.unwrapped, "dataset_name", "") or "")
+
+    def _env(self) -> Any:
+        return self._free_envs.pop() if self._free_envs else self.env_factory()
+
+    def _start(self, task: RolloutTask, k: int, ep_id: str) -> _Slot:
+        env = self._env()
+        group = ep_id.rsplit("#", 1)[0]
+        options: dict[str, Any] = {"episode_id": ep_id, "group": group}
+        if task.task is not None:
+            options["task"] = task.task
+        else:
+            options["index"] = task.index
+        seed = derive_seed(self.seed, group, k)
+        env.reset(seed=seed, options=options)
+        ep: Episode = env.unwrapped.episode
+        ep.meta.update({"model": getattr(self.policy, "name", "?"), "k": k})
+        ids = None
+        if self.tokens is not None:
+            ids = self.tokens.prompt_ids(ep.prompt)
+            ep.prompt_ids = list(ids)
+        return _Slot(env=env, episode=ep, ids=ids, started=time.perf_counter())
+
+    def _requests(self, live: Sequence[_Slot]) -> list[GenerationRequest]:
+        reqs = []
+        max_ctx = getattr(self.policy, "max_context", None)
+        for slot in live:
+            cap = None
+            if slot.ids is not None and max_ctx:
+                cap = max_ctx - len(slot.ids)
+            if slot.ids is not None:
+                reqs.append(GenerationRequest(prompt_ids=slot.ids, max_new_tokens=cap))
+            else:
+                reqs.append(GenerationRequest(messages=self._messages(slot)))
+        return reqs
+
+    @staticmethod
+    def _messages(slot: _Slot) -> list[dict[str, str]]:
+        """A chat transcript for text-only backends (no token ids)."""
+        env = slot.env.unwrapped
+        msgs = [dict(m) for m in slot.episode.prompt]
+        for t in slot.episode.turns:
+            if env.observation_role is None:
+                if msgs[-1]["role"] == "assistant":
+                    msgs[-1]["content"] += t.action + (t.observation or "")
+                else:
+                    msgs.append({"role": "assistant", "content": t.action + (t.observation or "")})
+            else:
+                msgs.append({"role": "assistant", "content": t.action})
+                if t.observation is not None:
+                    msgs.append({"role": env.observation_role, "content": t.observation})
+        return msgs
+
+    def _tick(self, live: list[_Slot]) -> list[_Slot]:
+        """One batched generation for all live episodes, then one env step each."""
+        ended: list[_Slot] = []
+        runnable = []
+        for slot in live:  # out of context budget: end the episode, say why, keep it
+            if slot.ids is not None and getattr(self.policy, "max_context", None) and \
+                    len(slot.ids) >= self.policy.max_context:
+                slot.env.unwrapped.end_episode("context_length")
+                ended.append(slot)
+            else:
+                runnable.append(slot)
+        if not runnable:
+            return ended
+        sampling = self.sampling
+        stops = tuple(dict.fromkeys(sampling.stop + tuple(s for slot in runnable[:1] for s in slot.env.unwrapped.stop)))
+        if stops != sampling.stop:
+            sampling = SamplingParams(**{**sampling.__dict__, "stop": stops})
+        start = time.perf_counter()
+        gens = self.policy.generate(self._requests(runnable), sampling)
+        gen_ms = (time.perf_counter() - start) * 1000.0
+        if self.step_workers > 1 and len(runnable) > 1:
+            with ThreadPoolExecutor(max_workers=self.step_workers) as pool:
+                results = list(pool.map(lambda sg: self._step(sg[0], sg[1], gen_ms), zip(runnable, gens)))
+        else:
+            results = [self._step(slot, gen, gen_ms) for slot, gen in zip(runnable, gens)]
+        ended.extend(slot for slot, is_done in zip(runnable, results) if is_done)
+        return ended
+
+    def _step(self, slot: _Slot, gen: Generation, gen_ms: float) -> bool:
+        _, _, terminated, truncated, _ = slot.env.step(gen.text)
+        turn = slot.episode.turns[-1]
+        turn.latency_ms["generate"] = round(gen_ms, 3)
+        turn.metrics.setdefault("finish_reason", gen.finish_reason)
+        if gen.token_ids is not None and slot.ids is not None:
+            turn.action_ids = list(gen.token_ids)
+            turn.action_logprobs = list(gen.logprobs) if gen.logprobs is not None else None
+            slot.ids.extend(turn.action_ids)
+            if not (terminated or truncated) and self.tokens is not None:
+                role = slot.env.unwrapped.observation_role
+                turn.observation_ids = self.tokens.observation_ids(turn.observation or "", role, turn.action_ids)
+                slot.ids.extend(turn.observation_ids)
+        return terminated or truncated
+
+
+def episode_token_arrays(episode: Episode) -> tuple[list[int], list[int]]:
+    """The ids the trainer feeds the model for ``episode`` and its loss mask (1 on actions)."""
+    if episode.prompt_ids is None:
+        raise ValueError(f"episode {episode.id} has no token ids (generated by a text-only backend?)")
+    ids, mask = list(episode.prompt_ids), [0] * len(episode.prompt_ids)
+    for t in episode.turns:
+        if t.action_ids is None:
+            raise ValueError(f"episode {episode.id} turn {t.index} has no action_ids")
+        ids += t.action_ids
+        mask += [1] * len(t.action_ids)
+        obs = t.observation_ids or []
+        ids += obs
+        mask += [0] * len(obs)
+    return ids, mask

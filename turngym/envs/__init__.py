@@ -1,0 +1,16 @@
+"""Gymnasium environments; ``register_envs`` makes them available to ``gymnasium.make``."""
+
+from __future__ import annotations
+
+import gymnasium
+
+ENTRY_POINTS = {
+    "turngym/Calculator-v0": "turngym.envs.calculator:CalculatorEnv",
+    "turngym/MathCode-v0": "turngym.envs.math_code:MathCodeEnv",
+}
+
+
+def register_envs() -> None:
+    for env_id, entry in ENTRY_POINTS.items():
+        if env_id not in gymnasium.registry:
+            gymnasium.register(id=env_id, entry_point=entry, disable_env_checker=True)

@@ -1,0 +1,261 @@
+"""TextEnv: the reset/step contract every turngym environment shares.
+
+A subclass supplies the dataset items, the prompt, and what one action does
+(:meth:`TextEnv.act`). The base class owns the episode record, the turn limit,
+seeding, and the deterministic ``info`` dict, so every env behaves the same way to
+agents, the rollout runner and gymnasium's checker.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from turngym.episode import Episode, Turn
+
+MAX_TEXT_LENGTH = 1_000_000
+
+# What ``sample()`` draws from: ASCII printables plus a spread of non-Latin scripts and
+# symbols. ``contains`` accepts any Unicode string, so agents are not limited to this.
+_SAMPLE_CHARSET = (
+    "".join(chr(c) for c in range(32, 127))
+    + "\n\t"
+    + "éüßçñøåæ"
+    + "αβγδεθλμπσω∑∫√∞≤≥≠"
+    + "абвгдежзий"
+    + "的一是不了人我在有他"
+    + "あいうえおカキクケコ"
+    + "한국어"
+    + "مرحبا"
+    + "😀🚀✓"
+)
+
+
+class UnicodeText(spaces.Text):
+    """A gymnasium ``Text`` space that admits any Unicode string up to ``max_length``."""
+
+    def __init__(self, max_length: int = MAX_TEXT_LENGTH, min_length: int = 0, seed: Any = None):
+        super().__init__(max_length=max_length, min_length=min_length, charset=_SAMPLE_CHARSET, seed=seed)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        if mask is None and probability is None:
+            length = int(self.np_random.integers(self.min_length, min(self.max_length, 256) + 1))
+            return super().sample(mask=(length, None))
+        return super().sample(mask=mask, probability=probability)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"UnicodeText({self.min_length}, {self.max_length})"
+
+
+@dataclass
+class ActionResult:
+    """What one agent action did, as decided by a concrete env."""
+
+    observation: str | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    parse_error: str | None = None
+    reward: float = 0.0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    terminated: bool = False
+    final_answer: str | None = None
+    tool_ms: float = 0.0
+
+
+class TextEnv(gym.Env):
+    """Base class for text environments with turn recording.
+
+    Subclasses implement :meth:`num_items`, :meth:`get_item`, :meth:`make_prompt`,
+    :meth:`act` and :meth:`grade`. ``observation_role`` says how the runner feeds an
+    observation back: ``None`` appends it to the assistant's text (Search-R1, ToRL),
+    ``"user"`` / ``"tool"`` sends it as a new chat message.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+    env_name: str = "turngym/TextEnv"
+    dataset_name: str = ""
+    observation_role: str | None = None
+    stop: tuple[str, ...] = ()
+
+    def __init__(self, max_turns: int = 8, render_mode: str | None = None):
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.max_turns = int(max_turns)
+        self.render_mode = render_mode
+        self.observation_space = UnicodeText()
+        self.action_space = UnicodeText()
+        self.episode: Episode | None = None
+        self._task: dict[str, Any] = {}
+
+    # -------------------------------------------------------------- subclass API
+
+    def num_items(self) -> int:
+        raise NotImplementedError
+
+    def get_item(self, index: int) -> dict[str, Any]:
+        """The task dict for the ``index``-th item in the dataset's own file order."""
+        raise NotImplementedError
+
+    def make_prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        raise NotImplementedError
+
+    def act(self, action: str) -> ActionResult:
+        raise NotImplementedError
+
+    def grade(self, episode: Episode) -> dict[str, Any]:
+        """The episode's ``outcome`` once it has ended."""
+        return {}
+
+    def on_reset(self, task: dict[str, Any]) -> None:
+        """Hook to set up per-episode state (an interpreter, a backend instance)."""
+
+    def on_close_episode(self) -> None:
+        """Hook to release per-episode state."""
+
+    def normalise_task(self, task: dict[str, Any]) -> dict[str, Any]:
+        """Validate an ad-hoc ``options={"task": ...}`` dict."""
+        if not isinstance(task, dict):
+            raise TypeError(f"options['task'] must be a dict, got {type(task).__name__}")
+        if not isinstance(task.get("question"), str) or not task["question"].strip():
+            raise ValueError("options['task'] needs a non-empty string 'question'")
+        answers = task.get("answers", [])
+        if isinstance(answers, str):
+            answers = [answers]
+        if not isinstance(answers, (list, tuple)):
+            raise TypeError("options['task']['answers'] must be a list of strings")
+        return {**task, "answers": [str(a) for a in answers], "dataset": task.get("dataset", "adhoc")}
+
+    # -------------------------------------------------------------- gymnasium API
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        if self.episode is not None and not self.episode.done:
+            self.on_close_episode()
+        options = options or {}
+        if "task" in options and "index" in options:
+            raise ValueError("pass either options['index'] or options['task'], not both")
+        if "task" in options:
+            task = self.normalise_task(options["task"])
+        else:
+            n = self.num_items()
+            if n <= 0:
+                raise ValueError(f"{self.env_name} has no dataset items; pass options={{'task': ...}}")
+            if "index" in options:
+                index = options["index"]
+                if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+                    raise TypeError(f"options['index'] must be an int, got {type(index).__name__}")
+                if not 0 <= index < n:
+                    raise IndexError(f"options['index']={index} is out of range: the dataset has {n} items")
+            else:
+                index = int(self.np_random.integers(0, n))
+            task = self.get_item(int(index))
+        self._task = task
+        prompt = self.make_prompt(task)
+        self.episode = Episode(
+            id=str(options.get("episode_id", f"{self.env_name}:{task.get('dataset', '')}:{task.get('index', 'adhoc')}")),
+            env_id=self.env_name,
+            task=copy.deepcopy(task),
+            prompt=prompt,
+            seed=seed,
+            group=options.get("group"),
+        )
+        self.on_reset(task)
+        return render_messages(prompt), self._info()
+
+    def step(self, action: str):
+        if self.episode is None:
+            raise RuntimeError("call reset() before step()")
+        if self.episode.done:
+            raise RuntimeError("episode has ended; call reset() to start a new one")
+        if not isinstance(action, str):
+            action = "" if action is None else str(action)
+        start = time.perf_counter()
+        result = self.act(action)
+        tool_ms = result.tool_ms or (time.perf_counter() - start) * 1000.0
+        ep = self.episode
+        turn = Turn(
+            index=len(ep.turns),
+            action=action,
+            tool_calls=result.tool_calls,
+            parse_error=result.parse_error,
+            observation=result.observation,
+            reward=float(result.reward),
+            metrics=result.metrics,
+            latency_ms={"tool": round(tool_ms, 3)},
+        )
+        ep.turns.append(turn)
+        terminated = bool(result.terminated)
+        truncated = not terminated and len(ep.turns) >= self.max_turns
+        if result.final_answer is not None:
+            ep.final_answer = result.final_answer
+        if terminated or truncated:
+            turn.observation = None
+            ep.terminated, ep.truncated = terminated, truncated
+            ep.outcome = self.grade(ep)
+            self.on_close_episode()
+        obs = "" if turn.observation is None else turn.observation
+        return obs, turn.reward, terminated, truncated, self._info()
+
+    def end_episode(self, reason: str) -> None:
+        """End the episode from outside (e.g. the model's context is full): truncated, graded.
+
+        The last observation stays recorded: the agent was shown it.
+        """
+        ep = self.episode
+        if ep is None or ep.done:
+            return
+        ep.truncated = True
+        ep.meta["truncation"] = reason
+        ep.outcome = self.grade(ep)
+        self.on_close_episode()
+
+    def close(self) -> None:
+        if self.episode is not None and not self.episode.done:
+            self.on_close_episode()
+        super().close()
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi" or self.episode is None:
+            return None
+        return render_episode(self.episode)
+
+    def _info(self) -> dict[str, Any]:
+        ep = self.episode
+        assert ep is not None
+        info: dict[str, Any] = {"episode_id": ep.id, "task": copy.deepcopy(ep.task), "turn_count": len(ep.turns)}
+        if ep.turns:
+            info["turn"] = ep.turns[-1].info_dict()
+        if ep.done:
+            info["outcome"] = copy.deepcopy(ep.outcome)
+            info["final_answer"] = ep.final_answer
+        return info
+
+
+def render_messages(messages: Sequence[dict[str, str]]) -> str:
+    """The prompt as one readable string (the observation after ``reset``)."""
+    if len(messages) == 1:
+        return messages[0]["content"]
+    return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
+
+
+def render_episode(ep: Episode) -> str:
+    lines = [render_messages(ep.prompt)]
+    for t in ep.turns:
+        lines.append(f"--- turn {t.index} (agent)\n{t.action}")
+        if t.parse_error:
+            lines.append(f"--- parse error: {t.parse_error}")
+        if t.observation is not None:
+            lines.append(f"--- turn {t.index} (env)\n{t.observation}")
+    if ep.done:
+        lines.append(f"--- final answer: {ep.final_answer!r}  outcome: {ep.outcome}")
+    return "\n".join(lines)

@@ -1,0 +1,116 @@
+"""Calculator-v0: a tiny built-in tool env (arithmetic with a ``<calc>`` tool).
+
+It needs no data files or services, so it is what ``turngym play`` and the tests use
+before a benchmark env is installed, and a task where the right behaviour is known
+(call the calculator, then answer) for checking that training moves rewards.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from typing import Any
+
+import numpy as np
+
+from turngym.envs.base import ActionResult, TextEnv
+from turngym.envs.parsing import parse_tag_calls
+
+NUM_ITEMS = 10_000
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+SYSTEM = (
+    "You solve arithmetic problems. To compute, write <calc>expression</calc> and wait "
+    "for the result. When you know the answer, write <answer>number</answer>."
+)
+
+
+def safe_arith(expr: str) -> int | float:
+    """Evaluate + - * / and parentheses over numbers; anything else is a ValueError."""
+    if len(expr) > 200:
+        raise ValueError("expression longer than 200 characters")
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not an arithmetic expression: {exc.msg}") from None
+
+    def ev(node: ast.AST) -> int | float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            if abs(node.value) > 1e12:
+                raise ValueError("number too large")
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            right = ev(node.right)
+            if right == 0:
+                raise ValueError("division by zero")
+            return ev(node.left) / right
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        raise ValueError("only numbers, + - * / and parentheses are allowed")
+
+    return ev(tree.body)
+
+
+def _format_number(x: int | float) -> str:
+    if isinstance(x, float) and x.is_integer():
+        x = int(x)
+    return str(x) if isinstance(x, int) else f"{x:.6g}"
+
+
+class CalculatorEnv(TextEnv):
+    env_name = "turngym/Calculator-v0"
+    dataset_name = "calculator"
+    observation_role = None
+    stop = ("</calc>", "</answer>")
+
+    def __init__(self, max_turns: int = 4, prompt_style: str = "chat", render_mode: str | None = None):
+        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if prompt_style not in ("chat", "base"):
+            raise ValueError(f"prompt_style must be 'chat' or 'base', got {prompt_style!r}")
+        self.prompt_style = prompt_style
+
+    def num_items(self) -> int:
+        return NUM_ITEMS
+
+    def get_item(self, index: int) -> dict[str, Any]:
+        rng = np.random.default_rng(index)  # item content is a pure function of its index
+        a, b, c = (int(v) for v in rng.integers(2, 99, size=3))
+        question = f"What is {a} * {b} + {c}?"
+        return {"dataset": "calculator", "split": "test", "index": index, "id": f"calc-{index}",
+                "question": question, "answers": [str(a * b + c)]}
+
+    def make_prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        if self.prompt_style == "base":
+            return [{"role": "user", "content": f"{SYSTEM}\n\nQuestion: {task['question']}\nAnswer:"}]
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task["question"]}]
+
+    def act(self, action: str) -> ActionResult:
+        parsed = parse_tag_calls(action, tags=("calc", "answer"))
+        if parsed.error:
+            return ActionResult(
+                observation=f"\n<error>{parsed.error}</error>\n", parse_error=parsed.error,
+                metrics={"valid_action": False},
+            )
+        call = parsed.calls[0]  # the first complete tag is what the agent did this turn
+        if call["name"] == "answer":
+            return ActionResult(observation=None, tool_calls=[call], terminated=True,
+                                final_answer=call["arguments"]["answer"], metrics={"valid_action": True})
+        try:
+            value = _format_number(safe_arith(call["arguments"]["text"]))
+            return ActionResult(observation=f"\n<result>{value}</result>\n", tool_calls=[call],
+                                metrics={"valid_action": True, "tool_ok": True})
+        except (ValueError, OverflowError) as exc:
+            return ActionResult(observation=f"\n<error>{exc}</error>\n", tool_calls=[call],
+                                metrics={"valid_action": True, "tool_ok": False})
+
+    def grade(self, episode) -> dict[str, Any]:
+        pred = (episode.final_answer or "").strip().replace(",", "")
+        correct = False
+        try:
+            correct = any(abs(float(pred) - float(a)) < 1e-9 for a in episode.task.get("answers", []))
+        except ValueError:
+            correct = False
+        return {"correct": correct}

@@ -1,0 +1,272 @@
+"""Tool-call parsers for the formats agents write. None of them raises.
+
+Every parser returns a :class:`ParseResult`: the calls it decoded (``{"name", "arguments"}``)
+and, when something was malformed, an ``error`` sentence the env shows the agent. An
+unexpected internal failure is also turned into an error (prefixed ``internal parser
+error``) rather than an exception, so a hostile string can never crash an episode.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+MAX_INPUT_CHARS = 200_000
+
+
+@dataclass
+class ParseResult:
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _never_raises(fn: Callable[..., ParseResult]) -> Callable[..., ParseResult]:
+    @functools.wraps(fn)
+    def wrapper(text: Any, *args: Any, **kwargs: Any) -> ParseResult:
+        if not isinstance(text, str):
+            return ParseResult(error=f"expected text, got {type(text).__name__}")
+        if len(text) > MAX_INPUT_CHARS:
+            return ParseResult(
+                error=f"action is {len(text)} characters; the limit is {MAX_INPUT_CHARS}"
+            )
+        try:
+            return fn(text, *args, **kwargs)
+        except RecursionError:
+            return ParseResult(error="call is nested too deeply to parse")
+        except Exception as exc:  # noqa: BLE001 - the contract is: never raise
+            return ParseResult(error=f"internal parser error: {type(exc).__name__}: {exc}")
+
+    return wrapper
+
+
+# ------------------------------------------------------------------ tag calls
+
+
+_TAG_ARGUMENT = {"search": "query", "answer": "answer"}
+
+
+@_never_raises
+def parse_tag_calls(text: str, tags: tuple[str, ...] = ("search", "answer")) -> ParseResult:
+    """``<search>q</search>`` / ``<answer>a</answer>``: each closed tag is a call whose
+    argument is the stripped inner text, in order of appearance."""
+    if not tags:
+        return ParseResult(error="no tags configured")
+    names = "|".join(re.escape(t) for t in tags)
+    pattern = re.compile(rf"<({names})>(.*?)</\1>", re.DOTALL)
+    calls = [
+        {"name": m.group(1), "arguments": {_TAG_ARGUMENT.get(m.group(1), "text"): m.group(2).strip()}}
+        for m in pattern.finditer(text)
+    ]
+    if calls:
+        return ParseResult(calls=calls)
+    opened = re.search(rf"<({names})>", text)
+    if opened:
+        return ParseResult(error=f"<{opened.group(1)}> is opened but never closed with </{opened.group(1)}>")
+    return ParseResult(error="no tool call found; use " + " or ".join(f"<{t}>...</{t}>" for t in tags))
+
+
+# ------------------------------------------------------------------ JSON calls
+
+
+def _normalise_call(obj: Any) -> tuple[dict[str, Any] | None, str | None]:
+    if not isinstance(obj, dict):
+        return None, f"a call must be a JSON object, got {type(obj).__name__}"
+    if "function" in obj and isinstance(obj["function"], dict):  # OpenAI wire shape
+        obj = obj["function"]
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return None, 'a call needs a non-empty string "name"'
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as exc:
+            return None, f'"arguments" of {name} is a string that is not JSON: {exc.msg}'
+    if not isinstance(args, dict):
+        return None, f'"arguments" of {name} must be an object, got {type(args).__name__}'
+    return {"name": name, "arguments": args}, None
+
+
+def _decode_calls(payload: str) -> ParseResult:
+    try:
+        obj = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        return ParseResult(error=f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
+    items = obj if isinstance(obj, list) else [obj]
+    calls = []
+    for item in items:
+        call, err = _normalise_call(item)
+        if err:
+            return ParseResult(error=err)
+        calls.append(call)
+    if not calls:
+        return ParseResult(error="empty list of calls")
+    return ParseResult(calls=calls)
+
+
+@_never_raises
+def parse_hermes_tool_calls(text: str) -> ParseResult:
+    """Hermes / Qwen: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (one or more)."""
+    blocks = re.findall(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL)
+    if not blocks:
+        if "<tool_call>" in text:
+            return ParseResult(error="<tool_call> is opened but never closed with </tool_call>")
+        return ParseResult(error="no <tool_call>...</tool_call> block found")
+    calls: list[dict[str, Any]] = []
+    for i, block in enumerate(blocks, start=1):
+        res = _decode_calls(block.strip())
+        if res.error:
+            return ParseResult(calls=calls, error=f"tool call {i}: {res.error}")
+        calls.extend(res.calls)
+    return ParseResult(calls=calls)
+
+
+_FENCE_JSON = re.compile(r"```(?:json)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+@_never_raises
+def parse_json_calls(text: str) -> ParseResult:
+    """A fenced ```json block, or a bare JSON object / list making up the message."""
+    fenced = _FENCE_JSON.search(text)
+    if fenced:
+        return _decode_calls(fenced.group(1).strip())
+    stripped = text.strip()
+    if stripped[:1] in "{[":
+        return _decode_calls(stripped)
+    start = min((i for i in (stripped.find("{"), stripped.find("[")) if i >= 0), default=-1)
+    if start < 0:
+        return ParseResult(error="no JSON call found")
+    decoder = json.JSONDecoder()
+    try:
+        obj, _ = decoder.raw_decode(stripped[start:])
+    except json.JSONDecodeError as exc:
+        return ParseResult(error=f"invalid JSON: {exc.msg}")
+    return _decode_calls(json.dumps(obj))
+
+
+# ------------------------------------------------------------------ code blocks
+
+_CODE_FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+_CODE_TAG = re.compile(r"<code>(.*?)</code>", re.DOTALL)
+
+
+@_never_raises
+def parse_code_blocks(text: str) -> ParseResult:
+    """```python fences and ``<code>`` tags, in order; each is a ``python`` call."""
+    spans = [(m.start(), m.group(1)) for m in _CODE_FENCE.finditer(text)]
+    spans += [(m.start(), m.group(1)) for m in _CODE_TAG.finditer(text)]
+    spans.sort(key=lambda s: s[0])
+    calls = []
+    for _, code in spans:
+        code = re.sub(r"^\s*```(?:python|py)?\s*\n|\n?```\s*$", "", code)
+        if code.strip():
+            calls.append({"name": "python", "arguments": {"code": code}})
+    if calls:
+        return ParseResult(calls=calls)
+    if re.search(r"```(?:python|py)", text, re.IGNORECASE) or "<code>" in text:
+        return ParseResult(error="a code block is opened but never closed (or is empty)")
+    return ParseResult(error="no ```python code block found")
+
+
+# ------------------------------------------------------------------ python call lists
+
+
+class _CallSyntaxError(ValueError):
+    pass
+
+
+def _literal(node: ast.AST) -> Any:
+    """Python literal arguments, as BFCL's decoder accepts them (no evaluation of code)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        vals = [_literal(e) for e in node.elts]
+        return tuple(vals) if isinstance(node, ast.Tuple) else vals
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise _CallSyntaxError("dict unpacking (**) is not allowed in arguments")
+        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        val = _literal(node.operand)
+        if not isinstance(val, (int, float, complex)) or isinstance(val, bool):
+            raise _CallSyntaxError("sign applied to a non-number")
+        return -val if isinstance(node.op, ast.USub) else val
+    if isinstance(node, ast.Name):  # BFCL keeps bare identifiers as strings
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return _dotted(node)
+    raise _CallSyntaxError(f"argument is not a literal value: {ast.dump(node)[:80]}")
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    raise _CallSyntaxError("function name must be a dotted identifier")
+
+
+def _call_from_node(node: ast.AST) -> dict[str, Any]:
+    if not isinstance(node, ast.Call):
+        raise _CallSyntaxError("each list item must be a function call like f(a=1)")
+    if node.args:
+        raise _CallSyntaxError(f"{_dotted(node.func)}: pass arguments by keyword (name=value)")
+    args: dict[str, Any] = {}
+    for kw in node.keywords:
+        if kw.arg is None:
+            raise _CallSyntaxError(f"{_dotted(node.func)}: **kwargs is not allowed")
+        args[kw.arg] = _literal(kw.value)
+    return {"name": _dotted(node.func), "arguments": args}
+
+
+@_never_raises
+def parse_python_calls(text: str) -> ParseResult:
+    """BFCL prompting format: ``[f(a=1), g(b="x")]`` (brackets optional for one call)."""
+    src = text.strip()
+    fenced = re.search(r"```(?:python|py)?[ \t]*\n(.*?)```", src, re.DOTALL)
+    if fenced:
+        src = fenced.group(1).strip()
+    if not src:
+        return ParseResult(error="empty action: no function call")
+    if not src.startswith("["):
+        src = f"[{src}]"
+    try:
+        tree = ast.parse(src, mode="eval")
+    except SyntaxError as exc:
+        return ParseResult(error=f"not a valid call list: {exc.msg}")
+    except ValueError as exc:  # e.g. null bytes
+        return ParseResult(error=f"not a valid call list: {exc}")
+    body = tree.body
+    if not isinstance(body, (ast.List, ast.Tuple)):
+        return ParseResult(error="expected a list of calls like [f(a=1), g(b=2)]")
+    try:
+        calls = [_call_from_node(el) for el in body.elts]
+    except _CallSyntaxError as exc:
+        return ParseResult(error=str(exc))
+    if not calls:
+        return ParseResult(error="empty list of calls")
+    return ParseResult(calls=calls)
+
+
+PARSERS: dict[str, Callable[..., ParseResult]] = {
+    "tags": parse_tag_calls,
+    "hermes": parse_hermes_tool_calls,
+    "json": parse_json_calls,
+    "code": parse_code_blocks,
+    "python_calls": parse_python_calls,
+}
+
+
+def get_parser(name: str) -> Callable[..., ParseResult]:
+    try:
+        return PARSERS[name]
+    except KeyError:
+        raise ValueError(f"unknown tool-call format {name!r}; choose one of {sorted(PARSERS)}") from None

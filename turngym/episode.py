@@ -1,0 +1,230 @@
+"""Turn-structured episodes: the one record every turngym stage exchanges.
+
+Plain dataclasses (no framework types) plus a JSONL store whose writes are whole
+lines: a process killed mid-write leaves at most a torn *tail*, which the next
+writer moves aside (never deletes) before appending.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Turn:
+    """One agent action and what the environment answered."""
+
+    index: int
+    action: str
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    parse_error: str | None = None
+    observation: str | None = None
+    reward: float = 0.0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    action_ids: list[int] | None = None
+    action_logprobs: list[float] | None = None
+    observation_ids: list[int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def info_dict(self) -> dict[str, Any]:
+        """The turn as exposed in ``info["turn"]``: no timing, so info stays deterministic."""
+        d = self.to_dict()
+        d.pop("latency_ms")
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Turn":
+        return cls(**_known_fields(cls, d))
+
+
+@dataclass
+class Episode:
+    """The K rollouts of one query share ``group``; ``task`` says which item was played."""
+
+    id: str
+    env_id: str
+    task: dict[str, Any] = field(default_factory=dict)
+    prompt: list[dict[str, str]] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    final_answer: str | None = None
+    outcome: dict[str, Any] = field(default_factory=dict)
+    terminated: bool = False
+    truncated: bool = False
+    seed: int | None = None
+    group: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    prompt_ids: list[int] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["schema_version"] = SCHEMA_VERSION
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Episode":
+        version = d.get("schema_version", SCHEMA_VERSION)
+        if version > SCHEMA_VERSION:
+            raise ValueError(
+                f"episode schema_version {version} is newer than this turngym "
+                f"understands ({SCHEMA_VERSION}); upgrade turngym"
+            )
+        kwargs = _known_fields(cls, d)
+        kwargs["turns"] = [Turn.from_dict(t) for t in d.get("turns", [])]
+        return cls(**kwargs)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=True)
+
+    @classmethod
+    def from_json(cls, line: str) -> "Episode":
+        return cls.from_dict(json.loads(line))
+
+
+def _known_fields(cls: type, d: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.name not in d
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+    ]
+    if missing:
+        raise ValueError(f"{cls.__name__} record lacks required field(s) {missing}")
+    return {k: v for k, v in d.items() if k in names}
+
+
+# --------------------------------------------------------------------------- JSONL
+
+
+class EpisodeFileError(ValueError):
+    """A line of an episodes file that is not a valid episode; names the line."""
+
+    def __init__(self, path: Path, line_no: int, reason: str):
+        super().__init__(f"{path}:{line_no}: {reason}")
+        self.path, self.line_no, self.reason = path, line_no, reason
+
+
+@dataclass
+class ReadReport:
+    episodes: list[Episode]
+    errors: list[EpisodeFileError]
+
+
+def read_episodes(path: str | os.PathLike, strict: bool = False) -> ReadReport:
+    """Read every valid episode; a corrupt line is reported by number and the rest kept.
+
+    With ``strict=True`` the first corrupt line raises instead.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"episodes file not found: {path}")
+    episodes: list[Episode] = []
+    errors: list[EpisodeFileError] = []
+    with path.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                if not raw.endswith(b"\n"):
+                    raise ValueError("torn last line (no newline): the writer was interrupted")
+                episodes.append(Episode.from_json(raw.decode("utf-8")))
+            except (ValueError, TypeError, UnicodeDecodeError) as exc:
+                err = EpisodeFileError(path, line_no, str(exc))
+                if strict:
+                    raise err from exc
+                errors.append(err)
+    return ReadReport(episodes, errors)
+
+
+def iter_episodes(path: str | os.PathLike) -> Iterator[Episode]:
+    yield from read_episodes(path, strict=True).episodes
+
+
+class EpisodeWriter:
+    """Append-only JSONL writer.
+
+    Each episode is one ``os.write`` of a complete line to an ``O_APPEND`` descriptor,
+    followed by fsync, so readers never see half an episode from a finished write. If a
+    previous process died mid-write, the torn tail is moved to ``<file>.torn`` (kept for
+    inspection) before anything new is appended.
+    """
+
+    def __init__(self, path: str | os.PathLike, fsync: bool = True):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fsync = fsync
+        self.recovered_tail = self._repair_torn_tail()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _repair_torn_tail(self) -> bytes:
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return b""
+        with self.path.open("rb+") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            pos, chunk, tail = size, 4096, b""
+            while pos > 0:
+                step = min(chunk, pos)
+                pos -= step
+                fh.seek(pos)
+                tail = fh.read(step) + tail
+                nl = tail.rfind(b"\n")
+                if nl >= 0:
+                    keep = pos + nl + 1
+                    break
+            else:
+                keep = 0
+            if keep == size:
+                return b""
+            fh.seek(keep)
+            torn = fh.read()
+            with open(str(self.path) + ".torn", "ab") as side:
+                side.write(torn + b"\n")
+            fh.truncate(keep)
+            return torn
+
+    def write(self, episode: Episode) -> None:
+        data = (episode.to_json() + "\n").encode("utf-8")
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        if self.fsync:
+            os.fsync(self._fd)
+
+    def write_all(self, episodes: Iterable[Episode]) -> None:
+        for ep in episodes:
+            self.write(ep)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "EpisodeWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def written_ids(path: str | os.PathLike) -> set[str]:
+    """Ids of the episodes already in ``path`` (empty if the file does not exist)."""
+    if not Path(path).exists():
+        return set()
+    return {ep.id for ep in read_episodes(path).episodes}
