@@ -79,7 +79,7 @@ class TextEnv(gym.Env):
     ``"user"`` / ``"tool"`` sends it as a new chat message.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
     env_name: str = "turngym/TextEnv"
     dataset_name: str = ""
     observation_role: str | None = None

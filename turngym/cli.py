@@ -1,0 +1,192 @@
+"""The ``turngym`` command: ``play`` (one episode, printed turn by turn) and ``rollout``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+
+def _env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise SystemExit(f"--env-arg takes key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _env_id(name: str) -> str:
+    return name if "/" in name else f"turngym/{name}"
+
+
+def _make_env(args: argparse.Namespace, prompt_style: str | None):
+    import gymnasium
+
+    import turngym  # noqa: F401 - registers the envs
+
+    kwargs = _env_kwargs(args.env_arg)
+    if args.dataset:
+        kwargs["dataset"] = args.dataset
+    if args.max_turns:
+        kwargs["max_turns"] = args.max_turns
+    if prompt_style and "prompt_style" not in kwargs:
+        kwargs["prompt_style"] = prompt_style
+    env_id = _env_id(args.env)
+    if env_id not in gymnasium.registry:
+        known = sorted(k for k in gymnasium.registry if k.startswith("turngym/"))
+        raise SystemExit(f"unknown env {args.env!r}; turngym envs: {', '.join(known)}")
+    try:
+        return gymnasium.make(env_id, **kwargs)
+    except TypeError as exc:
+        raise SystemExit(f"bad arguments for {env_id}: {exc}") from None
+
+
+def _load_policy(args: argparse.Namespace):
+    from turngym.agents.loading import load_policy
+
+    print(f"loading model {args.model!r} ...", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    try:
+        policy = load_policy(args.model, base_url=args.base_url)
+    except (RuntimeError, FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"model ready in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return policy
+
+
+def _prompt_style(policy: Any) -> str:
+    tok = getattr(policy, "tokenizer", None)
+    return "chat" if tok is None or getattr(tok, "chat_template", None) else "base"
+
+
+def _sampling(args: argparse.Namespace):
+    from turngym.agents.policy import SamplingParams
+
+    return SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    from turngym.agents.runner import RolloutRunner, RolloutTask
+    from turngym.envs.base import render_messages
+
+    if args.human:
+        env = _make_env(args, "chat")
+        options: dict[str, Any] = {"index": args.index} if args.question is None else {"task": {"question": args.question, "answers": args.answer or []}}
+        obs, info = env.reset(seed=args.seed, options=options)
+        print(obs)
+        while True:
+            try:
+                action = input("\n[you] > ")
+            except EOFError:
+                print("\n(input closed)")
+                return 0
+            obs, reward, terminated, truncated, info = env.step(action)
+            print(f"[env] {obs}" if obs else "")
+            if terminated or truncated:
+                print(f"episode ended ({'terminated' if terminated else 'truncated'}); outcome: {info['outcome']}")
+                return 0
+
+    policy = _load_policy(args)
+    style = _prompt_style(policy)
+    task = RolloutTask(index=args.index) if args.question is None else RolloutTask(task={"question": args.question, "answers": args.answer or []})
+    runner = RolloutRunner(policy, lambda: _make_env(args, style), _sampling(args), k=1, concurrency=1, seed=args.seed)
+    [episode] = runner.run([task])
+    print(render_messages(episode.prompt))
+    for t in episode.turns:
+        print(f"\n--- turn {t.index} [agent] ({t.latency_ms.get('generate', 0):.0f} ms)\n{t.action}")
+        if t.parse_error:
+            print(f"--- [parse error] {t.parse_error}")
+        if t.observation is not None:
+            print(f"--- turn {t.index} [env]\n{t.observation}")
+    state = "terminated" if episode.terminated else "truncated"
+    print(f"\n=== {state} after {len(episode.turns)} turns; final answer {episode.final_answer!r}; "
+          f"gold {episode.task.get('answers')}; outcome {episode.outcome}")
+    if args.out:
+        from turngym.episode import EpisodeWriter
+
+        with EpisodeWriter(args.out) as w:
+            w.write(episode)
+        print(f"episode appended to {args.out}")
+    return 0
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from turngym.agents.runner import RolloutRunner
+
+    policy = _load_policy(args)
+    style = _prompt_style(policy)
+    probe = _make_env(args, style)
+    n = probe.unwrapped.num_items()
+    indices = list(range(args.start, min(n, args.start + args.limit)))
+    runner = RolloutRunner(policy, lambda: _make_env(args, style), _sampling(args), k=args.k,
+                           concurrency=args.concurrency, seed=args.seed)
+    bar = tqdm(total=len(indices) * args.k, desc="episodes", unit="ep")
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    eps = runner.run(indices, args.out, progress=progress)
+    bar.close()
+    from turngym.episode import read_episodes
+
+    report = read_episodes(args.out)
+    acc = [e.outcome.get("correct") for e in report.episodes if "correct" in e.outcome]
+    print(f"{len(eps)} new episodes; {len(report.episodes)} in {args.out}"
+          + (f"; accuracy {sum(map(bool, acc)) / len(acc):.3f}" if acc else ""))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="turngym", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--env", default="Calculator-v0", help="env id, e.g. MathCode-v0 or turngym/MathCode-v0")
+        sp.add_argument("--dataset", default=None, help="dataset name, local file, or HF dataset id")
+        sp.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="extra env argument")
+        sp.add_argument("--max-turns", type=int, default=None)
+        sp.add_argument("--model", default="default", help="'default' (Gemma 3 270M), a directory, a .gguf file, or a hub id")
+        sp.add_argument("--base-url", default=None, help="OpenAI-compatible server URL (then --model is its model name)")
+        sp.add_argument("--max-new-tokens", type=int, default=256)
+        sp.add_argument("--temperature", type=float, default=0.7)
+        sp.add_argument("--seed", type=int, default=0)
+
+    play = sub.add_parser("play", help="play one episode and print each turn")
+    common(play)
+    play.add_argument("--index", type=int, default=0, help="dataset item (file order)")
+    play.add_argument("--question", default=None, help="an ad-hoc question instead of a dataset item")
+    play.add_argument("--answer", action="append", default=None, help="gold answer for --question")
+    play.add_argument("--human", action="store_true", help="type the agent's actions yourself")
+    play.add_argument("--out", default=None, help="append the episode to this JSONL file")
+    play.set_defaults(func=cmd_play)
+
+    ro = sub.add_parser("rollout", help="play many episodes concurrently into a resumable JSONL file")
+    common(ro)
+    ro.add_argument("--out", required=True, type=Path)
+    ro.add_argument("--limit", type=int, default=8)
+    ro.add_argument("--start", type=int, default=0)
+    ro.add_argument("--k", type=int, default=1, help="rollouts per item (one group)")
+    ro.add_argument("--concurrency", type=int, default=8)
+    ro.set_defaults(func=cmd_rollout)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Benchmark dataset loading: bundled files, local paths, or Hugging Face dataset ids.
+
+Every loaded dataset carries a :class:`Manifest` (source, split, sha256 of the file,
+item ids) so a result can say exactly which subset it was computed on. Items are
+normalised to ``{"dataset", "split", "index", "id", "question", "answers", ...}``
+with ``index`` the position in the dataset's own file order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+
+@dataclass(frozen=True)
+class BundledDataset:
+    name: str
+    relpath: str
+    split: str
+    normalise: Callable[[dict[str, Any]], dict[str, Any]]
+    note: str = ""
+
+
+def _math500(row: dict[str, Any]) -> dict[str, Any]:
+    return {"id": row["unique_id"], "question": row["problem"], "answers": [str(row["answer"])],
+            "subject": row.get("subject"), "level": row.get("level")}
+
+
+def _aime(row: dict[str, Any]) -> dict[str, Any]:
+    return {"id": row["id"], "question": row["problem"], "answers": [str(row["answer"])]}
+
+
+def _gsm8k(row: dict[str, Any]) -> dict[str, Any]:
+    return {"id": f"gsm8k-test-{row['idx']}", "question": row["question"], "answers": [str(row["final_answer"])]}
+
+
+BUNDLED: dict[str, BundledDataset] = {
+    "math500": BundledDataset("math500", "math/math500/test.jsonl", "test", _math500, "full 500-problem subset"),
+    "aime24": BundledDataset("aime24", "math/aime24/test.jsonl", "test", _aime, "full (30)"),
+    "aime25": BundledDataset("aime25", "math/aime25/test.jsonl", "test", _aime, "full (30)"),
+    "gsm8k": BundledDataset("gsm8k", "math/gsm8k/test.jsonl", "test", _gsm8k, "full test split (1,319)"),
+}
+
+
+@dataclass
+class Manifest:
+    dataset: str
+    split: str
+    source: str
+    sha256: str | None
+    count: int
+    item_ids: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def subset(self, indices: Sequence[int], items: Sequence[dict[str, Any]]) -> "Manifest":
+        ids = [str(items[i]["id"]) for i in indices]
+        return Manifest(self.dataset, self.split, self.source, self.sha256, len(ids), ids)
+
+
+@dataclass
+class Dataset:
+    items: list[dict[str, Any]]
+    manifest: Manifest
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.items[i]
+
+
+def _bundled_path(relpath: str) -> Path:
+    return Path(str(resources.files("turngym").joinpath("data", relpath)))
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        data = json.loads(text)
+        return data if isinstance(data, list) else data.get("data", [])
+    rows = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+    return rows
+
+
+def _generic(row: dict[str, Any], n: int) -> dict[str, Any]:
+    """Field names used by the common benchmark files and Hugging Face copies."""
+    question = next((row[k] for k in ("question", "problem", "prompt", "query") if k in row), None)
+    if question is None:
+        raise ValueError(f"row {n} has no question/problem field (fields: {sorted(row)})")
+    answers: Any = next((row[k] for k in ("answers", "golden_answers", "final_answer", "answer", "solution")
+                         if k in row and row[k] is not None), [])
+    if isinstance(answers, dict) and "text" in answers:
+        answers = answers["text"]
+    if not isinstance(answers, list):
+        answers = [answers]
+    answers = [str(a).split("####")[-1].strip() for a in answers]
+    return {"id": str(row.get("id", row.get("unique_id", row.get("idx", n)))), "question": str(question),
+            "answers": answers}
+
+
+def load_dataset(name_or_path: str, split: str | None = None, normalise: Callable | None = None) -> Dataset:
+    """A bundled name (``math500``), a local ``.jsonl``/``.json`` file, or a HF dataset id."""
+    if name_or_path in BUNDLED:
+        spec = BUNDLED[name_or_path]
+        if split not in (None, spec.split):
+            raise ValueError(f"bundled {name_or_path} has only the {spec.split!r} split, not {split!r}")
+        path = _bundled_path(spec.relpath)
+        rows, norm, name, split = _read_rows(path), spec.normalise, spec.name, spec.split
+        source = f"bundled:{spec.relpath}"
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        items = [{**norm(r)} for r in rows]
+    else:
+        path = Path(name_or_path)
+        if path.suffix in (".jsonl", ".json") or path.exists():
+            if not path.is_file():
+                raise FileNotFoundError(f"dataset file not found: {name_or_path}")
+            rows = _read_rows(path)
+            name, split, source = path.stem, split or "local", str(path)
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            rows, name, split, source, digest = _load_hub(name_or_path, split)
+        items = [normalise(r) if normalise else _generic(r, n) for n, r in enumerate(rows)]
+    for i, item in enumerate(items):
+        item.update({"dataset": name, "split": split, "index": i})
+    manifest = Manifest(name, split, source, digest, len(items), [str(it["id"]) for it in items])
+    return Dataset(items, manifest)
+
+
+def _load_hub(dataset_id: str, split: str | None):
+    try:
+        import datasets as hf_datasets
+    except ImportError:
+        raise ValueError(
+            f"{dataset_id!r} is not a bundled dataset ({', '.join(sorted(BUNDLED))}) or a local file, and "
+            "loading a Hugging Face dataset id needs `pip install datasets`"
+        ) from None
+    try:
+        ds = hf_datasets.load_dataset(dataset_id, split=split or "test")
+    except Exception as exc:  # noqa: BLE001 - network, auth, or unknown id
+        raise ValueError(f"could not load Hugging Face dataset {dataset_id!r} (split {split or 'test'}): {exc}") from exc
+    fingerprint = getattr(ds, "_fingerprint", None)
+    return [dict(r) for r in ds], dataset_id.split("/")[-1], split or "test", f"hf:{dataset_id}", fingerprint

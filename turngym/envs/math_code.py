@@ -1,0 +1,131 @@
+"""MathCode-v0: tool-integrated math reasoning with a Python interpreter (ToRL / SimpleTIR style).
+
+The agent writes ```python blocks (or ``<code>`` tags); each runs, in order, in a
+stateful sandboxed interpreter owned by the episode, and the output comes back in a
+```output block appended to the agent's text. A ``\\boxed{}`` answer ends the episode
+(the last box counts) and is graded with math-verify.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from turngym.corpora.datasets import Dataset, load_dataset
+from turngym.envs.base import ActionResult, TextEnv
+from turngym.envs.math_grading import extract_boxed, grade_answer
+from turngym.envs.parsing import parse_code_blocks
+from turngym.envs.sandbox import SandboxLimits, SandboxPool, SandboxSession
+
+CHAT_SYSTEM = (
+    "Solve the math problem step by step. You may run Python: write code in a ```python block and "
+    "stop; its output will be shown in an ```output block. Variables persist between blocks. "
+    "Put the final answer in \\boxed{}."
+)
+BASE_TEMPLATE = (
+    "Solve the following problem step by step. You can write Python code in ```python ... ``` blocks; "
+    "the output of the code will be given in ```output ... ``` blocks. Put the final answer within \\boxed{{}}.\n\n"
+    "Problem: {question}\n\nSolution:"
+)
+
+_POOL_LOCK = threading.Lock()
+_SHARED_POOLS: dict[SandboxLimits, SandboxPool] = {}
+
+
+def shared_pool(limits: SandboxLimits | None = None, size: int = 2) -> SandboxPool:
+    """One warm pool per process and limits, shared by all MathCode envs in that process."""
+    limits = limits or SandboxLimits()
+    with _POOL_LOCK:
+        if limits not in _SHARED_POOLS:
+            _SHARED_POOLS[limits] = SandboxPool(size=size, limits=limits)
+        return _SHARED_POOLS[limits]
+
+
+class MathCodeEnv(TextEnv):
+    env_name = "turngym/MathCode-v0"
+    observation_role = None
+    stop = ("```output",)
+
+    def __init__(self, dataset: str = "math500", split: str | None = None, max_turns: int = 4,
+                 prompt_style: str = "chat", max_output_chars: int = 2000,
+                 sandbox: SandboxPool | None = None, limits: SandboxLimits | None = None,
+                 grading_timeout_s: float = 5.0, render_mode: str | None = None):
+        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if prompt_style not in ("chat", "base"):
+            raise ValueError(f"prompt_style must be 'chat' or 'base', got {prompt_style!r}")
+        self.data: Dataset = load_dataset(dataset, split)
+        self.dataset_name = self.data.manifest.dataset
+        self.prompt_style = prompt_style
+        self.max_output_chars = int(max_output_chars)
+        self.limits = limits or SandboxLimits()
+        self._pool = sandbox
+        self.grading_timeout_s = grading_timeout_s
+        self._session: SandboxSession | None = None
+
+    @property
+    def manifest(self):
+        return self.data.manifest
+
+    def num_items(self) -> int:
+        return len(self.data)
+
+    def get_item(self, index: int) -> dict[str, Any]:
+        return dict(self.data[index])
+
+    def make_prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        if self.prompt_style == "base":
+            return [{"role": "user", "content": BASE_TEMPLATE.format(question=task["question"])}]
+        return [{"role": "system", "content": CHAT_SYSTEM}, {"role": "user", "content": task["question"]}]
+
+    def on_reset(self, task: dict[str, Any]) -> None:
+        self._session = None  # started lazily: episodes that never run code cost no worker
+
+    def _sandbox(self) -> SandboxSession:
+        if self._session is None:
+            pool = self._pool or shared_pool(self.limits)
+            self._session = pool.session()
+        return self._session
+
+    def on_close_episode(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def act(self, action: str) -> ActionResult:
+        boxed = extract_boxed(action)
+        if boxed is not None:
+            return ActionResult(observation=None, terminated=True, final_answer=boxed,
+                                metrics={"code_blocks": 0, "boxed": True})
+        parsed = parse_code_blocks(action)
+        if parsed.error:
+            msg = f"{parsed.error}. Write code in a ```python block, or give the final answer in \\boxed{{}}."
+            return ActionResult(observation=f"\n```output\n{msg}\n```\n", parse_error=parsed.error,
+                                metrics={"code_blocks": 0, "boxed": False})
+        outputs, statuses = [], []
+        tool_ms = 0.0
+        session = self._sandbox()
+        for call in parsed.calls:
+            res = session.run(call["arguments"]["code"], self.limits)
+            statuses.append(res.status)
+            tool_ms += res.elapsed_s * 1000.0
+            outputs.append(res.render(self.max_output_chars))
+        text = "\n".join(o for o in outputs if o) or "(no output)"
+        if len(text) > self.max_output_chars:
+            text = text[: self.max_output_chars] + "\n... [output truncated]"
+        lead = "\n" if action.rstrip().endswith("```output") else "\n```output\n"
+        return ActionResult(
+            observation=f"{lead}{text}\n```\n", tool_calls=parsed.calls,
+            metrics={"code_blocks": len(parsed.calls), "exec_status": statuses,
+                     "exec_ok": all(s == "ok" for s in statuses), "output": text[:500], "boxed": False},
+            tool_ms=tool_ms,
+        )
+
+    def grade(self, episode) -> dict[str, Any]:
+        verdict = grade_answer(episode.final_answer, list(episode.task.get("answers", [])), self.grading_timeout_s)
+        answer = (episode.final_answer or "").strip()
+        for turn in episode.turns:  # per-turn ground truth: ran cleanly and its output holds the answer
+            if turn.metrics.get("code_blocks"):
+                out = str(turn.metrics.get("output", ""))
+                turn.metrics["feeds_answer"] = bool(turn.metrics.get("exec_ok") and answer and answer in out)
+        return {"correct": verdict.correct, "grading": verdict.reason,
+                "answered": episode.final_answer is not None}
