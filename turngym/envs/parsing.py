@@ -12,6 +12,7 @@ import ast
 import functools
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -239,7 +240,9 @@ def parse_python_calls(text: str) -> ParseResult:
     if not src.startswith("["):
         src = f"[{src}]"
     try:
-        tree = ast.parse(src, mode="eval")
+        with warnings.catch_warnings():  # odd escapes in agent text are not our warning to print
+            warnings.simplefilter("ignore")
+            tree = ast.parse(src, mode="eval")
     except SyntaxError as exc:
         return ParseResult(error=f"not a valid call list: {exc.msg}")
     except ValueError as exc:  # e.g. null bytes
