@@ -1,0 +1,114 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from turngym.agents.policy import GenerationRequest, SamplingParams
+from turngym.agents.runner import RolloutRunner, RolloutTask
+from turngym.agents.tiny import tiny_model_dir
+from turngym.envs.calculator import CalculatorEnv
+from turngym.episode import read_episodes
+
+
+def test_k_rollouts_share_a_group_and_ids_are_unique(tiny_chat_policy):
+    runner = RolloutRunner(tiny_chat_policy, lambda: CalculatorEnv(max_turns=2), SamplingParams(max_new_tokens=8),
+                           k=3, concurrency=4)
+    eps = runner.run([0, 1, RolloutTask(task={"question": "What is 2+2?", "answers": ["4"]})])
+    assert len(eps) == 9 and len({e.id for e in eps}) == 9
+    groups = {}
+    for e in eps:
+        groups.setdefault(e.group, []).append(e)
+    assert sorted(len(v) for v in groups.values()) == [3, 3, 3]
+    for members in groups.values():
+        assert len({m.task["question"] for m in members}) == 1
+        assert len({m.seed for m in members}) == 3
+
+
+def test_batched_generation_pads_and_cuts_each_row(tiny_chat_policy):
+    tok = tiny_chat_policy.tokenizer
+    short = tok("hi", add_special_tokens=False)["input_ids"]
+    long = tok("What is 12 * 34 + 5? " * 4, add_special_tokens=False)["input_ids"]
+    gens = tiny_chat_policy.generate([GenerationRequest(prompt_ids=short), GenerationRequest(prompt_ids=long, max_new_tokens=3)],
+                                     SamplingParams(max_new_tokens=10, temperature=0))
+    alone = tiny_chat_policy.generate([GenerationRequest(prompt_ids=short)], SamplingParams(max_new_tokens=10, temperature=0))
+    assert gens[0].token_ids == alone[0].token_ids  # left padding does not change greedy output
+    assert len(gens[1].token_ids) <= 3
+    assert all(len(g.logprobs) == len(g.token_ids) for g in gens)
+
+
+def test_recorded_logprobs_match_a_direct_forward(tiny_chat_policy):
+    tok, model = tiny_chat_policy.tokenizer, tiny_chat_policy.model
+    prompt = tok("What is 2 + 2?", add_special_tokens=False)["input_ids"]
+    temp = 0.7
+    [g] = tiny_chat_policy.generate([GenerationRequest(prompt_ids=prompt)], SamplingParams(max_new_tokens=12, temperature=temp, seed=3))
+    ids = torch.tensor([prompt + g.token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1:-1].float() / temp
+    ref = torch.log_softmax(logits, -1).gather(1, torch.tensor(g.token_ids)[:, None]).squeeze(1)
+    assert torch.allclose(ref, torch.tensor(g.logprobs), atol=1e-4)
+
+
+def test_stop_strings_cut_the_action(tiny_chat_policy):
+    from turngym.agents.hf import HFPolicy
+
+    tok = tiny_chat_policy.tokenizer
+    ids = tok("<calc>1</calc> and more text", add_special_tokens=False)["input_ids"]
+    cut, reason = HFPolicy._cut_row(tiny_chat_policy, ids, cap=100, stop=("</calc>",))
+    assert tok.decode(cut).endswith("</calc>") and reason == "stop"
+
+
+def test_context_limit_truncates_and_keeps_the_episode(tiny_chat_policy, tmp_path):
+    class Small:
+        name, tokenizer, max_context = "small", tiny_chat_policy.tokenizer, 60
+
+        def generate(self, reqs, sampling):
+            assert all(len(r.prompt_ids) + r.max_new_tokens <= 60 for r in reqs)
+            return tiny_chat_policy.generate(reqs, sampling)
+
+    runner = RolloutRunner(Small(), lambda: CalculatorEnv(max_turns=50), SamplingParams(max_new_tokens=16))
+    [ep] = runner.run([0], tmp_path / "e.jsonl")
+    ids_len = len(ep.prompt_ids) + sum(len(t.action_ids) + len(t.observation_ids or []) for t in ep.turns)
+    assert ep.truncated and ep.meta["truncation"] == "context_length"
+    assert ids_len >= 60 and ep.outcome == {"correct": False}
+    assert read_episodes(tmp_path / "e.jsonl").episodes[0].id == ep.id
+
+
+ROLLOUT_SCRIPT = """
+import sys, time
+from turngym.agents.loading import load_hf_policy
+from turngym.agents.policy import SamplingParams
+from turngym.agents.runner import RolloutRunner
+from turngym.envs.calculator import CalculatorEnv
+policy = load_hf_policy(sys.argv[2], dtype="float32", device="cpu")
+inner = policy.generate
+def slow(reqs, sampling):
+    time.sleep(0.05)
+    return inner(reqs, sampling)
+policy.generate = slow
+RolloutRunner(policy, lambda: CalculatorEnv(max_turns=3), SamplingParams(max_new_tokens=8), k=2, concurrency=3).run(range(20), sys.argv[1])
+"""
+
+
+def test_rollout_killed_midway_and_rerun_yields_each_episode_once(tmp_path, tiny_chat_policy):
+    out = tmp_path / "episodes.jsonl"
+    model_dir = str(tiny_model_dir(chat=True))
+    proc = subprocess.Popen([sys.executable, "-c", ROLLOUT_SCRIPT, str(out), model_dir])
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if out.exists() and len(out.read_bytes().splitlines()) >= 6:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = read_episodes(out)
+    assert 6 <= len(first.episodes) < 40, "the kill should land mid-run"
+    runner = RolloutRunner(tiny_chat_policy, lambda: CalculatorEnv(max_turns=3), SamplingParams(max_new_tokens=8), k=2, concurrency=3)
+    new = runner.run(range(20), out)
+    final = read_episodes(out)
+    ids = [e.id for e in final.episodes]
+    assert len(ids) == 40 and len(set(ids)) == 40
+    assert len(new) == 40 - len(first.episodes)
+    assert not os.path.exists(str(out) + ".torn") or final.errors == []
