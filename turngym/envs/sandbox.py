@@ -133,6 +133,7 @@ class _Worker:
         os.close(cmd_r)
         os.close(res_w)
         self.ready: dict | None = None
+        self._eof = False
 
     def wait_ready(self) -> dict:
         if self.ready is None:
@@ -153,7 +154,7 @@ class _Worker:
             return self._dead("the interpreter process had already exited")
         msg = self._recv(limits.wall_s + 2.0)
         if msg is None:
-            if self.proc.poll() is None:  # stuck in C code past the in-process alarm
+            if not self._eof and self.proc.poll() is None:  # stuck in C code past the in-process alarm
                 self.kill()
                 return ExecResult(status="timeout", error=f"TimeoutError: execution exceeded the time limit ({limits.wall_s:g} s); the interpreter was killed", restarted=True)
             return self._dead(None)
@@ -180,6 +181,7 @@ class _Worker:
 
     def _recv(self, timeout: float) -> dict | None:
         deadline = time.monotonic() + timeout
+        self._eof = False
         buf = b""
         need = 4
         header_done = False
@@ -191,7 +193,8 @@ class _Worker:
             if not r:
                 return None
             chunk = os.read(self._res_r, need - len(buf))
-            if not chunk:
+            if not chunk:  # the worker closed its end: it exited or crashed
+                self._eof = True
                 return None
             buf += chunk
             if not header_done and len(buf) == 4:

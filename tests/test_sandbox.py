@@ -1,0 +1,139 @@
+"""Hostile code: each kind returns a clear error within the limits, the session keeps working
+for the next cell, and the host is untouched."""
+
+import os
+import time
+
+import psutil
+import pytest
+
+from turngym.envs.sandbox import ExecResult, SandboxLimits, SandboxPool
+
+LIMITS = SandboxLimits(wall_s=2.0, cpu_s=2.0, memory_bytes=512 << 20, processes=32, max_output=2000)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = SandboxPool(size=1, limits=LIMITS, preload=("math",))
+    yield p
+    p.close()
+
+
+def test_state_persists_between_cells_and_output_comes_back(pool):
+    with pool.session() as s:
+        assert s.run("x = 20\nprint('set')").stdout == "set\n"
+        r = s.run("print(x * 2 + 2)")
+        assert r.ok and r.stdout == "42\n"
+        r = s.run("1/0")
+        assert r.status == "error" and "ZeroDivisionError" in r.error and '<cell>' in r.error
+        assert s.run("print(x)").stdout == "20\n"
+
+
+HOSTILE = {
+    "infinite loop": ("while True: pass", "timeout", "time limit"),
+    "sleep": ("import time; time.sleep(60)", "timeout", "time limit"),
+    "signal-ignoring loop": ("import signal\nfor s in (signal.SIGALRM, signal.SIGXCPU, signal.SIGTERM):\n"
+                             "    signal.signal(s, signal.SIG_IGN)\nwhile True: pass", "timeout", "killed"),
+    "giant integer": ("x = 10**10**9", "timeout", "time limit"),
+    "memory bomb": ("a = bytearray(4 << 30)", "error", "MemoryError"),
+    "list memory bomb": ("a = [0] * (1 << 34)", "error", "MemoryError"),
+    "deep recursion": ("def f(n): return f(n + 1)\nf(0)", "error", "RecursionError"),
+    "fork bomb": ("import os\nwhile True:\n    os.fork()", "error", "BlockingIOError"),
+    "segfault": ("import ctypes; ctypes.string_at(0)", "crashed", "segmentation fault"),
+    "exit": ("raise SystemExit(3)", "error", "SystemExit"),
+    "os._exit": ("import os; os._exit(1)", "crashed", "exited"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+def test_hostile_code_gets_a_clear_error_and_the_next_cell_works(pool, kind):
+    code, status, needle = HOSTILE[kind]
+    with pool.session() as s:
+        s.run("marker = 1")
+        start = time.monotonic()
+        r = s.run(code)
+        elapsed = time.monotonic() - start
+        assert r.status == status, (r.status, r.render())
+        assert needle in r.render()
+        assert elapsed < LIMITS.wall_s + 6
+        follow = s.run("print('alive')")
+        assert follow.ok and follow.stdout == "alive\n"
+        if r.restarted:
+            assert "restarted" in r.render()
+
+
+def test_huge_output_is_capped_and_marked(pool):
+    with pool.session() as s:
+        r = s.run("print('y' * 10_000_000)")
+        assert r.ok and r.truncated and len(r.stdout) <= LIMITS.max_output
+        assert r.render().endswith("[output truncated]")
+        r = s.run("import sys\nfor _ in range(100): sys.stdout.write('z' * 1_000_000)")
+        assert len(r.stdout) <= LIMITS.max_output
+
+
+def test_file_size_and_working_directory(pool, tmp_path):
+    outside = tmp_path / "host_file.txt"
+    with pool.session() as s:
+        r = s.run(f"open({str(outside)!r}, 'w').write('pwned')")
+        assert r.status == "error" and "PermissionError" in r.error
+        r = s.run("open('/etc/turngym_pwned', 'w')")
+        assert r.status == "error"
+        r = s.run("import os\nopen('local.txt', 'w').write('ok')\nprint(sorted(os.listdir('.')))")
+        assert r.ok and "local.txt" in r.stdout
+        r = s.run("f = open('big.bin', 'wb')\nf.write(b'0' * (64 << 20))")
+        assert r.status == "error" and ("File too large" in r.error or "Errno 27" in r.error)
+    assert not outside.exists() and not os.path.exists("/etc/turngym_pwned")
+
+
+def test_parent_cannot_be_signalled(pool):
+    with pool.session() as s:
+        r = s.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+        assert r.status == "error" and "PermissionError" in r.error
+        r = s.run("import os, signal\nos.kill(1, signal.SIGTERM)")
+        assert r.status == "error"
+    assert psutil.Process().is_running()
+
+
+def test_no_network(pool):
+    with pool.session() as s:
+        r = s.run("import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)")
+        assert r.status == "error" and ("unreachable" in r.error or "PermissionError" in r.error or "refused" not in r.error)
+
+
+def test_environment_is_scrubbed_and_stdin_closed(pool, monkeypatch):
+    with pool.session() as s:
+        r = s.run("import os, sys\nprint(sorted(k for k in os.environ if 'SECRET' in k or 'TOKEN' in k or 'KEY' in k))\n"
+                  "print(repr(sys.stdin.read()))")
+        assert r.ok and r.stdout.splitlines() == ["[]", "''"]
+
+
+def test_spawned_daemons_do_not_outlive_their_cell(pool):
+    with pool.session() as s:
+        r = s.run("import subprocess\n"
+                  "p = subprocess.Popen(['sh', '-c', '(setsid sleep 1000 &) ; sleep 1000'], start_new_session=True)\n"
+                  "import time; time.sleep(0.3); print('spawned')")
+        assert r.ok
+        time.sleep(0.3)
+        sleepers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "1000"]]
+        assert sleepers == []
+
+
+def test_timeout_kills_every_process_the_worker_started(pool):
+    with pool.session() as s:
+        r = s.run("import subprocess, signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"
+                  "subprocess.Popen(['sh', '-c', '(setsid sleep 999 &)'])\nwhile True: pass")
+        assert r.status == "timeout" and r.restarted
+        time.sleep(0.3)
+        assert [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "999"]] == []
+        assert s.run("print(1)").stdout == "1\n"
+
+
+def test_null_bytes_and_non_text_are_errors(pool):
+    with pool.session() as s:
+        assert s.run("print(1)\x00").status == "error"
+        assert s.run(b"print(1)").status == "error"
+
+
+def test_exec_result_render_marks_truncation():
+    r = ExecResult(status="ok", stdout="a" * 50)
+    assert r.render(max_chars=10) == "a" * 10 + "\n... [output truncated]"
