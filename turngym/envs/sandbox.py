@@ -288,6 +288,9 @@ class SandboxSession:
             self._worker.close()
             self._worker = None
 
+    def __deepcopy__(self, memo: dict) -> "SandboxSession":
+        return self  # a live process cannot be copied; copies of an env share its interpreter
+
     def __enter__(self) -> "SandboxSession":
         return self
 
@@ -346,6 +349,9 @@ class SandboxPool:
             idle, self._idle = self._idle, []
         for w in idle:
             w.close()
+
+    def __deepcopy__(self, memo: dict) -> "SandboxPool":
+        return self  # a pool of processes is a shared resource, not state to copy
 
     def __enter__(self) -> "SandboxPool":
         return self
