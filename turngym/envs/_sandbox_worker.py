@@ -187,7 +187,25 @@ def _is_descendant(pid, root):
     return False
 
 
+def _direct_children(pid):
+    kids = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as fh:
+            kids += [int(x) for x in fh.read().split()]
+    return kids
+
+
 def _children_of(root):
+    """All descendants of ``root``: fast via /proc/PID/task/TID/children, else a /proc scan."""
+    try:
+        out, todo = [], [root]
+        while todo:
+            for kid in _direct_children(todo.pop()):
+                out.append(kid)
+                todo.append(kid)
+        return out
+    except OSError:  # kernels without CONFIG_PROC_CHILDREN, or a child that just exited
+        pass
     out = []
     for name in os.listdir("/proc"):
         if name.isdigit() and int(name) != root and _is_descendant(int(name), root):

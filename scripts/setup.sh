@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Creates .venv if missing and installs turngym with its test extras. Idempotent.
+# torch is pinned first: 2.13.0 resolves to the CPU wheel on machines without a GPU here,
+# and to PyPI's default build on GPU machines; the package's own range then installs nothing more.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install --quiet "torch==2.13.0"
+.venv/bin/python -m pip install --quiet -e ".[test]"

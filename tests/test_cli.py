@@ -1,0 +1,38 @@
+import subprocess
+import sys
+
+from turngym.agents.tiny import tiny_model_dir
+from turngym.episode import read_episodes
+
+CLI = [sys.executable, "-m", "turngym.cli"]
+
+
+def test_play_human_reads_actions_from_stdin():
+    proc = subprocess.run(CLI + ["play", "--human", "--env", "Calculator-v0", "--index", "3"],
+                          input="<calc>2*3</calc>\n<answer>6</answer>\n", capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "<result>6</result>" in proc.stdout and "episode ended (terminated)" in proc.stdout
+
+
+def test_play_with_a_model_prints_turns_and_writes_the_episode(tmp_path):
+    out = tmp_path / "play.jsonl"
+    proc = subprocess.run(CLI + ["play", "--model", str(tiny_model_dir(chat=True)), "--env", "Calculator-v0",
+                                 "--max-turns", "2", "--max-new-tokens", "8", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "--- turn 0 [agent]" in proc.stdout and "after 2 turns" in proc.stdout
+    [ep] = read_episodes(out).episodes
+    assert ep.turns and ep.prompt_ids
+
+
+def test_rollout_resumes_and_bad_input_is_a_clear_message(tmp_path):
+    out = tmp_path / "r.jsonl"
+    args = CLI + ["rollout", "--model", str(tiny_model_dir(chat=True)), "--env", "Calculator-v0", "--limit", "3",
+                  "--k", "2", "--max-turns", "2", "--max-new-tokens", "6", "--out", str(out)]
+    assert subprocess.run(args, capture_output=True, text=True, timeout=120).returncode == 0
+    again = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert "0 new episodes; 6 in" in again.stdout
+    bad = subprocess.run(CLI + ["play", "--env", "Nope-v0", "--human"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "unknown env" in bad.stderr
+    missing = subprocess.run(CLI + ["play", "--model", str(tmp_path / "no-model")], capture_output=True, text=True, timeout=60)
+    assert missing.returncode != 0 and "not found" in missing.stderr
