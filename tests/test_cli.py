@@ -36,3 +36,18 @@ def test_rollout_resumes_and_bad_input_is_a_clear_message(tmp_path):
     assert bad.returncode != 0 and "unknown env" in bad.stderr
     missing = subprocess.run(CLI + ["play", "--model", str(tmp_path / "no-model")], capture_output=True, text=True, timeout=60)
     assert missing.returncode != 0 and "not found" in missing.stderr
+
+
+def test_rollout_records_the_exact_subset(tmp_path):
+    import json
+
+    out = tmp_path / "m.jsonl"
+    args = CLI + ["rollout", "--model", str(tiny_model_dir(chat=True)), "--env", "MathCode-v0", "--dataset", "aime25",
+                  "--start", "2", "--limit", "2", "--max-turns", "1", "--max-new-tokens", "4", "--out", str(out)]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "m.jsonl.manifest.json").read_text())
+    assert manifest["item_ids"] == ["2025-I-3", "2025-I-4"] and manifest["count"] == 2 and manifest["indices"] == [2, 3]
+    eps = read_episodes(out).episodes
+    assert {e.task["id"] for e in eps} == {"2025-I-3", "2025-I-4"}
+    assert all(e.meta["dataset"]["name"] == "aime25" and e.meta["turngym"] for e in eps)

@@ -7,6 +7,6 @@ Importing turngym registers its environments with gymnasium; heavy dependencies
 from turngym.episode import SCHEMA_VERSION, Episode, Turn  # noqa: F401
 from turngym.envs import register_envs
 
-__version__ = "0.1.0"
+from turngym._version import __version__  # noqa: E402,F401
 
 register_envs()

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from turngym.agents.policy import Generation, GenerationRequest, Policy, SamplingParams
 from turngym.agents.tokenization import ConversationTokenizer
 from turngym.episode import Episode, EpisodeWriter, written_ids
+from turngym._version import __version__ as _VERSION
 from turngym.envs.base import TextEnv
 
 
@@ -147,7 +148,11 @@ class RolloutRunner:
         seed = derive_seed(self.seed, group, k)
         env.reset(seed=seed, options=options)
         ep: Episode = env.unwrapped.episode
-        ep.meta.update({"model": getattr(self.policy, "name", "?"), "k": k})
+        ep.meta.update({"model": getattr(self.policy, "name", "?"), "k": k, "turngym": _VERSION})
+        manifest = getattr(env.unwrapped, "manifest", None)
+        if manifest is not None:  # which file the item came from (the run's subset file lists all ids)
+            ep.meta["dataset"] = {"name": manifest.dataset, "split": manifest.split, "source": manifest.source,
+                                  "sha256": manifest.sha256, "count": manifest.count}
         ids = None
         if self.tokens is not None:
             ids = self.tokens.prompt_ids(ep.prompt)
