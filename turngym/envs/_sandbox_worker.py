@@ -22,6 +22,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MS_BIND = 4096
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
 
@@ -66,14 +67,12 @@ class _Confinement:
         os.chdir(cfg["workdir"])  # keeps pointing at the real directory even under a new /tmp
         if is_root and cfg.get("namespaces", True):
             self.caps["no_network"] = self.libc.unshare(CLONE_NEWNET) == 0
-            if self.libc.unshare(CLONE_NEWNS) == 0 and self._mount(None, "/", None, MS_REC | MS_PRIVATE) :
-                ok = True
-                for target in ("/tmp", "/var/tmp", "/dev/shm"):
-                    if os.path.isdir(target):
-                        ok &= self._mount("tmpfs", target, "tmpfs", 0, "size=64m,mode=1777")
-                self.caps["private_tmp"] = ok
-                if ok and cfg.get("uid") is not None:
-                    self.caps["interpreter_exposed"] = self._expose_interpreter()
+            if self.libc.unshare(CLONE_NEWNS) == 0 and self._mount(None, "/", None, MS_REC | MS_PRIVATE):
+                self.caps["private_tmp"] = all(
+                    self._overlay(d, "size=64m,mode=1777") for d in ("/tmp", "/var/tmp", "/dev/shm") if os.path.isdir(d))
+                if cfg.get("uid") is not None:
+                    self.caps["interpreter_exposed"] = all(
+                        self._overlay(d, "size=1m,mode=755") for d in self._private_ancestors())
         lim = cfg["limits"]
         self._setrlimit(resource.RLIMIT_AS, lim["memory_bytes"])
         self._setrlimit(resource.RLIMIT_FSIZE, lim["file_bytes"])
@@ -93,41 +92,45 @@ class _Confinement:
         enc = lambda v: None if v is None else os.fsencode(v)  # noqa: E731
         return self.libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)) == 0
 
-    def _expose_interpreter(self):
-        """Keep the interpreter readable after dropping to an unprivileged uid.
+    @staticmethod
+    def _interpreter_paths():
+        paths = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
+        paths |= {p for p in sys.path if p and os.path.isdir(p)}
+        return {os.path.realpath(p) for p in paths}
 
-        Python often lives under a private directory (``/root/.pyenv``). Inside this
-        private mount namespace, such a directory is replaced by an empty tmpfs that
-        holds bind mounts of just the interpreter's own trees: the rest stays hidden.
-        """
-        needed = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)))}
-        needed |= {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
-        plan = {}
-        for path in needed:
+    def _private_ancestors(self):
+        """Directories others cannot traverse that hold the interpreter (e.g. /root for pyenv)."""
+        out = set()
+        for path in self._interpreter_paths():
             parts = path.strip("/").split("/")
             for i in range(1, len(parts)):
                 anc = "/" + "/".join(parts[:i])
-                if not os.stat(anc).st_mode & 0o001:  # not traversable by others
-                    plan.setdefault(anc, set()).add(parts[i])
+                if not os.stat(anc).st_mode & 0o001:
+                    out.add(anc)
                     break
-        BIND = 4096
-        for n, (anc, children) in enumerate(sorted(plan.items())):
-            stash = f"/tmp/.expose-{n}"
-            saved = []
-            for child in sorted(children):
-                dst = f"{stash}-{child}"
-                os.mkdir(dst)
-                if not self._mount(os.path.join(anc, child), dst, None, BIND | MS_REC):
-                    return False
-                saved.append((child, dst))
-            if not self._mount("tmpfs", anc, "tmpfs", 0, "size=1m,mode=755"):
+        return sorted(out)
+
+    def _overlay(self, directory, options):
+        """Replace ``directory`` (in this private mount namespace only) by an empty tmpfs that
+        keeps bind mounts of just the interpreter's own trees below it; the rest is hidden.
+        Stashes live in the working directory, reached through the cwd while they are moved."""
+        keep = sorted(p for p in self._interpreter_paths() if p.startswith(directory.rstrip("/") + "/"))
+        keep = [p for p in keep if not any(p != q and p.startswith(q + "/") for q in keep)]
+        stashes = []
+        for n, path in enumerate(keep):
+            stash = f"./.stash-{n}"
+            os.mkdir(stash)
+            if not self._mount(path, stash, None, MS_BIND | MS_REC):
                 return False
-            for child, dst in saved:
-                os.mkdir(os.path.join(anc, child))
-                if not self._mount(dst, os.path.join(anc, child), None, BIND | MS_REC):
-                    return False
-                self.libc.umount2(os.fsencode(dst), 2)
-                os.rmdir(dst)
+            stashes.append((path, stash))
+        if not self._mount("tmpfs", directory, "tmpfs", 0, options):
+            return False
+        for path, stash in stashes:
+            os.makedirs(path, exist_ok=True)
+            if not self._mount(stash, path, None, MS_BIND | MS_REC):
+                return False
+            self.libc.umount2(os.fsencode(stash), 2)
+            os.rmdir(stash)
         return True
 
     def _setrlimit(self, which, value):
