@@ -16,6 +16,7 @@ Defaults (``SandboxLimits``): 10 s wall, 10 s CPU per cell, 1 GiB address space,
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import os
@@ -317,6 +318,7 @@ class SandboxPool:
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
         self._closed = False
+        atexit.register(self.close)  # idle workers' directories are removed on a normal exit too
         self._refill()
 
     def session(self) -> SandboxSession:
