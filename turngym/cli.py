@@ -134,8 +134,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if manifest is not None:  # the exact subset this run covers, beside the episodes
         subset = manifest.subset(indices, probe.unwrapped.data.items).to_dict()
         subset.update({"indices": indices, "k": args.k, "model": args.model, "env": _env_id(args.env)})
-        Path(str(args.out) + ".manifest.json").parent.mkdir(parents=True, exist_ok=True)
-        Path(str(args.out) + ".manifest.json").write_text(json.dumps(subset, indent=1))
+        manifest_path = Path(f"{args.out}.manifest.json")
+        manifest_path.parent.mkdir(parents=True, exist_ok=True)
+        manifest_path.write_text(json.dumps(subset, indent=1))
     bar = tqdm(total=len(indices) * args.k, desc="episodes", unit="ep")
 
     def progress(done: int, total: int) -> None:

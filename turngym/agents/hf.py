@@ -102,8 +102,8 @@ class HFPolicy:
             kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
         start = time.perf_counter()
         out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs)
+        logprobs = recorder.finish(out.sequences[:, -1]).cpu()
         seqs = out.sequences[:, width:].cpu()
-        logprobs = recorder.finish(seqs[:, -1].to(recorder.prev.device) if recorder.prev is not None else seqs[:, -1]).cpu()
         elapsed_ms = (time.perf_counter() - start) * 1000.0
         results = []
         for i in range(len(prompts)):

@@ -9,6 +9,7 @@ killed midway resumes with nothing lost and nothing duplicated.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -202,10 +203,10 @@ class RolloutRunner:
                 runnable.append(slot)
         if not runnable:
             return ended
-        sampling = self.sampling
-        stops = tuple(dict.fromkeys(sampling.stop + tuple(s for slot in runnable[:1] for s in slot.env.unwrapped.stop)))
+        sampling = self.sampling  # the env's stop strings (all slots share one env type) join the user's
+        stops = tuple(dict.fromkeys(sampling.stop + tuple(runnable[0].env.unwrapped.stop)))
         if stops != sampling.stop:
-            sampling = SamplingParams(**{**sampling.__dict__, "stop": stops})
+            sampling = dataclasses.replace(sampling, stop=stops)
         start = time.perf_counter()
         gens = self.policy.generate(self._requests(runnable), sampling)
         gen_ms = (time.perf_counter() - start) * 1000.0

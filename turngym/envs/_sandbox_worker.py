@@ -267,6 +267,11 @@ def main():
     # fds 1/2 go to files in the workdir, read back (capped) after each cell
     out_path = ".stdout"  # relative: the absolute path may be hidden under a private /tmp
     err_path = ".stderr"
+    for module in cfg.get("preload", []):  # imported before privileges drop and /tmp is replaced
+        try:
+            __import__(module)
+        except ImportError:
+            pass
     conf = _Confinement(cfg)
     try:
         conf.apply()

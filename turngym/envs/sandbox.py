@@ -111,6 +111,7 @@ class _Worker:
             "workdir": self.workdir,
             "uid": ident[0] if ident else None,
             "gid": ident[1] if ident else None,
+            "preload": list(preload),
             "limits": {
                 "memory_bytes": limits.memory_bytes, "file_bytes": limits.file_bytes,
                 "open_files": limits.open_files, "processes": limits.processes,
@@ -120,13 +121,9 @@ class _Worker:
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.workdir,
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
-        launcher = (
-            "import sys, importlib.util\n"
-            f"sys.argv = ['worker', '{cmd_r}', '{res_w}', {json.dumps(cfg)!r}]\n"
-            f"for m in {list(preload)!r}:\n"
-            "    if importlib.util.find_spec(m) is not None: __import__(m)\n"
-            f"exec(compile(open({str(WORKER_SCRIPT)!r}).read(), {str(WORKER_SCRIPT)!r}, 'exec'), {{'__name__': '__main__'}})\n"
-        )
+        # run the worker file without putting its folder on sys.path (it would shadow user imports)
+        launcher = (f"import sys; sys.argv = ['worker', '{cmd_r}', '{res_w}', {json.dumps(cfg)!r}]; "
+                    f"exec(compile(open({str(WORKER_SCRIPT)!r}).read(), {str(WORKER_SCRIPT)!r}, 'exec'), {{'__name__': '__main__'}})")
         args = [sys.executable, "-I", "-c", launcher]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, env=env, pass_fds=(cmd_r, res_w),
