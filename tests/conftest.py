@@ -58,3 +58,23 @@ class FakeScriptedPolicy:
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             out.append(Generation(text=text, token_ids=ids, logprobs=[0.0] * len(ids)))
         return out
+
+
+@pytest.fixture(scope="session")
+def tiny_nli_dir(tmp_path_factory):
+    """A tiny random BERT NLI classifier (labels contradiction/neutral/entailment) with a local tokenizer."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+
+    from turngym.agents.tiny import tiny_model_dir
+
+    out = tmp_path_factory.mktemp("tiny-nli")
+    tok = PreTrainedTokenizerFast.from_pretrained(str(tiny_model_dir(chat=False)))
+    tok.save_pretrained(out)
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=64, num_labels=3, pad_token_id=tok.pad_token_id,
+                     id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+                     label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})
+    BertForSequenceClassification(cfg).save_pretrained(out)
+    return out
