@@ -178,3 +178,22 @@ def test_bad_configuration_is_a_clear_error():
         get_reward("ttrl").score_group([make_ep(0, "a", [], question="q1"), make_ep(1, "b", [], question="q2")])
     with pytest.raises(ValueError, match="support scorer"):
         get_reward("siop").score_group(group())
+
+
+def test_igpo_hand_computed():
+    probs = {(0, "Paris"): [0.2, 0.5], (1, "Paris"): [0.1, 0.05, 0.4]}
+    g = [make_ep(0, "Paris", ["a"]), make_ep(1, "Lyon", ["b", "c"])]
+    res = get_reward("igpo", scorer=FakeSupportScorer(probs), lam=0.4, eps=0.0).score_group(g)
+    assert res.rewards[0] == pytest.approx([math.log(0.5) - math.log(0.2), 0.6 * 1.0])
+    assert res.rewards[1] == pytest.approx([math.log(0.05) - math.log(0.1), math.log(0.4) - math.log(0.05), 0.0])
+
+
+def test_real_nli_evidence_scores(tiny_nli_dir):
+    from turngym.rewards.evidence import AnswerInEvidence, NLIEvidence, cluster_evidence
+    from turngym.rewards.nli import NLIModel
+
+    ev = NLIEvidence(NLIModel.load(str(tiny_nli_dir), device="cpu"))
+    scores = ev.scores("Where?", "Paris", ["Paris is in France", "London"])
+    assert len(scores) == 2 and all(0 <= s <= 1 for s in scores)
+    members = [make_ep(0, "Paris", ["the city of Paris", "x"]), make_ep(1, "Paris", [])]
+    assert cluster_evidence(AnswerInEvidence(), "Where?", "Paris", members) == 0.5
