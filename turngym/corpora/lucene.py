@@ -80,19 +80,20 @@ class Hit:
         return f"\"{self.title}\"\n{self.text}"
 
 
-def parse_doc(docid: str, raw: str | None) -> tuple[str, str]:
-    """(title, text) from a stored JsonCollection document."""
+def parse_raw(raw: str | None) -> tuple[str | None, str, str]:
+    """(id, title, text) from a stored JsonCollection document (title/text fields, or Search-R1
+    ``contents`` whose first line is the quoted title)."""
     if not raw:
-        return "", ""
+        return None, "", ""
     try:
         doc = json.loads(raw)
     except json.JSONDecodeError:
-        return "", raw
+        return None, "", raw
+    docid = None if doc.get("id") is None else str(doc["id"])
     if "title" in doc and "text" in doc:
-        return str(doc["title"]), str(doc["text"])
-    contents = str(doc.get("contents", ""))
-    first, _, rest = contents.partition("\n")
-    return first.strip().strip('"'), rest
+        return docid, str(doc["title"]), str(doc["text"])
+    first, _, rest = str(doc.get("contents", "")).partition("\n")
+    return docid, first.strip().strip('"'), rest
 
 
 def clean_query(query: str) -> str:
@@ -133,11 +134,12 @@ class LuceneRetriever:
             raise RetrieverError("this retriever was created before a fork; create one in each process")
 
     def _hits(self, java_hits: Any) -> list[Hit]:
+        """Python hits from Java ones with as few JNI calls as possible (they dominate the cost)."""
         out = []
-        for h in java_hits:
+        for h in java_hits or ():
             doc = h.lucene_document
-            title, text = parse_doc(h.docid, doc.get("raw") if doc is not None else None)
-            out.append(Hit(docid=str(h.docid), score=float(h.score), title=title, text=text))
+            docid, title, text = parse_raw(doc.get("raw") if doc is not None else None)
+            out.append(Hit(docid=docid if docid is not None else str(h.docid), score=float(h.score), title=title, text=text))
         return out
 
     def search(self, query: str, k: int = 3) -> list[Hit]:
@@ -170,7 +172,7 @@ class LuceneRetriever:
             results = self._searcher.batch_search(jq, jid, int(k), int(threads))
         except self._jnius.JavaException as exc:
             raise RetrieverError(f"batch search failed: {exc}") from None
-        return [self._hits(results.get(i)) if results.containsKey(i) else [] for i in ids]
+        return [self._hits(results.get(i)) for i in ids]
 
     def raw_searcher(self) -> Any:
         """The underlying ``io.anserini.search.SimpleSearcher`` (for checks against Anserini itself)."""

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from turngym.corpora.lucene import Hit, LuceneRetriever, RetrieverError, parse_doc
+from turngym.corpora.lucene import Hit, LuceneRetriever, RetrieverError, parse_raw
 
 MAX_QUERIES_PER_REQUEST = 4096
 MAX_TOPK = 1000
@@ -51,7 +51,7 @@ class RemoteRetriever:
             hits = []
             for item in items:
                 doc, score = (item["document"], item.get("score", 0.0)) if "document" in item else (item, 0.0)
-                title, text = parse_doc(str(doc.get("id")), json.dumps(doc))
+                _, title, text = parse_raw(json.dumps(doc))
                 hits.append(Hit(docid=str(doc.get("id")), score=float(score), title=title, text=text))
             out.append(hits)
         return out
@@ -122,6 +122,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class RetrievalServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # the default backlog of 5 resets connections under many clients
 
     def __init__(self, index_dir: str, host: str = "127.0.0.1", port: int = 8000, threads: int = 2,
                  k1: float = 0.9, b: float = 0.4):
