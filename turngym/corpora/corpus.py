@@ -9,6 +9,7 @@ with ``contents = '"Title"\\ntext'`` (Search-R1 / FlashRAG).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -53,8 +54,10 @@ def default_passages() -> Iterator[dict[str, str]]:
             yield _passage(p["title"], p["text"])
 
 
-def _key(p: dict[str, str]) -> tuple[str, str]:
-    return p["title"].lower(), re.sub(r"\s+", " ", p["text"]).lower()
+def _key(p: dict[str, str]) -> int:
+    """An 8-byte hash of the normalised (title, text): dedupes 21M passages in ~2 GB, not ~15."""
+    norm = p["title"].lower() + "\x00" + re.sub(r"\s+", " ", p["text"]).lower()
+    return int.from_bytes(hashlib.blake2b(norm.encode("utf-8"), digest_size=8).digest(), "little")
 
 
 def write_collection(passages: Iterable[dict[str, str]], out_dir: str | os.PathLike, dedupe: bool = True,
@@ -62,7 +65,7 @@ def write_collection(passages: Iterable[dict[str, str]], out_dir: str | os.PathL
     """Write passages as JsonCollection shards in ``out_dir``; returns the passage count."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    seen: set[tuple[str, str]] = set()
+    seen: set[int] = set()
     n, fh = 0, None
     try:
         for p in tqdm(passages, disable=not progress, unit="psg", desc="passages"):
