@@ -52,7 +52,7 @@ class HFPolicy:
             self.max_context = int(getattr(self.model.config, "max_position_embeddings", 0) or 0) or None
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self._eos_ids = _eos_ids(self.model, self.tokenizer)
+        self._eos_ids = eos_ids_of(self.model, self.tokenizer)
 
     @property
     def device(self) -> torch.device:
@@ -118,29 +118,34 @@ class HFPolicy:
         return results
 
     def _cut_row(self, ids: list[int], cap: int, stop: Sequence[str]) -> tuple[list[int], str]:
-        end, finish = min(cap, len(ids)), "length"
-        for j, t in enumerate(ids[:end]):
-            if t in self._eos_ids:
-                end, finish = j + 1, "stop"
-                break
-        if stop:
-            text = self.tokenizer.decode(ids[:end], skip_special_tokens=False)
-            hits = [(text.find(s), s) for s in stop if s and s in text]
-            if hits:
-                pos, s = min(hits)
-                target = pos + len(s)
-                lo, hi = 1, end  # smallest prefix whose text reaches past the stop string
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if len(self.tokenizer.decode(ids[:mid], skip_special_tokens=False)) >= target:
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                end, finish = lo, "stop"
-        return ids[:end], finish
+        return cut_generation(self.tokenizer, ids, cap, stop, self._eos_ids)
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+def cut_generation(tokenizer: Any, ids: list[int], cap: int, stop: Sequence[str], eos_ids: set[int]) -> tuple[list[int], str]:
+    """A generated row cut at its end: the first EOS (kept), the first stop string (kept), or ``cap``."""
+    end, finish = min(cap, len(ids)), "length"
+    for j, t in enumerate(ids[:end]):
+        if t in eos_ids:
+            end, finish = j + 1, "stop"
+            break
+    if stop:
+        text = tokenizer.decode(ids[:end], skip_special_tokens=False)
+        hits = [(text.find(s), s) for s in stop if s and s in text]
+        if hits:
+            pos, s = min(hits)
+            target = pos + len(s)
+            lo, hi = 1, end  # smallest prefix whose text reaches past the stop string
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if len(tokenizer.decode(ids[:mid], skip_special_tokens=False)) >= target:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            end, finish = lo, "stop"
+    return ids[:end], finish
+
+
+def eos_ids_of(model: Any, tokenizer: Any) -> set[int]:
     ids: set[int] = set()
     for src in (getattr(model, "generation_config", None), model.config):
         eos = getattr(src, "eos_token_id", None)

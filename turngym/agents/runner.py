@@ -30,12 +30,15 @@ class RolloutTask:
 
     index: int | None = None
     task: dict[str, Any] | None = None
+    k: int | None = None  # rollouts of this task; None: the runner's k
+    slot: str | None = None  # tells apart two groups of the same task in one run
 
     def key(self) -> str:
         if self.index is not None:
-            return str(self.index)
-        digest = hashlib.sha256(repr(sorted((self.task or {}).items())).encode()).hexdigest()[:12]
-        return f"adhoc-{digest}"
+            base = str(self.index)
+        else:
+            base = "adhoc-" + hashlib.sha256(repr(sorted((self.task or {}).items())).encode()).hexdigest()[:12]
+        return base if self.slot is None else f"{base}@{self.slot}"
 
 
 @dataclass
@@ -65,6 +68,7 @@ class RolloutRunner:
     step_workers: int = 1
     run_tag: str = ""
     on_episode: Callable[[Episode], None] | None = None
+    max_episode_tokens: int | None = None  # budget for all action + observation tokens of an episode
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.concurrency < 1:
@@ -88,7 +92,7 @@ class RolloutRunner:
         done_ids = written_ids(out_path) if out_path else set()
         writer = EpisodeWriter(out_path) if out_path else None
         pending = iter(self._jobs(tasks, done_ids))
-        total = len(tasks) * self.k - len(done_ids)
+        total = sum(t.k or self.k for t in tasks) - len(done_ids)
         finished: list[Episode] = []
         live: list[_Slot] = []
         try:
@@ -124,7 +128,7 @@ class RolloutRunner:
         self._free_envs.append(probe)
         for task in tasks:
             dataset = self._dataset_name(probe, task)
-            for k in range(self.k):
+            for k in range(task.k or self.k):
                 ep_id = self.episode_id(env_id, dataset, task, k)
                 if ep_id not in skip:
                     yield task, k, ep_id
@@ -149,7 +153,7 @@ class RolloutRunner:
         seed = derive_seed(self.seed, group, k)
         env.reset(seed=seed, options=options)
         ep: Episode = env.unwrapped.episode
-        ep.meta.update({"model": getattr(self.policy, "name", "?"), "k": k, "turngym": _VERSION})
+        ep.meta.update({"model": getattr(self.policy, "name", "?"), "k": k, "turngym": _VERSION, "task_key": task.key()})
         manifest = getattr(env.unwrapped, "manifest", None)
         if manifest is not None:  # which file the item came from (the run's subset file lists all ids)
             ep.meta["dataset"] = {"name": manifest.dataset, "split": manifest.split, "source": manifest.source,
@@ -160,13 +164,20 @@ class RolloutRunner:
             ep.prompt_ids = list(ids)
         return _Slot(env=env, episode=ep, ids=ids, started=time.perf_counter())
 
+    def _budget(self, slot: _Slot) -> int | None:
+        """Tokens this episode may still generate (context window and episode budget), or None."""
+        caps = []
+        max_ctx = getattr(self.policy, "max_context", None)
+        if slot.ids is not None and max_ctx:
+            caps.append(max_ctx - len(slot.ids))
+        if slot.ids is not None and self.max_episode_tokens is not None:
+            caps.append(self.max_episode_tokens - (len(slot.ids) - len(slot.episode.prompt_ids or [])))
+        return min(caps) if caps else None
+
     def _requests(self, live: Sequence[_Slot]) -> list[GenerationRequest]:
         reqs = []
-        max_ctx = getattr(self.policy, "max_context", None)
         for slot in live:
-            cap = None
-            if slot.ids is not None and max_ctx:
-                cap = max_ctx - len(slot.ids)
+            cap = self._budget(slot)
             if slot.ids is not None:
                 reqs.append(GenerationRequest(prompt_ids=slot.ids, max_new_tokens=cap))
             else:
@@ -194,10 +205,12 @@ class RolloutRunner:
         """One batched generation for all live episodes, then one env step each."""
         ended: list[_Slot] = []
         runnable = []
-        for slot in live:  # out of context budget: end the episode, say why, keep it
-            if slot.ids is not None and getattr(self.policy, "max_context", None) and \
-                    len(slot.ids) >= self.policy.max_context:
-                slot.env.unwrapped.end_episode("context_length")
+        for slot in live:  # out of token budget: end the episode, say why, keep it
+            budget = self._budget(slot)
+            if budget is not None and budget <= 0:
+                max_ctx = getattr(self.policy, "max_context", None)
+                full = max_ctx is not None and len(slot.ids) >= max_ctx
+                slot.env.unwrapped.end_episode("context_length" if full else "episode_token_budget")
                 ended.append(slot)
             else:
                 runnable.append(slot)

@@ -6,6 +6,7 @@ import gymnasium
 
 ENTRY_POINTS = {
     "turngym/Calculator-v0": "turngym.envs.calculator:CalculatorEnv",
+    "turngym/Digits-v0": "turngym.envs.digits:DigitsEnv",
     "turngym/MathCode-v0": "turngym.envs.math_code:MathCodeEnv",
     "turngym/SearchQA-v0": "turngym.envs.search_qa:SearchQAEnv",
 }

@@ -1,0 +1,93 @@
+"""Advantage estimators behind one registry: per query group, per-turn rewards in, per-turn advantages out.
+
+Each estimator takes the group's per-turn rewards (one list per episode) and returns one
+list of advantages per episode, one value per turn; the trainer puts turn t's value on
+turn t's action tokens only.
+
+- ``grpo``: the episode's total reward, z-scored within the group, on every turn (TRL's GRPO).
+- ``turn``: all turn rewards of the group z-scored together, then A_t = r̂_t + γ·A_{t+1}.
+- ``igpo_separate``: outcome (final-turn) rewards and process (earlier-turn) rewards are
+  z-scored separately within the group, then summed backwards as in ``turn`` (IGPO).
+
+Normalisation: unbiased std; a std below 1e-6 counts as 1; a group with a single reward gets 0;
+``eps`` is added to the std (TRL uses 1e-4, so ``eps=1e-4`` reproduces its GRPO advantages).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+Rewards = Sequence[Sequence[float]]
+Estimator = Callable[..., list[list[float]]]
+ESTIMATORS: dict[str, Estimator] = {}
+
+
+def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
+    def deco(fn: Estimator) -> Estimator:
+        ESTIMATORS[name] = fn
+        return fn
+
+    return deco
+
+
+def get_estimator(name: str) -> Estimator:
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(ESTIMATORS)}")
+    return ESTIMATORS[name]
+
+
+def zscore(values: Sequence[float], eps: float = 1e-6) -> list[float]:
+    n = len(values)
+    if n <= 1:
+        return [0.0] * n
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    if std < 1e-6:
+        std = 1.0
+    return [(v - mean) / (std + eps) for v in values]
+
+
+def discounted(per_turn: Sequence[float], gamma: float) -> list[float]:
+    out, acc = [0.0] * len(per_turn), 0.0
+    for t in range(len(per_turn) - 1, -1, -1):
+        acc = per_turn[t] + gamma * acc
+        out[t] = acc
+    return out
+
+
+def _split(flat: list[float], shape: Rewards) -> list[list[float]]:
+    out, i = [], 0
+    for ep in shape:
+        out.append(flat[i:i + len(ep)])
+        i += len(ep)
+    return out
+
+
+@register_estimator("grpo")
+def grpo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-4) -> list[list[float]]:
+    totals = [sum(ep) for ep in rewards]
+    z = zscore(totals, eps)
+    return [[z_i] * len(ep) for z_i, ep in zip(z, rewards)]
+
+
+@register_estimator("turn")
+def turn(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:
+    flat = [r for ep in rewards for r in ep]
+    return [discounted(ep, gamma) for ep in _split(zscore(flat, eps), rewards)]
+
+
+@register_estimator("igpo_separate")
+def igpo_separate(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:
+    outcome = zscore([ep[-1] for ep in rewards if ep], eps)
+    process = zscore([r for ep in rewards for r in ep[:-1]], eps)
+    out, oi, pi = [], 0, 0
+    for ep in rewards:
+        if not ep:
+            out.append([])
+            continue
+        normed = process[pi:pi + len(ep) - 1] + [outcome[oi]]
+        pi += len(ep) - 1
+        oi += 1
+        out.append(discounted(normed, gamma))
+    return out
