@@ -236,3 +236,36 @@ def test_reward_rises_on_a_task_with_known_right_behaviour():
     vals = [h["turngym/outcome"] for h in mod.train(steps=45, seed=0)]
     first, last = sum(vals[:10]) / 10, sum(vals[-10:]) / 10
     assert last > first + 0.15, (first, last)
+
+
+def test_train_command_with_yaml_lora_kl_and_tensorboard(tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    cfg = {
+        "env": {"id": "turngym/Digits-v0", "kwargs": {"max_turns": 2}},
+        "data": {"indices": [0, 16]},
+        "reward": {"name": "outcome"},
+        "estimator": {"name": "igpo_separate", "gamma": 0.9},
+        "model": {"name_or_path": str(tiny_model_dir(chat=True))},
+        "peft": {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+        "max_episode_tokens": 32,
+        "trl": {"output_dir": str(tmp_path / "run"), "per_device_train_batch_size": 4, "num_generations": 4,
+                "max_completion_length": 16, "max_steps": 2, "logging_steps": 1, "report_to": "tensorboard",
+                "use_cpu": True, "beta": 0.04, "loss_type": "dr_grpo", "save_steps": 1},
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "turngym.cli", "train", "--config", str(path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = tmp_path / "run"
+    assert (run / "checkpoint-2").is_dir() and (run / "adapter_config.json").exists()
+    assert list(run.rglob("events.out.tfevents.*"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"env": {"id": "turngym/Digits-v0"}, "trl": {"no_such_option": 1}}))
+    proc = subprocess.run([sys.executable, "-m", "turngym.cli", "train", "--config", str(bad)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "bad trl arguments" in proc.stderr

@@ -1,4 +1,4 @@
-"""The ``turngym`` command: ``play``, ``rollout``, ``index build|search`` and ``serve-retriever``."""
+"""The ``turngym`` command: ``play``, ``rollout``, ``index build|search``, ``serve-retriever`` and ``train``."""
 
 from __future__ import annotations
 
@@ -204,6 +204,22 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    import os
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from turngym.agents.train_config import TrainConfig, build_trainer
+
+    try:
+        trainer = build_trainer(TrainConfig.load(args.config))
+    except (FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    trainer.train(resume_from_checkpoint=args.resume)
+    trainer.save_model()
+    print(f"model saved to {trainer.args.output_dir}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="turngym", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -258,6 +274,11 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--port", type=int, default=8000)
     srv.add_argument("--threads", type=int, default=2)
     srv.set_defaults(func=cmd_serve_retriever)
+
+    tr = sub.add_parser("train", help="GRPO with per-turn advantages (TRL); launch with accelerate for many GPUs")
+    tr.add_argument("--config", required=True, help="YAML: env, data, reward, estimator, model, peft, trl")
+    tr.add_argument("--resume", default=None, help="a checkpoint directory, or 'true' for the latest in output_dir")
+    tr.set_defaults(func=cmd_train)
     return p
 
 

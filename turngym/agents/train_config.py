@@ -1,0 +1,102 @@
+"""``turngym train --config run.yaml``: one YAML file names the env, data, reward, estimator, model
+and TRL arguments; everything under ``trl:`` goes to ``GRPOConfig`` unchanged, so every TRL
+option (loss type, KL, vLLM, logging, checkpointing, ...) is available as TRL documents it.
+
+Example (``configs/train_calculator.yaml``)::
+
+    env: {id: turngym/Calculator-v0, kwargs: {max_turns: 3}}
+    data: {indices: [0, 256]}           # [start, stop) of the env's dataset, file order
+    reward: {name: outcome}              # any turngym.rewards name, with its config
+    estimator: {name: turn, gamma: 1.0}
+    model: {name_or_path: default}       # 'default', a directory, a .gguf file, or a hub id
+    peft: {r: 16, lora_alpha: 32, target_modules: all-linear}   # optional LoRA
+    trl: {output_dir: runs/calc, num_generations: 4, per_device_train_batch_size: 4, max_steps: 100}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+KNOWN_KEYS = {"env", "data", "reward", "estimator", "model", "peft", "trl", "stop", "max_episode_tokens"}
+
+
+@dataclass
+class TrainConfig:
+    env: dict[str, Any]
+    trl: dict[str, Any]
+    model: dict[str, Any] = field(default_factory=lambda: {"name_or_path": "default"})
+    data: dict[str, Any] = field(default_factory=dict)
+    reward: dict[str, Any] = field(default_factory=lambda: {"name": "outcome"})
+    estimator: dict[str, Any] = field(default_factory=lambda: {"name": "turn"})
+    peft: dict[str, Any] | None = None
+    stop: list[str] | None = None
+    max_episode_tokens: int | None = None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TrainConfig":
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file not found: {path}")
+        raw = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: the config must be a mapping")
+        unknown = set(raw) - KNOWN_KEYS
+        if unknown:
+            raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: {sorted(KNOWN_KEYS)}")
+        for key in ("env", "trl"):
+            if not isinstance(raw.get(key), dict):
+                raise ValueError(f"{path}: '{key}' must be a mapping")
+        if "id" not in raw["env"]:
+            raise ValueError(f"{path}: env.id is required (e.g. turngym/MathCode-v0)")
+        return cls(**raw)
+
+
+def build_trainer(cfg: TrainConfig) -> Any:
+    import gymnasium
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig
+
+    import turngym  # noqa: F401 - env registration
+    from turngym.agents.loading import resolve_model_dir
+    from turngym.agents.trainer import TurnGRPOTrainer, task_dataset
+    from turngym.rewards import get_reward
+
+    env_id, env_kwargs = cfg.env["id"], dict(cfg.env.get("kwargs", {}))
+    if env_id not in gymnasium.registry:
+        raise ValueError(f"unknown env {env_id!r}")
+
+    def env_factory():
+        return gymnasium.make(env_id, **env_kwargs)
+
+    probe = env_factory()
+    n = probe.unwrapped.num_items()
+    start, stop = cfg.data.get("indices", [0, n])
+    indices = list(range(int(start), min(int(stop), n)))
+    if not indices:
+        raise ValueError(f"data.indices selects no items (the dataset has {n})")
+    try:
+        args = GRPOConfig(**cfg.trl)
+    except TypeError as exc:
+        raise ValueError(f"bad trl arguments: {exc}") from None
+    location = resolve_model_dir(str(cfg.model.get("name_or_path", "default")))
+    model_kwargs = {k: v for k, v in cfg.model.items() if k != "name_or_path"}
+    model = AutoModelForCausalLM.from_pretrained(location, **model_kwargs)
+    tok = AutoTokenizer.from_pretrained(location)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    peft_config = None
+    if cfg.peft:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(task_type="CAUSAL_LM", **cfg.peft)
+    reward_cfg = dict(cfg.reward)
+    reward = get_reward(reward_cfg.pop("name"), **reward_cfg)
+    est = dict(cfg.estimator)
+    return TurnGRPOTrainer(model=model, processing_class=tok, env_factory=env_factory, reward=reward, args=args,
+                           train_dataset=task_dataset(indices), estimator=est.pop("name", "turn"),
+                           gamma=est.pop("gamma", 1.0), advantage_eps=est.pop("eps", 1e-4),
+                           max_episode_tokens=cfg.max_episode_tokens, stop=cfg.stop, peft_config=peft_config)
