@@ -269,3 +269,41 @@ def test_train_command_with_yaml_lora_kl_and_tensorboard(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "turngym.cli", "train", "--config", str(bad)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "bad trl arguments" in proc.stderr
+
+
+TWO_PROCESS_SCRIPT = """
+import os, torch
+os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOConfig
+from turngym.agents.tiny import tiny_model_dir
+from turngym.agents.trainer import TurnGRPOTrainer, task_dataset
+from turngym.envs.calculator import CalculatorEnv
+from turngym.rewards import get_reward
+d = str(tiny_model_dir(chat=True))
+torch.manual_seed(0)
+args = GRPOConfig(output_dir=os.environ["OUT"], per_device_train_batch_size=4, num_generations=2, max_completion_length=200,
+                  max_steps=2, logging_steps=1, report_to="none", use_cpu=True, save_strategy="no", seed=0)
+rank = int(os.environ["RANK"])
+tr = TurnGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(d), processing_class=AutoTokenizer.from_pretrained(d),
+                     env_factory=lambda: CalculatorEnv(max_turns=2 + rank), reward=get_reward("outcome"), args=args,
+                     train_dataset=task_dataset(range(8)), stop=(" ",))
+tr.train()
+print(f"RESULT rank={rank} processes={tr.accelerator.num_processes} turns={max(len(e.turns) for e in tr._batch_episodes)} steps={tr.state.global_step}")
+"""
+
+
+def test_two_processes_with_unequal_turn_counts_do_not_deadlock(tmp_path):
+    """Ranks whose episodes end early keep joining generate calls until every rank is done."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "two.py"
+    script.write_text(TWO_PROCESS_SCRIPT)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    proc = subprocess.run([str(torchrun), "--nproc_per_node", "2", str(script)], capture_output=True, text=True,
+                          timeout=240, env={**os.environ, "OUT": str(tmp_path / "out")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = sorted(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))
+    assert results == ["RESULT rank=0 processes=2 turns=2 steps=2", "RESULT rank=1 processes=2 turns=3 steps=2"]

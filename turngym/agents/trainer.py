@@ -72,7 +72,23 @@ class TRLGenerationPolicy:
         cfg = getattr(self.trainer.model, "config", None)
         return getattr(cfg, "max_position_embeddings", None)
 
+    def _others_busy(self, busy: bool) -> bool:
+        """Collective: does any process still generate? (vLLM server mode and ZeRO-3 gather across
+        processes inside each generate call, so every process must make the same number of calls.)"""
+        acc = self.trainer.accelerator
+        if acc.num_processes == 1:
+            return busy
+        flags = acc.gather(torch.tensor([int(busy)], device=acc.device))
+        return bool(flags.sum().item())
+
+    def drain(self) -> None:
+        """After this process's episodes end: join the others' generate calls with a dummy prompt."""
+        dummy = [[self.tokenizer.pad_token_id or 0]]
+        while self._others_busy(False):
+            self.trainer._generate_single_turn(dummy, None, {}, 1)
+
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
+        self._others_busy(True)
         prompts = [list(r.prompt_ids) for r in requests]
         completion_ids, logprobs = self.trainer._generate_single_turn(prompts, None, {}, 1)
         eos = set(self.trainer.eos_token_ids)
@@ -152,11 +168,13 @@ class TurnGRPOTrainer(GRPOTrainer):
         self._rollout_calls += 1
         tag = f"step{self.state.global_step}-call{self._rollout_calls}-rank{self.accelerator.process_index}"
         sampling = SamplingParams(max_new_tokens=self.args.max_completion_length, stop=self._stop)
-        runner = RolloutRunner(TRLGenerationPolicy(self), self.env_factory, sampling, concurrency=len(rows),
+        policy = TRLGenerationPolicy(self)
+        runner = RolloutRunner(policy, self.env_factory, sampling, concurrency=len(rows),
                                run_tag=tag, max_episode_tokens=self.max_episode_tokens)
         was_training = self.model.training
         start = time.perf_counter()
         episodes = runner.run(groups)
+        policy.drain()
         self.model.train(was_training)
         by_key = {(e.meta["task_key"], e.meta["k"]): e for e in episodes}
         ordered = [by_key[(g.key(), k)] for g in groups for k in range(g.k)]
