@@ -220,6 +220,77 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from turngym.agents.policy import PolicyError
+    from turngym.evals.harness import EvalError, EvalSpec, run_eval
+
+    env_kwargs = _env_kwargs(args.env_arg)
+    if args.dataset:
+        env_kwargs["dataset"] = args.dataset
+    if args.max_turns:
+        env_kwargs["max_turns"] = args.max_turns
+    spec = EvalSpec(env_id=_env_id(args.env), env_kwargs=env_kwargs, model=args.model, base_url=args.base_url, k=args.k,
+                    limit=args.limit, start=args.start, subset_file=args.subset, concurrency=args.concurrency,
+                    max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    bar = tqdm(desc="episodes", unit="ep")
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        results = run_eval(spec, args.out, progress=progress)
+    except (EvalError, PolicyError, RuntimeError, FileNotFoundError) as exc:
+        bar.close()
+        raise SystemExit(f"error: {exc}") from None
+    bar.close()
+    for name, m in results["metrics"].items():
+        print(f"{name}: {m['value']:.3f} [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}] (n={m['n']})")
+    print(f"report: {Path(args.out) / 'report.md'}")
+    return 0
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    from turngym.evals.ablate import run_ablation
+
+    try:
+        summary = run_ablation(args.episodes, [r.strip() for r in args.rewards.split(",") if r.strip()], args.out,
+                               scorer=args.scorer)
+    except (FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    for name, m in summary["rewards"].items():
+        ca = m["credit_accuracy"]
+        print(f"{name:8s} credit accuracy {'–' if ca is None else f'{ca:.3f}'}")
+    for name, err in summary["errors"].items():
+        print(f"{name:8s} FAILED: {err}")
+    print(f"report: {Path(args.out) / 'ablation.md'}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from turngym.evals.report import compare_runs
+
+    try:
+        path = compare_runs(args.dirs, args.out)
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"report: {path}")
+    return 0
+
+
+def cmd_lm_eval_tasks(args: argparse.Namespace) -> int:
+    from turngym.evals.lm_eval_bridge import write_tasks
+
+    names = write_tasks(args.out, args.datasets.split(",") if args.datasets else None, args.limit)
+    print(f"wrote {len(names)} tasks to {args.out}: {', '.join(names)}")
+    print(f"run: turngym lm-eval --include_path {args.out} --tasks {names[0]} --model turngym "
+          "--model_args backend=hf,pretrained=MODEL")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="turngym", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -279,10 +350,44 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", required=True, help="YAML: env, data, reward, estimator, model, peft, trl")
     tr.add_argument("--resume", default=None, help="a checkpoint directory, or 'true' for the latest in output_dir")
     tr.set_defaults(func=cmd_train)
+
+    ev = sub.add_parser("eval", help="evaluate a model on an env and dataset subset (resumable)")
+    common(ev)
+    ev.add_argument("--out", required=True)
+    ev.add_argument("--limit", type=int, default=None, help="first N items (file order) from --start")
+    ev.add_argument("--start", type=int, default=0)
+    ev.add_argument("--subset", default=None, help="file of item ids or indices (JSON list or one per line)")
+    ev.add_argument("--k", type=int, default=1, help="samples per item (pass@k)")
+    ev.add_argument("--concurrency", type=int, default=8)
+    ev.set_defaults(func=cmd_eval, temperature=0.0)
+
+    ab = sub.add_parser("ablate", help="score saved groups with several reward wrappers and compare credit")
+    ab.add_argument("--episodes", required=True)
+    ab.add_argument("--rewards", default="outcome,ttrl,empo,siop,igpo")
+    ab.add_argument("--scorer", default=None, help="support-scoring model for siop/igpo ('default', a directory, a hub id)")
+    ab.add_argument("--out", required=True)
+    ab.set_defaults(func=cmd_ablate)
+
+    rp = sub.add_parser("report", help="runs side by side")
+    rp.add_argument("dirs", nargs="+")
+    rp.add_argument("--out", default="comparison.md")
+    rp.set_defaults(func=cmd_report)
+
+    lt = sub.add_parser("lm-eval-tasks", help="write lm-eval task YAMLs for turngym's benchmarks")
+    lt.add_argument("--out", required=True)
+    lt.add_argument("--datasets", default=None, help="comma-separated (default: all)")
+    lt.add_argument("--limit", type=int, default=None)
+    lt.set_defaults(func=cmd_lm_eval_tasks)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["lm-eval"]:  # lm-eval's own command line, with the turngym model registered
+        from turngym.evals.lm_eval_bridge import main as lm_eval_main
+
+        lm_eval_main(argv[1:])
+        return 0
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

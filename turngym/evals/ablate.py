@@ -1,0 +1,138 @@
+"""``turngym ablate``: score the same saved groups with several reward wrappers and compare credit.
+
+Reported per wrapper: per-turn credit maps (heatmap), rank correlation with every other
+wrapper over all turn rewards, within-group variance of episode totals, agreement of
+episode totals with the gold outcome, and **credit accuracy**: the Spearman correlation
+between the wrapper's per-turn rewards and the per-turn ground truth the envs record
+(SearchQA ``retrieval_hit``, MathCode ``feeds_answer``, Calculator ``tool_ok``, BFCL the
+turn's state and response checks), over the turns that have one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from turngym.episode import Episode, read_episodes
+from turngym.rewards import get_reward
+from turngym.rewards.base import outcome_score
+
+TURN_TRUTH_KEYS = ("retrieval_hit", "feeds_answer", "tool_ok", "bfcl_turn_valid")
+
+
+def turn_truth(ep: Episode) -> list[float | None]:
+    out: list[float | None] = []
+    for t in ep.turns:
+        key = next((k for k in TURN_TRUTH_KEYS if k in t.metrics), None)
+        out.append(float(bool(t.metrics[key])) if key else None)
+    return out
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    from scipy.stats import spearmanr
+
+    if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
+        return None
+    rho = spearmanr(a, b).statistic
+    return None if rho is None or not np.isfinite(rho) else float(rho)
+
+
+def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | Path | None = None) -> dict[str, Any]:
+    """``rewards``: name → reward wrapper. Groups are the episodes' ``group`` ids."""
+    groups: dict[str, list[Episode]] = {}
+    for ep in episodes:
+        groups.setdefault(ep.group or ep.id, []).append(ep)
+    ordered = [ep for g in groups.values() for ep in g]
+    per_turn: dict[str, list[list[float]]] = {}
+    errors: dict[str, str] = {}
+    for name, wrapper in rewards.items():
+        rows: list[list[float]] = []
+        try:
+            for g in groups.values():
+                rows += wrapper.score_group(g).rewards
+        except Exception as exc:  # noqa: BLE001 - one failing wrapper must not sink the others
+            errors[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        per_turn[name] = rows
+    truths = [turn_truth(e) for e in ordered]
+    gold = [outcome_score(e) for e in ordered]
+    summary: dict[str, Any] = {"groups": len(groups), "episodes": len(ordered),
+                               "turns_with_ground_truth": sum(x is not None for t in truths for x in t),
+                               "rewards": {}, "correlation": {}, "errors": errors}
+    flat = {n: [x for r in rows for x in r] for n, rows in per_turn.items()}
+    for name, rows in per_turn.items():
+        totals = [sum(r) for r in rows]
+        pairs = [(x, t) for r, tr in zip(rows, truths) for x, t in zip(r, tr) if t is not None]
+        variances, start = [], 0
+        for g in groups.values():
+            tot = totals[start:start + len(g)]
+            start += len(g)
+            if len(tot) > 1:
+                variances.append(float(np.var(tot, ddof=1)))
+        summary["rewards"][name] = {
+            "credit_accuracy": spearman([p[0] for p in pairs], [p[1] for p in pairs]),
+            "agreement_with_gold_outcome": spearman(totals, gold),
+            "within_group_variance": float(np.mean(variances)) if variances else None,
+            "mean_turn_reward": float(np.mean(flat[name])) if flat[name] else None,
+        }
+    names = list(per_turn)
+    for a in names:
+        summary["correlation"][a] = {b: spearman(flat[a], flat[b]) for b in names}
+    if out_dir is not None:
+        from turngym.evals.report import credit_heatmap
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "ablation.json").write_text(json.dumps({**summary, "per_turn_rewards": per_turn}, indent=1))
+        if per_turn:
+            credit_heatmap(per_turn, out / "credit_maps.png")
+        (out / "ablation.md").write_text(_markdown(summary))
+    return summary
+
+
+def _markdown(s: dict[str, Any]) -> str:
+    f = lambda x: "–" if x is None else f"{x:.3f}"  # noqa: E731
+    lines = ["# Reward ablation", "", f"{s['groups']} groups, {s['episodes']} episodes, "
+             f"{s['turns_with_ground_truth']} turns with per-turn ground truth.", "",
+             "| reward | credit accuracy (ρ vs per-turn truth) | agreement with gold outcome (ρ) | within-group variance | mean turn reward |",
+             "| --- | --- | --- | --- | --- |"]
+    for n, m in s["rewards"].items():
+        lines.append(f"| {n} | {f(m['credit_accuracy'])} | {f(m['agreement_with_gold_outcome'])} | "
+                     f"{f(m['within_group_variance'])} | {f(m['mean_turn_reward'])} |")
+    names = list(s["correlation"])
+    if names:
+        lines += ["", "Rank correlation between wrappers' per-turn rewards:", "", "| | " + " | ".join(names) + " |",
+                  "|---" * (len(names) + 1) + "|"]
+        lines += [f"| {a} | " + " | ".join(f(s["correlation"][a][b]) for b in names) + " |" for a in names]
+    for n, e in s["errors"].items():
+        lines.append(f"\n**{n} failed**: {e}")
+    lines += ["", "![credit maps](credit_maps.png)", ""]
+    return "\n".join(lines)
+
+
+def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str | Path,
+                 scorer: str | None = None) -> dict[str, Any]:
+    report = read_episodes(episodes_file)
+    if report.errors:
+        print(f"warning: skipped {len(report.errors)} corrupt line(s) in {episodes_file} (first: {report.errors[0]})")
+    if not report.episodes:
+        raise ValueError(f"no valid episodes in {episodes_file}")
+    wrappers = {}
+    for name in names:
+        cfg: dict[str, Any] = {}
+        if name in ("siop", "igpo"):
+            if scorer is None:
+                raise ValueError(f"{name} needs --scorer (a model that scores support, e.g. 'default' or a directory)")
+            cfg["scorer"] = scorer
+        wrappers[name] = get_reward(name, **cfg)
+    if scorer is not None:  # one loaded model shared by siop and igpo
+        from turngym.rewards.support import make_scorer
+
+        shared = make_scorer(scorer)
+        for w in wrappers.values():
+            if hasattr(w, "_scorer"):
+                w._scorer = shared
+    return ablate(report.episodes, wrappers, out_dir)

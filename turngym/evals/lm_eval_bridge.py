@@ -1,0 +1,199 @@
+"""lm-eval bridge: turngym's benchmarks as lm-eval tasks, played multi-turn by lm-eval's own backends.
+
+- Tasks ``turngym_<dataset>`` (math500, aime24, aime25, gsm8k, nq, triviaqa, popqa, hotpotqa,
+  2wikimultihopqa, musique, bamboogle) are YAML files over local JSONL docs, written by
+  :func:`write_tasks` (``turngym lm-eval-tasks --out DIR``), so they run offline.
+- The model ``turngym`` wraps any lm-eval backend (``backend=hf``, ``vllm``, ``local-completions``, ...)
+  and plays each request as a full turngym episode: the backend's ``generate_until`` is called
+  once per turn with the env's stop strings, tool results are appended, and the episode's
+  outcome (graded by the env: math-verify, SQuAD EM/F1) is what lm-eval scores.
+
+What is comparable: the items and the grading are turngym's; single-turn lm-eval tasks
+(e.g. ``gsm8k``) use other prompts, few-shot examples and answer extraction, and no tools,
+so their numbers are not comparable with these. Within the bridge, different lm-eval
+backends are comparable with each other and with ``turngym eval`` at temperature 0.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from turngym.agents.policy import Generation, GenerationRequest, SamplingParams, trim_at_stop
+from turngym.agents.tokenization import plain_prompt
+
+ENV_FOR = {"math500": "turngym/MathCode-v0", "aime24": "turngym/MathCode-v0", "aime25": "turngym/MathCode-v0",
+           "gsm8k": "turngym/MathCode-v0"}
+QA = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+for _name in QA:
+    ENV_FOR[_name] = "turngym/SearchQA-v0"
+
+
+def write_tasks(out_dir: str | Path, datasets: Sequence[str] | None = None, limit: int | None = None) -> list[str]:
+    """Write lm-eval task YAMLs and their JSONL docs; returns the task names."""
+    from turngym.corpora.datasets import load_dataset
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    names = []
+    for name in datasets or list(ENV_FOR):
+        if name not in ENV_FOR:
+            raise ValueError(f"no turngym lm-eval task for {name!r}; choose from {sorted(ENV_FOR)}")
+        ds = load_dataset(name)
+        items = ds.items[:limit] if limit else ds.items
+        docs = out / f"turngym_{name}.jsonl"
+        with docs.open("w") as fh:
+            for it in items:
+                ref = {"env": ENV_FOR[name], "dataset": name, "index": it["index"]}
+                fh.write(json.dumps({"turngym_ref": json.dumps(ref), "id": it["id"], "question": it["question"],
+                                     "answers": it["answers"]}, ensure_ascii=False) + "\n")
+        metrics = ["acc"] if ENV_FOR[name].endswith("MathCode-v0") else ["em", "f1"]
+        task = {
+            "task": f"turngym_{name}",
+            "tag": ["turngym"],
+            "dataset_path": "json",
+            "dataset_kwargs": {"data_files": {"test": str(docs.resolve())}},
+            "test_split": "test",
+            "output_type": "generate_until",
+            "doc_to_text": "{{turngym_ref}}",
+            "doc_to_target": "{{answers[0]}}",
+            "generation_kwargs": {"until": [], "do_sample": False},
+            "process_results": "!function turngym_lm_eval_utils.process_results",
+            "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in metrics],
+            "metadata": {"version": 1, "manifest_sha256": ds.manifest.sha256},
+        }
+        text = yaml.safe_dump(task, sort_keys=False).replace("'!function turngym_lm_eval_utils.process_results'",
+                                                             "!function turngym_lm_eval_utils.process_results")
+        (out / f"turngym_{name}.yaml").write_text(text)
+        names.append(task["task"])
+    (out / "turngym_lm_eval_utils.py").write_text(
+        '"""Written by turngym: lm-eval scores the outcome the turngym env graded."""\n'
+        "from turngym.evals.lm_eval_bridge import process_results  # noqa: F401\n")
+    return names
+
+
+def process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
+    """The model's reply is the episode's outcome as JSON (see :class:`TurnGymLM`)."""
+    try:
+        outcome = json.loads(results[0])["outcome"]
+    except (json.JSONDecodeError, KeyError, TypeError, IndexError):
+        outcome = {}
+    if "correct" in outcome:
+        return {"acc": float(outcome["correct"])}
+    return {"em": float(outcome.get("em", 0.0)), "f1": float(outcome.get("f1", 0.0))}
+
+
+class LMEvalPolicy:
+    """A turngym Policy over an lm-eval LM's ``generate_until`` (text in, text out, no ids)."""
+
+    tokenizer = None
+    max_context = None
+
+    def __init__(self, lm: Any, name: str = "lm-eval"):
+        self.lm, self.name = lm, name
+
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
+        from lm_eval.api.instance import Instance
+
+        insts = []
+        for i, req in enumerate(requests):
+            context = req.prompt_text if req.prompt_text is not None else _render(req.messages or [])
+            gen = {"until": list(sampling.stop) or ["<|__never__|>"], "max_gen_toks": req.max_new_tokens or sampling.max_new_tokens,
+                   "do_sample": sampling.temperature > 0}
+            if sampling.temperature > 0:
+                gen["temperature"] = sampling.temperature
+            insts.append(Instance(request_type="generate_until", doc={}, arguments=(context, gen), idx=i))
+        texts = self.lm.generate_until(insts)
+        return [Generation(text=trim_at_stop(t + _stop_restored(t, sampling.stop), sampling.stop)[0]) for t in texts]
+
+
+def _render(messages: list[dict[str, str]]) -> str:
+    """Plain-text transcript: prompt contents, then the assistant's text so far (inline observations)."""
+    if messages and messages[-1]["role"] == "assistant":
+        return plain_prompt(messages[:-1]) + messages[-1]["content"]
+    return plain_prompt(messages)
+
+
+def _stop_restored(text: str, stop: Sequence[str]) -> str:
+    """lm-eval backends drop the stop string they stopped at; give back a closing tag whose
+    opening tag is left open in ``text`` (e.g. ``</search>``), so the env can parse the call."""
+    for s in stop:
+        if s.startswith("</") and s.endswith(">") and text.rfind("<" + s[2:]) > text.rfind(s):
+            return s
+    return ""
+
+
+def make_turngym_lm_class():
+    """Build and register the ``turngym`` lm-eval model (lm-eval is imported only when used)."""
+    from lm_eval.api.model import LM
+    from lm_eval.api.registry import get_model, register_model
+
+    import lm_eval.models  # noqa: F401 - registers the built-in backends (hf, vllm, ...)
+
+    class TurnGymLM(LM):
+        def __init__(self, backend: str = "hf", max_turns: int = 4, max_new_tokens: int = 256, concurrency: int = 8,
+                     retriever: str | None = None, **backend_args: Any):
+            super().__init__()
+            self.backend = get_model(backend).create_from_arg_obj(backend_args)
+            self.max_turns, self.max_new_tokens, self.concurrency = int(max_turns), int(max_new_tokens), int(concurrency)
+            self.retriever = retriever
+            self.policy = LMEvalPolicy(self.backend, name=f"lm-eval:{backend}")
+
+        @classmethod
+        def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "TurnGymLM":
+            from lm_eval.utils import simple_parse_args_string
+
+            args = simple_parse_args_string(arg_string)
+            args.update({k: v for k, v in (additional_config or {}).items() if v is not None and k not in ("batch_size", "max_batch_size", "device")})
+            return cls(**args)
+
+        def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+            import gymnasium
+
+            import turngym  # noqa: F401
+            from turngym.agents.runner import RolloutRunner, RolloutTask
+
+            refs = [json.loads(r.args[0]) for r in requests]
+            replies: list[str] = [""] * len(refs)
+            by_env: dict[tuple[str, str], list[int]] = {}
+            for i, ref in enumerate(refs):
+                by_env.setdefault((ref["env"], ref["dataset"]), []).append(i)
+            for (env_id, dataset), rows in by_env.items():
+                kwargs: dict[str, Any] = {"dataset": dataset, "max_turns": self.max_turns, "prompt_style": "base"}
+                if env_id.endswith("SearchQA-v0") and self.retriever:
+                    kwargs["retriever"] = self.retriever
+                runner = RolloutRunner(self.policy, lambda: gymnasium.make(env_id, **kwargs),
+                                       SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0),
+                                       concurrency=self.concurrency)
+                episodes = {e.task["index"]: e for e in runner.run([RolloutTask(index=refs[i]["index"]) for i in rows])}
+                for i in rows:
+                    ep = episodes[refs[i]["index"]]
+                    replies[i] = json.dumps({"final_answer": ep.final_answer, "outcome": ep.outcome,
+                                             "turns": len(ep.turns)})
+            return replies
+
+        def loglikelihood(self, requests: list[Any]) -> list[tuple[float, bool]]:
+            raise NotImplementedError("turngym tasks are generative multi-turn episodes; use generate_until tasks")
+
+        def loglikelihood_rolling(self, requests: list[Any]) -> list[float]:
+            raise NotImplementedError("turngym tasks are generative multi-turn episodes; use generate_until tasks")
+
+    try:
+        register_model("turngym")(TurnGymLM)
+    except (AssertionError, ValueError):  # already registered in this process
+        pass
+    return TurnGymLM
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``turngym lm-eval ...``: lm-eval's own command line with the ``turngym`` model registered."""
+    import sys
+
+    make_turngym_lm_class()
+    from lm_eval.__main__ import cli_evaluate
+
+    sys.argv = ["lm_eval"] + list(argv if argv is not None else sys.argv[1:])
+    cli_evaluate()
