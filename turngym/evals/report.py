@@ -95,7 +95,8 @@ def compare_runs(dirs: Sequence[str | Path], out: str | Path) -> Path:
     for name, r in runs:
         turns = r["behaviour"].get("turns_per_episode", {}).get("value", float("nan"))
         cells = [_fmt(r["metrics"].get(n, "–")) for n in names]
-        lines.append(f"| {name} | {r['env']} | {r['model']} | {r['subset'].get('count', '')} | {r['k']} | "
+        items = r["subset"].get("count", len(r["subset"].get("indices", [])))
+        lines.append(f"| {name} | {r['env']} | {r['model']} | {items} | {r['k']} | "
                      + " | ".join(cells) + f" | {turns:.2f} |")
     if names:
         fig, ax = plt.subplots(figsize=(max(4, 1.5 * len(names) * len(runs) / 2), 3))
