@@ -187,3 +187,38 @@ def test_lm_eval_bridge_runs_multi_turn_episodes_with_an_lm_eval_backend(tmp_pat
     assert res["results"]["turngym_gsm8k"]["acc,none"] == 0.0
     replies = [json.loads(s["resps"][0][0]) for s in res["samples"]["turngym_gsm8k"]]
     assert len(replies) == 2 and all(r["turns"] == 2 and "correct" in r["outcome"] for r in replies)
+
+
+def test_unknown_dataset_server_down_and_full_disk_are_clear_and_lose_nothing(tmp_path, tiny_chat_policy, monkeypatch):
+    import errno
+    import socket
+
+    from turngym.agents.openai_compat import OpenAICompatPolicy
+    from turngym.episode import EpisodeWriter as Writer
+
+    with pytest.raises(EvalError, match="cannot make"):
+        run_eval(EvalSpec(env_id="turngym/MathCode-v0", env_kwargs={"dataset": "no-such-dataset"}), tmp_path / "a",
+                 policy=tiny_chat_policy)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    down = OpenAICompatPolicy(model="m", base_url=f"http://127.0.0.1:{port}/v1", retries=0, timeout_s=2)
+    with pytest.raises(EvalError, match="model backend failed.*rerun"):
+        run_eval(EvalSpec(env_id="turngym/Calculator-v0", limit=2), tmp_path / "b", policy=down)
+
+    spec = EvalSpec(env_id="turngym/Calculator-v0", env_kwargs={"max_turns": 1}, limit=4, max_new_tokens=4, concurrency=1)
+    real_write, calls = Writer.write, {"n": 0}
+
+    def write_then_fill_disk(self, episode):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(self, episode)
+
+    monkeypatch.setattr(Writer, "write", write_then_fill_disk)
+    with pytest.raises(EvalError, match="disk full.*intact"):
+        run_eval(spec, tmp_path / "c", policy=tiny_chat_policy)
+    monkeypatch.setattr(Writer, "write", real_write)
+    assert len(read_episodes(tmp_path / "c" / "episodes.jsonl").episodes) == 2
+    assert run_eval(spec, tmp_path / "c", policy=tiny_chat_policy)["episodes"] == 4
