@@ -78,3 +78,46 @@ def tiny_nli_dir(tmp_path_factory):
                      label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})
     BertForSequenceClassification(cfg).save_pretrained(out)
     return out
+
+
+class FakeJSONServer:
+    """A real HTTP server on loopback whose JSON replies come from a fake ``reply(path, body, n)``
+    returning ``(status, payload)``; records requests and peak concurrency."""
+
+    def __init__(self, reply, delay: float = 0.0):
+        import json
+        import threading
+        import time
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests, self.active, self.max_active = [], 0, 0
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with lock:
+                    outer.requests.append((self.path, body))
+                    n = len(outer.requests)
+                    outer.active += 1
+                    outer.max_active = max(outer.max_active, outer.active)
+                time.sleep(delay)
+                with lock:
+                    outer.active -= 1
+                status, payload = reply(self.path, body, n)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()

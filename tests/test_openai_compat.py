@@ -1,59 +1,27 @@
 """The OpenAI-compatible backend against a fake HTTP server on loopback (a real socket and
 real HTTP; only the model behind it is fake)."""
 
-import json
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 from turngym.agents.openai_compat import OpenAICompatPolicy
 from turngym.agents.policy import GenerationRequest, PolicyError, SamplingParams
 
+from conftest import FakeJSONServer
 
-class FakeOpenAIServer:
-    def __init__(self, fail_first=0, delay=0.0):
-        self.fail_first, self.delay = fail_first, delay
-        self.requests, self.active, self.max_active = [], 0, 0
-        self.lock = threading.Lock()
-        outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
+def FakeOpenAIServer(fail_first=0, delay=0.0):
+    """A fake OpenAI-compatible model behind a real loopback HTTP server: 503 for the first
+    ``fail_first`` requests, then fixed completions."""
 
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with outer.lock:
-                    outer.requests.append((self.path, body))
-                    n = len(outer.requests)
-                    outer.active += 1
-                    outer.max_active = max(outer.max_active, outer.active)
-                time.sleep(outer.delay)
-                with outer.lock:
-                    outer.active -= 1
-                if n <= outer.fail_first:
-                    self.send_response(503)
-                    self.end_headers()
-                    return
-                if self.path.endswith("/chat/completions"):
-                    payload = {"choices": [{"message": {"content": "<answer>4</answer>"}, "finish_reason": "stop"}]}
-                else:
-                    payload = {"choices": [{"text": "<calc>1+1</calc>", "finish_reason": "stop",
-                                            "logprobs": {"tokens": ["token_id:5", "token_id:6"], "token_logprobs": [-0.5, -1.0]}}]}
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+    def reply(path, body, n):
+        if n <= fail_first:
+            return 503, {"error": "busy"}
+        if path.endswith("/chat/completions"):
+            return 200, {"choices": [{"message": {"content": "<answer>4</answer>"}, "finish_reason": "stop"}]}
+        return 200, {"choices": [{"text": "<calc>1+1</calc>", "finish_reason": "stop",
+                                  "logprobs": {"tokens": ["token_id:5", "token_id:6"], "token_logprobs": [-0.5, -1.0]}}]}
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
+    return FakeJSONServer(reply, delay=delay)
 
 
 def test_token_and_chat_requests_round_trip():

@@ -1,10 +1,7 @@
 """The real support scorers: the cached transformers scorer equals one full forward per
 (point, reference); SIOP runs end to end on rollouts from a real (tiny) model."""
 
-import json
 import math
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -14,6 +11,8 @@ from turngym.envs.calculator import CalculatorEnv
 from turngym.rewards import get_reward
 from turngym.rewards.support import HFSupportScorer, OpenAISupportScorer, episode_prefix_ids
 from turngym.rewards.wrappers import TurnRewardWrapper
+
+from conftest import FakeJSONServer
 
 
 @pytest.fixture(scope="module")
@@ -75,31 +74,15 @@ def test_outcome_reward_as_a_gymnasium_wrapper():
         TurnRewardWrapper(CalculatorEnv(), get_reward("ttrl"))
 
 
-class FakeVLLMServer:
-    """A fake vLLM: answers prompt_logprobs with log p(token) = -token_id / 100."""
+def FakeVLLMServer():
+    """A fake vLLM answering prompt_logprobs with log p(token) = -token_id / 100 (real loopback HTTP)."""
 
-    def __init__(self):
-        outer = self
-        self.bodies = []
+    def reply(path, body, n):
+        return 200, {"choices": [{"index": i, "text": "",
+                                  "prompt_logprobs": [None] + [{str(t): {"logprob": -t / 100}} for t in p[1:]]}
+                                 for i, p in enumerate(body["prompt"])]}
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.bodies.append(body)
-                choices = [{"index": i, "text": "", "prompt_logprobs": [None] + [{str(t): {"logprob": -t / 100}} for t in p[1:]]}
-                           for i, p in enumerate(body["prompt"])]
-                data = json.dumps({"choices": choices}).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    return FakeJSONServer(reply)
 
 
 def test_openai_prompt_logprobs_scorer_reads_the_reference_span():
@@ -108,8 +91,8 @@ def test_openai_prompt_logprobs_scorer_reads_the_reference_span():
         scorer = OpenAISupportScorer(model="m", base_url=server.url, tokenizer=None)
         table = scorer.mean_logprobs([[1, 2], [1, 2, 3]], [7], [[10, 20], [30]])
         assert table == [[pytest.approx(-0.15), pytest.approx(-0.30)], [pytest.approx(-0.15), pytest.approx(-0.30)]]
-        [body] = server.bodies
+        [(_, body)] = server.requests
         assert body["prompt"] == [[1, 2, 7, 10, 20], [1, 2, 7, 30], [1, 2, 3, 7, 10, 20], [1, 2, 3, 7, 30]]
         assert body["prompt_logprobs"] == 0
     finally:
-        server.httpd.shutdown()
+        server.close()
