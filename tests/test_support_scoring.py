@@ -96,3 +96,25 @@ def test_openai_prompt_logprobs_scorer_reads_the_reference_span():
         assert body["prompt_logprobs"] == 0
     finally:
         server.close()
+
+
+def test_cached_scoring_with_sliding_window_layers_equals_naive(tiny_chat_policy):
+    """Gemma-3-style caches (sliding-window layers, which cannot be cropped) take the grow-per-point path."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    tok = tiny_chat_policy.tokenizer
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=8,
+                           layer_types=["sliding_attention", "full_attention"], max_position_embeddings=512,
+                           pad_token_id=tok.pad_token_id)
+    model = Gemma3ForCausalLM(cfg).eval()
+    ids = tok("What is 12 * 34 + 5? <calc>12 * 34</calc> <result>408</result> then add five", add_special_tokens=False)["input_ids"]
+    points = [ids[:6], ids[:15], ids]  # later points run past the sliding window
+    cue = tok("<answer>", add_special_tokens=False)["input_ids"]
+    refs = [tok(r, add_special_tokens=False)["input_ids"] for r in ["413", "forty"]]
+    cached = HFSupportScorer(model, tok).mean_logprobs(points, cue, refs)
+    naive = HFSupportScorer(model, tok, cached=False).mean_logprobs(points, cue, refs)
+    for a, b in zip(cached, naive):
+        assert a == pytest.approx(b, abs=1e-4)

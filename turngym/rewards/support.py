@@ -131,28 +131,47 @@ class HFSupportScorer:
         return out
 
     def _cached(self, points, cue, references):
+        """Prefix KV computed once; every point scores all references in one small batch.
+
+        Full-attention caches are filled with the longest prefix in one forward and cropped
+        back per point; caches with sliding-window layers (which cannot be cropped back) are
+        grown point by point instead.
+        """
         from transformers import DynamicCache
 
         cache = DynamicCache(config=self.model.config)
-        fed = 0
+        layers = getattr(cache, "layers", None) or []
+        longest = list(points[-1][:-1])
+        croppable = bool(layers) and bool(longest) and all(type(x).__name__ == "DynamicLayer" for x in layers)
+        if croppable:
+            self._forward(longest, past=cache)
+        fed = len(longest) if croppable else 0
         out = []
         for point in points:
             upto = len(point) - 1  # the point's last token is fed with each continuation
-            if upto > fed:
-                self._forward(list(point[fed:upto]), past=cache)
-                fed = upto
-            # all references at once on one copy of the cache, right-padded: with causal attention
-            # the padding comes after every scored position, so it changes nothing that is read
-            tails = [[point[-1]] + list(cue) + list(ref) for ref in references]
-            width = max(len(t) for t in tails)
-            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-            past = copy.deepcopy(cache)
-            if len(tails) > 1:
-                past.batch_repeat_interleave(len(tails))
-            logits = self._forward([t + [pad] * (width - len(t)) for t in tails], past=past, keep=width).logits
-            c = len(cue)
-            out.append([self._mean_lp(logits[j, c:c + len(ref)], ref) for j, ref in enumerate(references)])
+            if croppable:
+                past = copy.deepcopy(cache)
+                if fed > upto:
+                    past.crop(-(fed - upto))
+            else:
+                if upto > fed:
+                    self._forward(list(point[fed:upto]), past=cache)
+                    fed = upto
+                past = copy.deepcopy(cache)
+            out.append(self._score_point(past, point[-1], cue, references))
         return out
+
+    def _score_point(self, past: Any, last: int, cue: Sequence[int], references: Sequence[Sequence[int]]) -> list[float]:
+        # all references at once, right-padded: with causal attention the padding comes after
+        # every scored position, so it changes nothing that is read
+        tails = [[last] + list(cue) + list(ref) for ref in references]
+        width = max(len(t) for t in tails)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        if len(tails) > 1:
+            past.batch_repeat_interleave(len(tails))
+        logits = self._forward([t + [pad] * (width - len(t)) for t in tails], past=past, keep=width).logits
+        c = len(cue)
+        return [self._mean_lp(logits[j, c:c + len(ref)], ref) for j, ref in enumerate(references)]
 
 
 @dataclass
