@@ -6,7 +6,6 @@ Usage: python benchmarks/sandbox_latency.py [--n 200]
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import threading
