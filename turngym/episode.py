@@ -26,6 +26,7 @@ class Turn:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     parse_error: str | None = None
     observation: str | None = None
+    observation_role: str | None = None  # None: the env's default role
     reward: float = 0.0
     metrics: dict[str, Any] = field(default_factory=dict)
     latency_ms: dict[str, float] = field(default_factory=dict)
@@ -64,6 +65,7 @@ class Episode:
     group: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     prompt_ids: list[int] | None = None
+    tools: list[dict[str, Any]] | None = None  # tool schemas given to the chat template, if any
 
     @property
     def done(self) -> bool:

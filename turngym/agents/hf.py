@@ -64,7 +64,8 @@ class HFPolicy:
         if req.prompt_text is not None:
             return self.tokenizer(req.prompt_text, add_special_tokens=True)["input_ids"]
         if req.messages is not None:
-            return list(self.tokenizer.apply_chat_template(req.messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+            return list(self.tokenizer.apply_chat_template(req.messages, tools=req.tools or None, add_generation_prompt=True,
+                                                           tokenize=True, return_dict=False))
         raise PolicyError("a GenerationRequest needs prompt_ids, prompt_text or messages")
 
     @torch.inference_mode()

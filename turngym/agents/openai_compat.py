@@ -9,6 +9,8 @@ server that stays down, raises :class:`PolicyError` naming the URL and the reaso
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -63,9 +65,13 @@ class OpenAICompatPolicy:
             text = choice.get("text", "")
             ids, lps = _ids_and_logprobs(choice.get("logprobs"))
         elif req.messages is not None:
-            data = self._post("/chat/completions", {**common, "messages": req.messages})
+            body = {**common, "messages": chat_messages(req.messages, bool(req.tools))}
+            if req.tools:
+                body["tools"] = req.tools
+            data = self._post("/chat/completions", body)
             choice = data["choices"][0]
-            text = (choice.get("message") or {}).get("content") or ""
+            message = choice.get("message") or {}
+            text = "\n".join(t for t in (message.get("content") or "", hermes_text(message.get("tool_calls") or [])) if t)
             ids, lps = None, None
         else:
             raise PolicyError("a GenerationRequest needs prompt_ids, prompt_text or messages")
@@ -113,3 +119,45 @@ def _ids_and_logprobs(lp: dict[str, Any] | None) -> tuple[list[int] | None, list
             return None, lp.get("token_logprobs")
         ids.append(int(tok.split(":", 1)[1]))
     return ids, [float(x) if x is not None else 0.0 for x in lp.get("token_logprobs", [])]
+
+
+def hermes_text(tool_calls: list[dict[str, Any]]) -> str:
+    """A chat API's structured tool calls as Hermes ``<tool_call>`` text, as local models write them."""
+    out = []
+    for call in tool_calls:
+        fn = call.get("function") or {}
+        args = fn.get("arguments", "{}")
+        try:
+            args = json.loads(args) if isinstance(args, str) else args
+        except json.JSONDecodeError:
+            pass  # kept as the raw string: the env reports it as malformed
+        out.append("<tool_call>" + json.dumps({"name": fn.get("name"), "arguments": args}) + "</tool_call>")
+    return "\n".join(out)
+
+
+def chat_messages(messages: list[dict[str, str]], with_tools: bool) -> list[dict[str, Any]]:
+    """Our transcript for a chat API: Hermes calls become ``tool_calls``, tool results get their ids."""
+    if not with_tools:
+        return messages
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []
+    for n, m in enumerate(messages):
+        if m["role"] == "assistant" and "<tool_call>" in m["content"]:
+            calls = []
+            for k, raw in enumerate(re.findall(r"<tool_call>(.*?)</tool_call>", m["content"], re.DOTALL)):
+                try:
+                    obj = json.loads(raw)
+                    name, args = obj.get("name"), obj.get("arguments", {})
+                except (json.JSONDecodeError, AttributeError):
+                    continue
+                calls.append({"id": f"call_{n}_{k}", "type": "function",
+                              "function": {"name": name, "arguments": json.dumps(args)}})
+            text = re.sub(r"<tool_call>.*?</tool_call>", "", m["content"], flags=re.DOTALL).strip()
+            out.append({"role": "assistant", "content": text or None, **({"tool_calls": calls} if calls else {})})
+            pending = [c["id"] for c in calls]
+        elif m["role"] == "tool" and pending:
+            out.append({"role": "tool", "tool_call_id": pending[0], "content": m["content"]})
+            pending = []
+        else:
+            out.append({"role": "user" if m["role"] == "tool" else m["role"], "content": m["content"]})
+    return out

@@ -38,6 +38,7 @@ class GenerationRequest:
     messages: list[dict[str, str]] | None = None
     prompt_text: str | None = None
     max_new_tokens: int | None = None  # per-request cap (context budget), below the sampling one
+    tools: list[dict[str, Any]] | None = None  # tool schemas for chat backends (native tool calling)
 
 
 @dataclass

@@ -160,7 +160,7 @@ class RolloutRunner:
                                   "sha256": manifest.sha256, "count": manifest.count}
         ids = None
         if self.tokens is not None:
-            ids = self.tokens.prompt_ids(ep.prompt)
+            ids = self.tokens.prompt_ids(ep.prompt, tools=ep.tools)
             ep.prompt_ids = list(ids)
         return _Slot(env=env, episode=ep, ids=ids, started=time.perf_counter())
 
@@ -181,7 +181,7 @@ class RolloutRunner:
             if slot.ids is not None:
                 reqs.append(GenerationRequest(prompt_ids=slot.ids, max_new_tokens=cap))
             else:
-                reqs.append(GenerationRequest(messages=self._messages(slot)))
+                reqs.append(GenerationRequest(messages=self._messages(slot), tools=slot.episode.tools))
         return reqs
 
     @staticmethod
@@ -190,7 +190,8 @@ class RolloutRunner:
         env = slot.env.unwrapped
         msgs = [dict(m) for m in slot.episode.prompt]
         for t in slot.episode.turns:
-            if env.observation_role is None:
+            role = t.observation_role or env.observation_role
+            if role is None:
                 if msgs[-1]["role"] == "assistant":
                     msgs[-1]["content"] += t.action + (t.observation or "")
                 else:
@@ -198,7 +199,7 @@ class RolloutRunner:
             else:
                 msgs.append({"role": "assistant", "content": t.action})
                 if t.observation is not None:
-                    msgs.append({"role": env.observation_role, "content": t.observation})
+                    msgs.append({"role": role, "content": t.observation})
         return msgs
 
     def _tick(self, live: list[_Slot]) -> list[_Slot]:
@@ -241,7 +242,7 @@ class RolloutRunner:
             turn.action_logprobs = list(gen.logprobs) if gen.logprobs is not None else None
             slot.ids.extend(turn.action_ids)
             if not (terminated or truncated) and self.tokens is not None:
-                role = slot.env.unwrapped.observation_role
+                role = turn.observation_role or slot.env.unwrapped.observation_role
                 turn.observation_ids = self.tokens.observation_ids(turn.observation or "", role, turn.action_ids)
                 slot.ids.extend(turn.observation_ids)
         return terminated or truncated

@@ -38,9 +38,13 @@ class ConversationTokenizer:
 
     # ---------------------------------------------------------------- prompts
 
-    def prompt_text(self, messages: Sequence[dict[str, str]]) -> str:
+    def prompt_text(self, messages: Sequence[dict[str, str]], tools: list[dict[str, Any]] | None = None) -> str:
         if self.use_chat_template:
-            return self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+            return self.tokenizer.apply_chat_template(list(messages), tools=tools or None, add_generation_prompt=True,
+                                                      tokenize=False)
+        if tools:
+            raise ValueError("native tool calling needs a tokenizer with a chat template that renders tools=; "
+                             "this one has none (use tool_format='prompting')")
         return self._special_prefix() + plain_prompt(messages)
 
     def _special_prefix(self) -> str:
@@ -51,8 +55,8 @@ class ConversationTokenizer:
         probe = self.tokenizer("a", add_special_tokens=True)["input_ids"]
         return self.tokenizer.bos_token if probe and probe[0] == bos_id else ""
 
-    def prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        return self.encode(self.prompt_text(messages))
+    def prompt_ids(self, messages: Sequence[dict[str, str]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        return self.encode(self.prompt_text(messages, tools))
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -96,6 +96,11 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     if path.suffix == ".json":
         data = json.loads(text)
         return data if isinstance(data, list) else data.get("data", [])
+    return parse_jsonl(text, path)
+
+
+def parse_jsonl(text: str, path: Path | str) -> list[dict[str, Any]]:
+    """JSON Lines rows; a bad line is reported as ``path:line``."""
     rows = []
     for n, line in enumerate(text.splitlines(), start=1):
         if line.strip():

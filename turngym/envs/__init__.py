@@ -9,6 +9,7 @@ ENTRY_POINTS = {
     "turngym/Digits-v0": "turngym.envs.digits:DigitsEnv",
     "turngym/MathCode-v0": "turngym.envs.math_code:MathCodeEnv",
     "turngym/SearchQA-v0": "turngym.envs.search_qa:SearchQAEnv",
+    "turngym/BFCL-v0": "turngym.envs.bfcl.env:BFCLEnv",
 }
 
 

@@ -68,6 +68,7 @@ class ActionResult:
     terminated: bool = False
     final_answer: str | None = None
     tool_ms: float = 0.0
+    observation_role: str | None = None  # overrides the env's observation_role for this turn
 
 
 class TextEnv(gym.Env):
@@ -111,6 +112,10 @@ class TextEnv(gym.Env):
 
     def act(self, action: str) -> ActionResult:
         raise NotImplementedError
+
+    def make_tools(self, task: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """Tool schemas for a chat template's ``tools=`` (native tool calling), or None."""
+        return None
 
     def grade(self, episode: Episode) -> dict[str, Any]:
         """The episode's ``outcome`` once it has ended."""
@@ -161,11 +166,13 @@ class TextEnv(gym.Env):
             task = self.get_item(int(index))
         self._task = task
         prompt = self.make_prompt(task)
+        tools = self.make_tools(task)
         self.episode = Episode(
             id=str(options.get("episode_id", f"{self.env_name}:{task.get('dataset', '')}:{task.get('index', 'adhoc')}")),
             env_id=self.env_name,
             task=copy.deepcopy(task),
             prompt=prompt,
+            tools=tools,
             seed=seed,
             group=options.get("group"),
         )
@@ -189,6 +196,7 @@ class TextEnv(gym.Env):
             tool_calls=result.tool_calls,
             parse_error=result.parse_error,
             observation=result.observation,
+            observation_role=result.observation_role,
             reward=float(result.reward),
             metrics=result.metrics,
             latency_ms={"tool": round(tool_ms, 3)},

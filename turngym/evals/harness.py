@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 from turngym._version import __version__
 from turngym.episode import Episode, read_episodes
+from turngym.evals.bfcl_score import bfcl_metrics
 from turngym.evals.metrics import behaviour_metrics, outcome_metrics, per_dataset
 
 
@@ -161,6 +162,7 @@ def summarise(episodes: Sequence[Episode], spec: EvalSpec, subset: dict[str, Any
         "episodes": len(episodes),
         "metrics": outcome_metrics(episodes, spec.k),
         "per_dataset": per_dataset(episodes, spec.k),
+        **({"bfcl": bfcl} if (bfcl := bfcl_metrics(episodes)) else {}),
         "behaviour": behaviour_metrics(episodes),
         "wall_s_this_run": round(wall_s, 2),
     }

@@ -72,10 +72,25 @@ def render_eval_report(results: dict[str, Any], episodes: Sequence[Episode], out
         lines += ["", "## Per dataset", "", "| dataset | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
         for ds, m in results["per_dataset"].items():
             lines.append(f"| {ds} | " + " | ".join(_fmt(m.get(n, "")) for n in names) + " |")
+    if "bfcl" in results:
+        lines += bfcl_lines(results["bfcl"])
     lines += ["", "![metrics](metrics.png)", "", "![behaviour](behaviour.png)", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def bfcl_lines(b: dict[str, Any]) -> list[str]:
+    """The BFCL section: accuracy per category, V4 group scores and the weighted overall."""
+    lines = ["", "## BFCL", "", "| category | accuracy [95% CI] | episodes |", "| --- | --- | --- |"]
+    lines += [f"| {c} | {_fmt(m)} | {b['episodes_per_category'].get(c, '')} |" for c, m in b["per_category"].items()]
+    lines += ["", "| V4 group (weight) | score |", "| --- | --- |"]
+    weights = {"non_live": 10, "live": 10, "irrelevance": 10, "multi_turn": 30, "agentic": 40}
+    lines += [f"| {g} ({weights.get(g, '')}%) | {v:.3f} |" for g, v in b["groups"].items()]
+    lines += [f"| **overall (V4 weights)** | **{b['overall_v4']:.3f}** |", "",
+              f"Not evaluated (count as 0): {', '.join(b['missing']) or 'none'}."
+              + (f" Subsets: {b['partial_categories']}." if b.get("partial_categories") else ""), "", b["note"] + "."]
+    return lines
 
 
 def compare_runs(dirs: Sequence[str | Path], out: str | Path) -> Path:
@@ -112,6 +127,18 @@ def compare_runs(dirs: Sequence[str | Path], out: str | Path) -> Path:
         fig.savefig(png, dpi=110)
         plt.close(fig)
         lines += ["", f"![comparison]({png.name})"]
+    bfcl_runs = [(name, r) for name, r in runs if "bfcl" in r]
+    if bfcl_runs:  # BFCL is scored over categories, which are usually separate runs: combine them
+        from turngym.evals.bfcl_score import v4_summary
+
+        per_cat: dict[str, Any] = {}
+        counts: dict[str, int] = {}
+        for _, r in bfcl_runs:
+            per_cat.update(r["bfcl"]["per_category"])
+            counts.update(r["bfcl"]["episodes_per_category"])
+        summary = v4_summary({c: m["value"] for c, m in per_cat.items()})
+        lines += bfcl_lines({"per_category": per_cat, "episodes_per_category": counts, **summary,
+                             "partial_categories": {}, "note": bfcl_runs[0][1]["bfcl"]["note"]})
     out.write_text("\n".join(lines) + "\n")
     return out
 

@@ -1,0 +1,129 @@
+"""BFCL V4 categories: which run offline, and their entries as bfcl-eval prepares them.
+
+Data comes from the files bfcl-eval ships (BFCL V4, Apache-2.0), or from a local folder
+with the same layout (``BFCL_v4_<category>.json`` plus ``possible_answer/``). Entries
+are prepared by bfcl-eval's own functions: multi-turn function docs are filled in from
+its ``multi_turn_func_doc`` files, held-out functions of ``miss_func`` are moved to
+``missed_function``, and the language hints are added to the docs the model sees. The
+checker gets the docs without hints, as in bfcl-eval's evaluator.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from turngym.corpora.datasets import Manifest, parse_jsonl
+from turngym.envs.bfcl.upstream import BFCL_VERSION, bfcl
+
+SINGLE_TURN_AST = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
+                   "parallel_multiple", "live_simple", "live_multiple", "live_parallel",
+                   "live_parallel_multiple")
+RELEVANCE = ("irrelevance", "live_irrelevance", "live_relevance")
+MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
+CATEGORIES = SINGLE_TURN_AST + RELEVANCE + MULTI_TURN
+REFUSED = {
+    "web_search_base": "needs a live web search API (bfcl-eval's WebSearchAPI calls SerpAPI over the network)",
+    "web_search_no_snippet": "needs a live web search API (bfcl-eval's WebSearchAPI calls SerpAPI over the network)",
+    "memory_kv": "needs bfcl-eval's memory prerequisite conversations run first and their memory files; "
+                 "not supported yet",
+    "memory_vector": "needs a sentence-transformers model from the Hugging Face hub and faiss; not supported",
+    "memory_rec_sum": "needs bfcl-eval's memory prerequisite conversations run first; not supported yet",
+    "format_sensitivity": "is a prompt-format sweep over other categories, not a task; not supported",
+}
+
+
+class BFCLDataError(ValueError):
+    """An unknown or unsupported category, or a data folder without the category's files."""
+
+
+def language_of(category: str) -> str:
+    return "java" if category.endswith("java") else "javascript" if category.endswith("javascript") else "python"
+
+
+def is_multi_turn(category: str) -> bool:
+    return category in MULTI_TURN
+
+
+@dataclass
+class BFCLCategory:
+    """One category: entries the model sees, entries the checker sees, and ground truths."""
+
+    name: str
+    entries: list[dict[str, Any]]
+    checker_entries: list[dict[str, Any]]
+    answers: dict[str, Any]
+    manifest: Manifest
+    prompts: dict[tuple[int, str], list[dict[str, str]]] = field(default_factory=dict)  # rendered once per item
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        """The entries, under the name the harness uses for every dataset."""
+        return self.entries
+
+
+def check_category(category: str) -> str:
+    if category in REFUSED:
+        raise BFCLDataError(f"BFCL category {category!r} is not available offline: it {REFUSED[category]}")
+    if category not in CATEGORIES:
+        raise BFCLDataError(f"unknown BFCL category {category!r}; choose one of {', '.join(CATEGORIES)}")
+    return category
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """BFCL's files are JSON Lines despite their ``.json`` names."""
+    if not path.is_file():
+        raise BFCLDataError(f"BFCL data file not found: {path}")
+    try:
+        return parse_jsonl(path.read_text(encoding="utf-8"), path)
+    except ValueError as exc:
+        raise BFCLDataError(str(exc)) from None
+
+
+def package_data_dir() -> Path:
+    return Path(bfcl()["eval_config"].PROMPT_PATH)
+
+
+_cache: dict[tuple[str, str], BFCLCategory] = {}
+_cache_lock = threading.Lock()
+
+
+def load_category(category: str, data_dir: str | Path | None = None) -> BFCLCategory:
+    """The category's entries (cached per process; callers must not mutate them)."""
+    check_category(category)
+    folder = Path(data_dir) if data_dir is not None else package_data_dir()
+    key = (category, str(folder))
+    with _cache_lock:
+        if key not in _cache:
+            _cache[key] = _load(category, folder, data_dir is None)
+        return _cache[key]
+
+
+def _load(category: str, folder: Path, from_package: bool) -> BFCLCategory:
+    mods = bfcl()
+    utils = mods["utils"]
+    prefix = mods["eval_config"].VERSION_PREFIX
+    question_file = folder / f"{prefix}_{category}.json"
+    raw = _read_jsonl(question_file)
+    raw = utils.populate_test_cases_with_predefined_functions(raw)
+    checker_entries = copy.deepcopy(raw)
+    entries = utils.add_language_specific_hint_to_function_doc(copy.deepcopy(raw))
+    answers: dict[str, Any] = {}
+    if category not in RELEVANCE:
+        for row in _read_jsonl(folder / "possible_answer" / f"{prefix}_{category}.json"):
+            answers[row["id"]] = row["ground_truth"]
+        missing = [e["id"] for e in entries if e["id"] not in answers]
+        if missing:
+            raise BFCLDataError(f"{len(missing)} {category} entries have no ground truth (first: {missing[0]})")
+    digest = hashlib.sha256(question_file.read_bytes()).hexdigest()
+    source = f"bfcl-eval {BFCL_VERSION}: {question_file.name}" if from_package else str(question_file)
+    manifest = Manifest(dataset=category, split="test", source=source, sha256=digest, count=len(entries),
+                        item_ids=[e["id"] for e in entries])
+    return BFCLCategory(category, entries, checker_entries, answers, manifest)

@@ -1,0 +1,287 @@
+"""BFCL-v0: BFCL V4 function calling, single- and multi-turn, on bfcl-eval's own code.
+
+Single-turn categories take one step, scored like bfcl-eval's evaluator: the AST checker
+for ``simple_*`` / ``multiple`` / ``parallel*`` / ``live_*``; for irrelevance, correct
+iff no call is decoded; for ``live_relevance``, iff one is.
+
+Multi-turn categories follow bfcl-eval's inference loop. Each user turn lets the agent
+take up to 20 steps of calls (bfcl-eval force-quits after step 21, failing the entry);
+each call runs on bfcl-eval's stateful backend classes and the results come back as the
+observation. A step with no decodable call (or ``[]``) ends the user turn: the turn is
+checked (state and response checks, as in ``multi_turn_checker``) and the next user
+message is the observation. ``miss_func`` turns bring the held-out functions back in
+that message. The outcome ``bfcl_valid`` holds iff every checked user turn passed;
+per-turn results are in the metrics of the step that closed each user turn.
+
+Tool formats: ``prompting`` puts bfcl-eval's system prompt with the function docs in
+the prompt and expects ``[func(arg=val)]``; ``native`` passes the docs as ``tools`` to
+the chat template (``Episode.tools``) and expects Hermes ``<tool_call>`` JSON. In native
+mode, held-out functions arrive in a user message (their docs as JSON), because
+re-rendering the tool list would change tokens the model has already seen.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+from turngym.envs.base import ActionResult, TextEnv
+from turngym.envs.bfcl.calls import (TOOL_FORMATS, Decoded, decode_native, decode_prompting,
+                                     native_execution_strings)
+from turngym.envs.bfcl.data import (RELEVANCE, BFCLCategory, is_multi_turn, language_of, load_category)
+from turngym.envs.bfcl.execution import BackendSession, is_error_result
+from turngym.envs.bfcl.upstream import CHECKER_MODEL_NAME, bfcl
+
+
+class BFCLEnv(TextEnv):
+    env_name = "turngym/BFCL-v0"
+    observation_role = "user"
+
+    def __init__(self, category: str = "multi_turn_base", tool_format: str = "prompting",
+                 data_dir: str | None = None, max_turns: int = 400, render_mode: str | None = None,
+                 dataset: str | None = None):
+        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if dataset is not None:  # the harness's --dataset names the category
+            category = dataset
+        if tool_format not in TOOL_FORMATS:
+            raise ValueError(f"tool_format must be one of {TOOL_FORMATS}, got {tool_format!r}")
+        self.tool_format = tool_format
+        self.category = category
+        self.data: BFCLCategory = load_category(category, data_dir)
+        self.dataset_name = category
+        self.manifest = self.data.manifest
+        self.language = language_of(category)
+        self.multi_turn = is_multi_turn(category)
+        mods = bfcl()
+        self._prompts = mods["prompts"]
+        self._handler_utils = mods["handler_utils"]
+        self._checker = mods["multi_turn_checker"]
+        self._ast = mods["ast_checker"]
+        self._enums = mods["enums"]
+        self._session: BackendSession | None = None
+        self._entry: dict[str, Any] = {}
+        self._name_map: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ dataset
+
+    def num_items(self) -> int:
+        return len(self.data)
+
+    def get_item(self, index: int) -> dict[str, Any]:
+        entry = self.data.entries[index]
+        return {"id": entry["id"], "index": index, "dataset": self.category}
+
+    def normalise_task(self, task: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(task, dict) or "id" not in task:
+            raise ValueError("options['task'] for BFCL-v0 needs an 'id' of this category's entries")
+        ids = self.data.manifest.item_ids
+        if task["id"] not in ids:
+            raise ValueError(f"BFCL entry {task['id']!r} is not in category {self.category!r}")
+        return self.get_item(ids.index(task["id"]))
+
+    # ------------------------------------------------------------------ prompt and tools
+
+    def make_prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        entry = self.data.entries[task["index"]]
+        self._entry = entry
+        self._name_map = {}
+        key = (task["index"], self.tool_format)
+        if key not in self.data.prompts:  # bfcl-eval's system prompt serialises every doc: render once
+            first = copy.deepcopy(entry["question"][0])
+            if self.tool_format == "prompting":
+                first = self._handler_utils.system_prompt_pre_processing_chat_model(first, entry["function"],
+                                                                                    entry["id"])
+            self.data.prompts[key] = [{"role": m["role"], "content": m["content"]} for m in first]
+        return [dict(m) for m in self.data.prompts[key]]
+
+    def make_tools(self, task: dict[str, Any]) -> list[dict[str, Any]] | None:
+        if self.tool_format != "native":
+            return None
+        return self._tools(self.data.entries[task["index"]]["function"])
+
+    def _tools(self, functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        mods = bfcl()
+        tools = self._handler_utils.convert_to_tool(
+            functions, mods["type_mappings"].GORILLA_TO_OPENAPI, self._enums.ModelStyle.OPENAI_COMPLETIONS)
+        for original, tool in zip(functions, tools):
+            self._name_map[tool["function"]["name"]] = original["name"]
+        return tools
+
+    # ------------------------------------------------------------------ episode state
+
+    def on_reset(self, task: dict[str, Any]) -> None:
+        self._close_session()
+        self._checker_entry = self.data.checker_entries[task["index"]]
+        self._ground_truth = self.data.answers.get(self._entry["id"])
+        self._user_turn = 0
+        self._steps_in_turn = 0
+        self._turn_calls: list[list[str]] = []
+        self._all_results: list[str] = []
+        self._turn_checks: list[dict[str, Any]] = []
+        self._force_quit = False
+        if self.multi_turn:
+            self._session = BackendSession(self._entry, self.category)
+            if self.tool_format == "native":
+                self._name_map.update({n.replace(".", "_"): n for n in self._session.methods})
+
+    def on_close_episode(self) -> None:
+        self._close_session()
+
+    def _close_session(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    # ------------------------------------------------------------------ acting
+
+    def _decode(self, action: str, execute: bool) -> Decoded:
+        if self.tool_format == "native":
+            return decode_native(action, self._name_map)
+        return decode_prompting(action, self.language, execute=execute)
+
+    def act(self, action: str) -> ActionResult:
+        if self.multi_turn:
+            return self._act_multi_turn(action)
+        decoded = self._decode(action, execute=False)
+        calls = [{"name": n, "arguments": a} for c in decoded.calls for n, a in c.items()] \
+            if isinstance(decoded.calls, list) else []
+        self._single_decoded = decoded
+        return ActionResult(observation=None, tool_calls=calls, parse_error=decoded.error, terminated=True,
+                            metrics={"tool_ok": decoded.has_calls})
+
+    def _act_multi_turn(self, action: str) -> ActionResult:
+        assert self._session is not None
+        start = time.perf_counter()
+        decoded = self._decode(action, execute=True)
+        metrics: dict[str, Any] = {"bfcl_user_turn": self._user_turn, "bfcl_step": self._steps_in_turn}
+        if self.tool_format == "native" and decoded.has_calls:
+            calls = native_execution_strings(decoded.calls)
+        else:
+            calls = list(decoded.calls) if decoded.error is None else []
+        if decoded.error is not None or not calls or (len(calls) == 1 and not calls[0]):
+            # bfcl-eval: an undecodable or empty step ends the user turn
+            metrics.update(self._close_user_turn())
+            metrics["tool_ok"] = None
+            return self._next_user_turn(decoded.error, metrics, start)
+        results = self._session.execute(calls)
+        self._turn_calls.append(calls)
+        self._all_results.extend(results)
+        self._steps_in_turn += 1
+        metrics["tool_ok"] = not any(is_error_result(r) for r in results)
+        tool_calls = [{"call": c, "result": r} for c, r in zip(calls, results)]
+        if self._steps_in_turn > self._prompts.MAXIMUM_STEP_LIMIT:
+            # bfcl-eval stops the conversation here; the turn's calls still count, so on the
+            # last user turn the entry is checked as usual, on an earlier one it fails
+            self._force_quit = True
+            metrics["force_quit"] = True
+            metrics.update(self._close_user_turn())
+            return ActionResult(observation=None, tool_calls=tool_calls, metrics=metrics, terminated=True,
+                                tool_ms=(time.perf_counter() - start) * 1000.0)
+        return ActionResult(observation=self._render_results(calls, results), tool_calls=tool_calls,
+                            metrics=metrics, observation_role="tool" if self.tool_format == "native" else "user",
+                            tool_ms=(time.perf_counter() - start) * 1000.0)
+
+    def _render_results(self, calls: list[str], results: list[str]) -> str:
+        if self.tool_format == "native":
+            return "\n".join(results) if len(results) == 1 else json.dumps(results, ensure_ascii=False)
+        return self._handler_utils.format_execution_results_prompting({}, results, {"model_responses_decoded": calls})
+
+    def _next_user_turn(self, error: str | None, metrics: dict[str, Any], start: float) -> ActionResult:
+        self._user_turn += 1
+        self._steps_in_turn = 0
+        self._turn_calls = []
+        done = self._user_turn >= len(self._entry["question"])
+        observation = None if done else self._user_message(self._user_turn)
+        return ActionResult(observation=observation, parse_error=error, metrics=metrics, terminated=done,
+                            observation_role="user", tool_ms=(time.perf_counter() - start) * 1000.0)
+
+    def _user_message(self, turn: int) -> str:
+        holdout = self._entry.get("missed_function", {})
+        if str(turn) in holdout:
+            docs = holdout[str(turn)]
+            if self.tool_format == "native":
+                return self._prompts.DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(
+                    functions=json.dumps(self._tools(docs)))
+            return self._prompts.DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(functions=docs)
+        return "\n\n".join(m["content"] for m in self._entry["question"][turn])
+
+    def _close_user_turn(self) -> dict[str, Any]:
+        """bfcl-eval's per-turn checks (``multi_turn_checker``) for the user turn just ended."""
+        assert self._session is not None
+        u = self._user_turn
+        ground_truth = list(self._ground_truth[u])
+        gt_results = self._session.execute_ground_truth(ground_truth)
+        check: dict[str, Any] = {"bfcl_checked": bool(ground_truth)}
+        if not ground_truth:  # bfcl-eval checks nothing on a turn meant to go unanswered
+            self._turn_checks.append({"turn": u, "checked": False, "valid": True})
+            return check
+        if not self._turn_calls:
+            check.update(bfcl_state_ok=False, bfcl_response_ok=False, bfcl_turn_valid=False,
+                         bfcl_error_type="multi_turn:empty_turn_model_response")
+        else:
+            state = self._checker.state_checker(self._session.instances, self._session.gt_instances)
+            response = self._checker.response_checker(self._all_results, gt_results, u)
+            check.update(bfcl_state_ok=bool(state["valid"]), bfcl_response_ok=bool(response["valid"]),
+                         bfcl_turn_valid=bool(state["valid"] and response["valid"]))
+            if not state["valid"]:
+                check["bfcl_error_type"] = state["error_type"]
+            elif not response["valid"]:
+                check["bfcl_error_type"] = response["error_type"]
+        self._turn_checks.append({"turn": u, "checked": True, "valid": check["bfcl_turn_valid"],
+                                  "error_type": check.get("bfcl_error_type")})
+        return check
+
+    # ------------------------------------------------------------------ grading
+
+    def grade(self, episode) -> dict[str, Any]:
+        if self.multi_turn:
+            return self._grade_multi_turn()
+        return self._grade_single_turn()
+
+    def _grade_multi_turn(self) -> dict[str, Any]:
+        n_turns = len(self._entry["question"])
+        out: dict[str, Any] = {"category": self.category, "user_turns": n_turns,
+                               "user_turns_done": len(self._turn_checks)}
+        if len(self._turn_checks) < n_turns:
+            out.update(bfcl_valid=False, error_type="multi_turn:force_terminated")
+            return out
+        failed = [c for c in self._turn_checks if c["checked"] and not c["valid"]]
+        out["bfcl_valid"] = not failed
+        if failed:
+            out.update(error_type=failed[0]["error_type"], failed_turn=failed[0]["turn"])
+        return out
+
+    def _grade_single_turn(self) -> dict[str, Any]:
+        decoded: Decoded = self._single_decoded
+        out: dict[str, Any] = {"category": self.category}
+        if self.category in RELEVANCE:
+            has_call = decoded.error is None and not bfcl()["utils"].is_empty_output(decoded.calls)
+            valid = has_call if self.category == "live_relevance" else not has_call
+            out["bfcl_valid"] = valid
+            if not valid:
+                out["error_type"] = "relevance_error:decoder_failed" if self.category == "live_relevance" \
+                    else "irrelevance_error:decoder_success"
+            return out
+        out.update(ast_verdict(self.category, self._checker_entry["function"], decoded, self._ground_truth))
+        return out
+
+
+def ast_verdict(category: str, functions: list[dict[str, Any]], decoded: Decoded,
+                ground_truth: list[dict[str, Any]]) -> dict[str, Any]:
+    """bfcl-eval's ``_evaluate_single_ast_entry`` verdict on already-decoded calls."""
+    mods = bfcl()
+    if decoded.error is not None:
+        return {"bfcl_valid": False, "error_type": "ast_decoder:decoder_failed", "error": decoded.error}
+    if not mods["utils"].is_function_calling_format_output(decoded.calls):
+        return {"bfcl_valid": False, "error_type": "ast_decoder:decoder_wrong_output_format"}
+    lang = mods["enums"].Language
+    language = {"python": lang.PYTHON, "java": lang.JAVA, "javascript": lang.JAVASCRIPT}[language_of(category)]
+    result = mods["ast_checker"].ast_checker(copy.deepcopy(functions), copy.deepcopy(decoded.calls),
+                                             copy.deepcopy(ground_truth), language, category, CHECKER_MODEL_NAME)
+    out: dict[str, Any] = {"bfcl_valid": bool(result["valid"])}
+    if not result["valid"]:
+        out["error_type"] = result.get("error_type")
+        out["error"] = [str(e) for e in result.get("error", [])][:3]
+    return out
