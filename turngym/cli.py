@@ -258,7 +258,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
     try:
         summary = run_ablation(args.episodes, [r.strip() for r in args.rewards.split(",") if r.strip()], args.out,
-                               scorer=args.scorer)
+                               scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_library=args.scribe_library,
+                               scribe_base_url=args.scribe_base_url)
     except (FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     for name, m in summary["rewards"].items():
@@ -365,6 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--episodes", required=True)
     ab.add_argument("--rewards", default="outcome,ttrl,empo,siop,igpo")
     ab.add_argument("--scorer", default=None, help="support-scoring model for siop/igpo ('default', a directory, a hub id)")
+    ab.add_argument("--scribe-llm", default="default", help="scribe's decomposer/judge model (or a served model name)")
+    ab.add_argument("--scribe-base-url", default=None, help="OpenAI-compatible server for --scribe-llm")
+    ab.add_argument("--scribe-library", default=None, help="a skill library JSON (default: built from the episodes)")
     ab.add_argument("--out", required=True)
     ab.set_defaults(func=cmd_ablate)
 
@@ -372,6 +376,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("dirs", nargs="+")
     rp.add_argument("--out", default="comparison.md")
     rp.set_defaults(func=cmd_report)
+
+    from turngym.rewards.scribe.cli import add_scribe_commands
+
+    add_scribe_commands(sub)
 
     lt = sub.add_parser("lm-eval-tasks", help="write lm-eval task YAMLs for turngym's benchmarks")
     lt.add_argument("--out", required=True)

@@ -213,6 +213,9 @@ class TurnGRPOTrainer(GRPOTrainer):
         local = self._batch_episodes
         everyone = gather_object(local)  # groups may span processes; score them whole
         rewards, advs = self.turn_advantages(everyone, k)
+        observe = getattr(self.reward, "observe", None)  # e.g. SCRIBE's library refresh every N steps
+        if observe is not None and mode == "train":
+            observe(self.state.global_step, everyone)
         start = self.accelerator.process_index * len(local)
         width = out["completion_ids"].size(1)
         table = torch.zeros((len(local), width), dtype=torch.float32)

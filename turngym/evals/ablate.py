@@ -114,7 +114,8 @@ def _markdown(s: dict[str, Any]) -> str:
 
 
 def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str | Path,
-                 scorer: str | None = None) -> dict[str, Any]:
+                 scorer: str | None = None, scribe_llm: str = "default", scribe_library: str | None = None,
+                 scribe_base_url: str | None = None) -> dict[str, Any]:
     report = read_episodes(episodes_file)
     if report.errors:
         print(f"warning: skipped {len(report.errors)} corrupt line(s) in {episodes_file} (first: {report.errors[0]})")
@@ -127,7 +128,11 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
             if scorer is None:
                 raise ValueError(f"{name} needs --scorer (a model that scores support, e.g. 'default' or a directory)")
             cfg["scorer"] = scorer
+        if name == "scribe":
+            cfg.update(llm=scribe_llm, library=scribe_library, llm_base_url=scribe_base_url)
         wrappers[name] = get_reward(name, **cfg)
+        if name == "scribe" and scribe_library is None:  # no library given: build one from these episodes
+            wrappers[name].fit(report.episodes)
     if scorer is not None:  # one loaded model shared by siop and igpo
         from turngym.rewards.support import make_scorer
 
@@ -135,4 +140,10 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
         for w in wrappers.values():
             if hasattr(w, "_scorer"):
                 w._scorer = shared
-    return ablate(report.episodes, wrappers, out_dir)
+    summary = ablate(report.episodes, wrappers, out_dir)
+    if "scribe" in wrappers and "scribe" in summary["rewards"]:
+        w = wrappers["scribe"]
+        summary["rewards"]["scribe"]["llm"] = w.llm.stats.to_dict()
+        summary["rewards"]["scribe"]["library"] = {"version": getattr(w.library, "version", None),
+                                                   "prototypes": len(getattr(w.library, "prototypes", []) or [])}
+    return summary

@@ -10,6 +10,7 @@ id never share state and nothing leaks into the next run.
 from __future__ import annotations
 
 import inspect
+import json
 import uuid
 from typing import Any
 
@@ -20,7 +21,15 @@ ERROR_PREFIX = "Error during execution: "
 
 
 def is_error_result(result: str) -> bool:
-    return result.startswith(ERROR_PREFIX)
+    """bfcl-eval's exception text, or a backend's own ``{"error": ...}`` reply."""
+    if result.startswith(ERROR_PREFIX):
+        return True
+    if result.startswith("{") and '"error"' in result:
+        try:
+            return "error" in json.loads(result)
+        except json.JSONDecodeError:
+            return False
+    return False
 
 
 class BackendSession:

@@ -1,0 +1,66 @@
+"""``funrl``: a low-level per-turn tool-call reward (well-formed, executes, matches the checker).
+
+Each turn scores the mean of the components that apply to it:
+
+* ``well_formed``: the action parsed (no ``parse_error``);
+* ``executed``: the env ran the turn's calls without error (``tool_ok`` / ``exec_ok``
+  metrics; for a search, no retrieval error); only for turns that made calls;
+* ``checker``: BFCL's verdict where the env records one: the user-turn check
+  (``bfcl_turn_valid``) on the step that closed a multi-turn user turn, the outcome
+  ``bfcl_valid`` on a single-turn BFCL episode.
+
+A BFCL step that ends a user turn with plain text is a reply, not a malformed call, so it
+is well-formed; one that starts a call (``[`` or ``<tool_call>``) and fails to decode is not. Rewards are in [0, 1]; no outcome term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from turngym.episode import Episode, Turn
+from turngym.rewards.base import GroupScores, register_reward
+
+
+def executed(turn: Turn) -> bool | None:
+    m = turn.metrics
+    for key in ("tool_ok", "exec_ok"):
+        if m.get(key) is not None:
+            return bool(m[key])
+    if m.get("action") == "search":
+        return turn.parse_error is None and "retrieval_error" not in m
+    return None
+
+
+def turn_components(episode: Episode, turn: Turn) -> dict[str, float]:
+    attempt = turn.action.strip().startswith("[") or "<tool_call>" in turn.action
+    bfcl_reply = "bfcl_user_turn" in turn.metrics and not turn.tool_calls and not attempt
+    parts = {"well_formed": float(turn.parse_error is None or bfcl_reply)}
+    if turn.tool_calls:
+        ok = executed(turn)
+        if ok is not None:
+            parts["executed"] = float(ok)
+    if turn.metrics.get("bfcl_checked"):
+        parts["checker"] = float(bool(turn.metrics.get("bfcl_turn_valid")))
+    elif "bfcl_valid" in episode.outcome and "bfcl_user_turn" not in turn.metrics and turn.index == len(episode.turns) - 1:
+        parts["checker"] = float(bool(episode.outcome["bfcl_valid"]))
+    return parts
+
+
+@register_reward("funrl")
+@dataclass
+class FunRLReward:
+    name: str = "funrl"
+
+    def score_episode(self, episode: Episode) -> list[float]:
+        out = []
+        for t in episode.turns:
+            parts = turn_components(episode, t)
+            out.append(sum(parts.values()) / len(parts))
+        return out
+
+    def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
+        if not episodes:
+            raise ValueError("score_group needs at least one episode")
+        comps: list[list[dict[str, Any]]] = [[turn_components(e, t) for t in e.turns] for e in episodes]
+        return GroupScores([self.score_episode(e) for e in episodes], {"components": comps})

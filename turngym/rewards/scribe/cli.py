@@ -1,0 +1,107 @@
+"""``turngym scribe build-library`` and ``turngym scribe diagnose``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from turngym.episode import Episode, read_episodes
+
+
+def _episodes(path: str) -> list[Episode]:
+    report = read_episodes(path)
+    if report.errors:
+        print(f"warning: skipped {len(report.errors)} corrupt line(s) in {path} (first: {report.errors[0]})")
+    if not report.episodes:
+        raise SystemExit(f"error: no valid episodes in {path}")
+    return report.episodes
+
+
+def _llm(args: argparse.Namespace) -> Any:
+    from turngym.rewards.scribe.reward import make_llm
+
+    return make_llm(args.llm, args.base_url, max_concurrency=args.concurrency, cache_path=args.cache)
+
+
+def cmd_build_library(args: argparse.Namespace) -> int:
+    from turngym.rewards.scribe.embed import SentenceEmbedder
+    from turngym.rewards.scribe.library import build_library
+    from turngym.rewards.scribe.steps import decompose
+
+    episodes = _episodes(args.episodes)
+    llm = _llm(args)
+    t0 = time.perf_counter()
+    decomps = decompose(episodes, llm)
+    items = [it for d in decomps for it in d.items]
+    decompose_s = time.perf_counter() - t0
+    if not items:
+        raise SystemExit(f"error: no skill items: {sum(d.failed for d in decomps)} of {len(episodes)} decompositions "
+                         "failed to give valid JSON (see the llm stats below)\n" + json.dumps(llm.stats.to_dict()))
+    lib, timings = build_library(items, SentenceEmbedder(args.embedder), llm, min_cluster_size=args.min_cluster_size)
+    if not lib.prototypes:
+        raise SystemExit(f"error: every prototype distillation failed ({lib.failed_distillations}); nothing saved")
+    path = lib.save(args.out)
+    print(f"{len(items)} skill items from {len(episodes)} episodes -> {len(lib.prototypes)} prototypes "
+          f"({lib.clustering.get('method')}, {lib.failed_distillations} failed distillations)")
+    print(json.dumps({"decompose_s": round(decompose_s, 2), **{k: round(v, 2) for k, v in timings.items()},
+                      "llm": llm.stats.to_dict()}))
+    print(f"library: {path}")
+    return 0
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from turngym.rewards.scribe.diagnostics import cross_instance_consistency, repeat_consistency, routed_jobs
+    from turngym.rewards.scribe.embed import SentenceEmbedder
+    from turngym.rewards.scribe.library import SkillLibrary
+    from turngym.rewards.scribe.steps import EmbeddingRouter, LLMRouter, judge_items
+
+    episodes = _episodes(args.episodes)
+    try:
+        library = SkillLibrary.load(args.library)
+    except (FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    llm = _llm(args)
+    router = EmbeddingRouter(SentenceEmbedder(args.embedder)) if args.router == "embedding" else LLMRouter(llm)
+    jobs = routed_jobs(episodes, library, llm, router)
+    if not jobs:
+        raise SystemExit("error: no step was routed to a prototype; nothing to judge")
+    result = {"repeat": repeat_consistency(jobs, llm, n=args.repeats, temperature=args.temperature),
+              "cross_instance": cross_instance_consistency(jobs, judge_items(jobs, llm)),
+              "judged_spans": len(jobs), "episodes": len(episodes)}
+    text = json.dumps(result, indent=1)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
+def add_scribe_commands(sub: Any) -> None:
+    scribe = sub.add_parser("scribe", help="SCRIBE skill libraries and judge diagnostics").add_subparsers(
+        dest="scribe_command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("episodes", help="episodes JSONL")
+        sp.add_argument("--llm", default="default", help="decomposer/judge model: 'default', a directory, a hub id, "
+                                                         "or a served model name with --base-url")
+        sp.add_argument("--base-url", default=None, help="OpenAI-compatible server URL")
+        sp.add_argument("--embedder", default="default", help="sentence-transformers model (default all-MiniLM-L6-v2)")
+        sp.add_argument("--concurrency", type=int, default=8)
+        sp.add_argument("--cache", default=None, help="JSONL file caching LLM replies across runs")
+
+    b = scribe.add_parser("build-library", help="decompose episodes, cluster skills, distil prototypes")
+    common(b)
+    b.add_argument("--out", required=True, help="library JSON to write")
+    b.add_argument("--min-cluster-size", type=int, default=5)
+    b.set_defaults(func=cmd_build_library)
+
+    d = scribe.add_parser("diagnose", help="judge reliability: repeat and cross-instance consistency")
+    common(d)
+    d.add_argument("--library", required=True)
+    d.add_argument("--router", choices=["embedding", "llm"], default="embedding")
+    d.add_argument("--repeats", type=int, default=5)
+    d.add_argument("--temperature", type=float, default=0.7)
+    d.add_argument("--out", default=None, help="write the result JSON here too")
+    d.set_defaults(func=cmd_diagnose)
