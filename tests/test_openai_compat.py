@@ -70,3 +70,26 @@ def test_server_down_is_a_clear_error():
     pol = OpenAICompatPolicy(model="m", base_url=f"http://127.0.0.1:{port}/v1", retries=1, backoff_s=0.01, timeout_s=2)
     with pytest.raises(PolicyError, match=r"failed after 2 attempts: cannot connect"):
         pol.generate([GenerationRequest(prompt_ids=[1])], SamplingParams())
+
+
+def test_native_tool_calls_go_out_as_tools_and_come_back_as_hermes_text():
+    def reply(path, body, n):
+        call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": '{"a": true}'}}
+        return 200, {"choices": [{"message": {"content": None, "tool_calls": [call]}, "finish_reason": "tool_calls"}]}
+
+    server = FakeJSONServer(reply)
+    try:
+        pol = OpenAICompatPolicy(model="m", base_url=server.url)
+        tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}]
+        history = [{"role": "user", "content": "list"},
+                   {"role": "assistant", "content": '<tool_call>{"name": "ls", "arguments": {}}</tool_call>'},
+                   {"role": "tool", "content": "a.txt"}, {"role": "user", "content": "again"}]
+        [gen] = pol.generate([GenerationRequest(messages=history, tools=tools)], SamplingParams(max_new_tokens=8))
+        assert gen.text == '<tool_call>{"name": "ls", "arguments": {"a": true}}</tool_call>'
+        body = server.requests[0][1]
+        assert body["tools"] == tools
+        sent = body["messages"]
+        assert sent[1]["tool_calls"][0]["function"] == {"name": "ls", "arguments": "{}"} and sent[1]["content"] is None
+        assert sent[2] == {"role": "tool", "tool_call_id": sent[1]["tool_calls"][0]["id"], "content": "a.txt"}
+    finally:
+        server.close()

@@ -346,3 +346,83 @@ def test_whole_chain_with_the_real_default_model(tmp_path, embedder):
     assert all(len(r) == 2 for r in scores.rewards)
     print("default-model chain:", json.dumps(stats.to_dict()), "library:",
           None if reward.library is None else len(reward.library.prototypes))
+
+
+# ------------------------------------------------------------------ commands, over a served model
+
+
+def _serve(rule):
+    from conftest import FakeJSONServer
+
+    def reply(path, body, n):
+        return 200, {"choices": [{"message": {"content": rule(body["messages"][-1]["content"], n, None)},
+                                  "finish_reason": "stop"}]}
+
+    return FakeJSONServer(reply)
+
+
+def _write_episodes(path, n_groups=3):
+    from turngym.episode import EpisodeWriter
+
+    with EpisodeWriter(path) as w:
+        for g in range(n_groups):
+            for k in range(2):
+                ep = episode(f"g{g}#{k}", ["<search>X birthplace</search>", "WRONG STEP here" if k else "c <= 44"],
+                             correct=k == 0)
+                ep.group = f"g{g}"
+                ep.turns[0].metrics["retrieval_hit"] = True
+                ep.turns[1].metrics["retrieval_hit"] = k == 0
+                w.write(ep)
+
+
+def test_build_library_and_diagnose_commands_against_a_served_model(tmp_path):
+    from turngym.cli import main
+
+    server = _serve(scripted_rule)
+    try:
+        eps = tmp_path / "eps.jsonl"
+        _write_episodes(eps)
+        lib = tmp_path / "lib.json"
+        assert main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url, "--out", str(lib),
+                     "--min-cluster-size", "2"]) == 0
+        assert SkillLibrary.load(lib).prototypes
+        out = tmp_path / "diag.json"
+        assert main(["scribe", "diagnose", str(eps), "--llm", "m", "--base-url", server.url, "--library", str(lib),
+                     "--repeats", "3", "--out", str(out)]) == 0
+        diag = json.loads(out.read_text())
+        assert diag["repeat"]["exact_agreement"] == 1.0 and diag["judged_spans"] == 12
+    finally:
+        server.close()
+
+
+def test_build_library_reports_when_the_model_gives_no_json(tmp_path, capsys):
+    from turngym.cli import main
+
+    server = _serve(lambda p, n, s: "I am not JSON")
+    try:
+        eps = tmp_path / "eps.jsonl"
+        _write_episodes(eps, 1)
+        with pytest.raises(SystemExit, match="2 of 2 decompositions failed"):
+            main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url,
+                  "--out", str(tmp_path / "lib.json")])
+        assert not (tmp_path / "lib.json").exists()
+    finally:
+        server.close()
+
+
+def test_ablate_includes_scribe_with_its_llm_costs(tmp_path):
+    from turngym.evals.ablate import run_ablation
+
+    server = _serve(scripted_rule)
+    try:
+        eps = tmp_path / "eps.jsonl"
+        _write_episodes(eps)
+        summary = run_ablation(eps, ["outcome", "scribe", "funrl"], tmp_path / "abl", scribe_llm="m",
+                               scribe_base_url=server.url)
+        assert not summary["errors"], summary["errors"]
+        s = summary["rewards"]["scribe"]
+        assert s["library"]["prototypes"] >= 1 and s["llm"]["calls"] > 0
+        assert s["credit_accuracy"] is not None and s["credit_accuracy"] > 0.5  # WRONG STEP turns get low credit
+        assert "scribe" in (tmp_path / "abl" / "ablation.md").read_text()
+    finally:
+        server.close()
