@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -51,3 +52,20 @@ def test_rollout_records_the_exact_subset(tmp_path):
     eps = read_episodes(out).episodes
     assert {e.task["id"] for e in eps} == {"2025-I-3", "2025-I-4"}
     assert all(e.meta["dataset"]["name"] == "aime25" and e.meta["turngym"] for e in eps)
+
+
+def test_bfcl_eval_reports_per_category_and_refuses_what_it_cannot_run(tmp_path):
+    base = CLI + ["eval", "--env", "BFCL-v0", "--limit", "2", "--max-new-tokens", "8"]
+    ok = subprocess.run(base + ["--dataset", "irrelevance", "--model", str(tiny_model_dir(chat=True)),
+                                "--out", str(tmp_path / "irr")], capture_output=True, text=True, timeout=600)
+    assert ok.returncode == 0, ok.stderr
+    results = json.loads((tmp_path / "irr" / "results.json").read_text())
+    assert results["bfcl"]["per_category"]["irrelevance"]["n"] == 2
+    assert "overall (V4 weights)" in (tmp_path / "irr" / "report.md").read_text()
+    native = subprocess.run(base + ["--dataset", "simple_python", "--env-arg", "tool_format=native",
+                                    "--model", str(tiny_model_dir(chat=False)), "--out", str(tmp_path / "nat")],
+                            capture_output=True, text=True, timeout=600)
+    assert native.returncode != 0 and "error: native tool calling needs a tokenizer with a chat template" in native.stderr
+    web = subprocess.run(base + ["--dataset", "web_search_base", "--model", str(tiny_model_dir(chat=True)),
+                                 "--out", str(tmp_path / "web")], capture_output=True, text=True, timeout=600)
+    assert web.returncode != 0 and "live web search" in web.stderr

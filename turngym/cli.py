@@ -224,6 +224,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from turngym.agents.policy import PolicyError
+    from turngym.agents.tokenization import ChatTemplateError
     from turngym.evals.harness import EvalError, EvalSpec, run_eval
 
     env_kwargs = _env_kwargs(args.env_arg)
@@ -243,7 +244,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     try:
         results = run_eval(spec, args.out, progress=progress)
-    except (EvalError, PolicyError, RuntimeError, FileNotFoundError) as exc:
+    except (EvalError, PolicyError, RuntimeError, FileNotFoundError, ChatTemplateError) as exc:
         bar.close()
         raise SystemExit(f"error: {exc}") from None
     bar.close()

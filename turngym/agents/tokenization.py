@@ -23,6 +23,10 @@ def plain_prompt(messages: Sequence[dict[str, str]]) -> str:
     return "\n\n".join(m["content"] for m in messages)
 
 
+class ChatTemplateError(ValueError):
+    """The tokenizer's chat template cannot render what the env asks for (tools, roles)."""
+
+
 @dataclass
 class ConversationTokenizer:
     tokenizer: Any
@@ -43,7 +47,7 @@ class ConversationTokenizer:
             return self.tokenizer.apply_chat_template(list(messages), tools=tools or None, add_generation_prompt=True,
                                                       tokenize=False)
         if tools:
-            raise ValueError("native tool calling needs a tokenizer with a chat template that renders tools=; "
+            raise ChatTemplateError("native tool calling needs a tokenizer with a chat template that renders tools=; "
                              "this one has none (use tool_format='prompting')")
         return self._special_prefix() + plain_prompt(messages)
 

@@ -77,6 +77,7 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
             "agreement_with_gold_outcome": spearman(totals, gold),
             "within_group_variance": float(np.mean(variances)) if variances else None,
             "mean_turn_reward": float(np.mean(flat[name])) if flat[name] else None,
+            **_costs(rewards[name]),
         }
     names = list(per_turn)
     for a in names:
@@ -93,6 +94,20 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
     return summary
 
 
+def _costs(wrapper: Any) -> dict[str, Any]:
+    """LLM-judged wrappers (scribe): their LLM call counts and library, for the report."""
+    out: dict[str, Any] = {}
+    stats = getattr(getattr(wrapper, "llm", None), "stats", None)
+    if stats is not None and hasattr(stats, "to_dict"):
+        out["llm"] = stats.to_dict()
+    library = getattr(wrapper, "library", None)
+    if hasattr(library, "prototypes"):
+        out["library"] = {"version": library.version, "prototypes": len(library.prototypes)}
+    elif "llm" in out:
+        out["library"] = {"version": None, "prototypes": 0}
+    return out
+
+
 def _markdown(s: dict[str, Any]) -> str:
     f = lambda x: "–" if x is None else f"{x:.3f}"  # noqa: E731
     lines = ["# Reward ablation", "", f"{s['groups']} groups, {s['episodes']} episodes, "
@@ -107,6 +122,12 @@ def _markdown(s: dict[str, Any]) -> str:
         lines += ["", "Rank correlation between wrappers' per-turn rewards:", "", "| | " + " | ".join(names) + " |",
                   "|---" * (len(names) + 1) + "|"]
         lines += [f"| {a} | " + " | ".join(f(s["correlation"][a][b]) for b in names) + " |" for a in names]
+    for n, m in s["rewards"].items():
+        if "llm" in m:
+            c = m["llm"]
+            lines.append(f"\n{n}: {c['calls']} LLM calls ({c['cache_hit_rate']:.0%} from cache, {c['failed']} without "
+                         f"valid JSON); skill library version {m['library']['version']} with "
+                         f"{m['library']['prototypes']} prototypes.")
     for n, e in s["errors"].items():
         lines.append(f"\n**{n} failed**: {e}")
     lines += ["", "![credit maps](credit_maps.png)", ""]
@@ -140,10 +161,4 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
         for w in wrappers.values():
             if hasattr(w, "_scorer"):
                 w._scorer = shared
-    summary = ablate(report.episodes, wrappers, out_dir)
-    if "scribe" in wrappers and "scribe" in summary["rewards"]:
-        w = wrappers["scribe"]
-        summary["rewards"]["scribe"]["llm"] = w.llm.stats.to_dict()
-        summary["rewards"]["scribe"]["library"] = {"version": getattr(w.library, "version", None),
-                                                   "prototypes": len(getattr(w.library, "prototypes", []) or [])}
-    return summary
+    return ablate(report.episodes, wrappers, out_dir)

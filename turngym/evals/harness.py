@@ -91,7 +91,7 @@ def run_eval(spec: EvalSpec, out_dir: str | Path, policy: Any = None,
         raise EvalError(f"unknown env {spec.env_id!r}; turngym envs: {', '.join(known)}")
     try:
         probe = gymnasium.make(spec.env_id, **spec.env_kwargs)
-    except (ValueError, FileNotFoundError, TypeError) as exc:
+    except (ValueError, FileNotFoundError, TypeError, ImportError) as exc:
         raise EvalError(f"cannot make {spec.env_id} with {spec.env_kwargs}: {exc}") from None
     base = probe.unwrapped
     manifest = getattr(base, "manifest", None)
