@@ -426,3 +426,11 @@ def test_ablate_includes_scribe_with_its_llm_costs(tmp_path):
         assert "scribe" in (tmp_path / "abl" / "ablation.md").read_text()
     finally:
         server.close()
+
+
+def test_identical_descriptions_form_one_group_instead_of_failing():
+    vecs = np.tile(np.eye(8)[0], (30, 1))
+    clusters = cluster_skills(vecs, min_cluster_size=3)
+    assert clusters.method == "single" and clusters.labels == [0] * 30
+    two = np.vstack([np.tile(np.eye(8)[0], (20, 1)), np.tile(np.eye(8)[1], (20, 1))])
+    assert len(cluster_skills(two, min_cluster_size=30).groups) == 1  # only two distinct points: no K-means

@@ -40,6 +40,9 @@ def cluster_skills(vectors: np.ndarray, min_cluster_size: int = 5, max_noise: fl
         return Clusters([], "none")
     if n < max(2 * min_cluster_size, 4):
         return Clusters([0] * n, "single", {"reason": f"only {n} descriptions"})
+    distinct = len(np.unique(np.round(vectors, 6), axis=0))
+    if distinct < 3:
+        return Clusters([0] * n, "single", {"reason": f"only {distinct} distinct descriptions"})
     import hdbscan
 
     hd = hdbscan.HDBSCAN(min_cluster_size=min_cluster_size, min_samples=max(1, min_cluster_size // 2),
@@ -57,12 +60,15 @@ def _kmeans(vectors: np.ndarray, max_k: int, seed: int, why: dict[str, Any]) -> 
     from sklearn.cluster import KMeans
     from sklearn.metrics import silhouette_score
 
-    n = len(vectors)
+    distinct = len(np.unique(np.round(vectors, 6), axis=0))
     best: tuple[float, int, np.ndarray] | None = None
-    for k in range(2, min(max_k, n - 1) + 1):
+    for k in range(2, min(max_k, distinct - 1) + 1):
         labels = KMeans(n_clusters=k, n_init=4, random_state=seed).fit_predict(vectors)
+        if len(set(labels)) < 2:
+            continue
         score = float(silhouette_score(vectors, labels))
         if best is None or score > best[0]:
             best = (score, k, labels)
-    assert best is not None
+    if best is None:
+        return Clusters([0] * len(vectors), "single", {"reason": "no K gave two groups", **why})
     return Clusters([int(x) for x in best[2]], "kmeans", {"k": best[1], "silhouette": best[0], **why})
