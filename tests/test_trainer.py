@@ -307,3 +307,41 @@ def test_two_processes_with_unequal_turn_counts_do_not_deadlock(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = sorted(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))
     assert results == ["RESULT rank=0 processes=2 turns=2 steps=2", "RESULT rank=1 processes=2 turns=3 steps=2"]
+
+
+def test_real_steps_on_bfcl_with_the_funrl_reward(tmp_path):
+    from turngym.envs.bfcl.env import BFCLEnv
+
+    model, tok = model_and_tokenizer()
+    tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: BFCLEnv(category="simple_python"),
+                         reward=get_reward("funrl"), args=config(tmp_path, max_steps=1),
+                         train_dataset=task_dataset(range(8)), estimator="turn")
+    tr.train()
+    assert tr.state.global_step == 1 and all(math.isfinite(h.get("loss", 0.0)) for h in tr.state.log_history)
+    ep = tr._batch_episodes[0]
+    assert ep.env_id == "turngym/BFCL-v0" and "bfcl_valid" in ep.outcome
+
+
+def test_trainer_calls_the_reward_observe_hook_every_step(tmp_path):
+    """SCRIBE refreshes its library through this hook; a fake reward records the calls."""
+
+    class FakeObservingReward:
+        name = "fake-observing"
+
+        def __init__(self):
+            self.steps = []
+            self.inner = get_reward("outcome")
+
+        def score_group(self, episodes):
+            return self.inner.score_group(episodes)
+
+        def observe(self, step, episodes):
+            self.steps.append((step, len(episodes)))
+
+    reward = FakeObservingReward()
+    model, tok = model_and_tokenizer()
+    tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: CalculatorEnv(max_turns=2),
+                         reward=reward, args=config(tmp_path, max_steps=2), train_dataset=task_dataset(range(8)),
+                         estimator="turn")
+    tr.train()
+    assert [s for s, _ in reward.steps] == [0, 1] and all(n == 4 for _, n in reward.steps)
