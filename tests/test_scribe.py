@@ -434,3 +434,19 @@ def test_identical_descriptions_form_one_group_instead_of_failing():
     assert clusters.method == "single" and clusters.labels == [0] * 30
     two = np.vstack([np.tile(np.eye(8)[0], (20, 1)), np.tile(np.eye(8)[1], (20, 1))])
     assert len(cluster_skills(two, min_cluster_size=30).groups) == 1  # only two distinct points: no K-means
+
+
+def test_local_model_scores_are_constrained_to_the_scale(tiny_chat_policy):
+    """A tiny random local model cannot write JSON, but its score is picked among 0-3 by log-probability."""
+    from turngym.rewards.scribe.constrain import option_logprobs
+
+    llm = JSONLLM(tiny_chat_policy, max_new_tokens=8)
+    proto = SkillPrototype("p0", "bound", "when bounding", ["state the final condition explicitly"], [])
+    jobs = [(episode(f"e{i}", [f"step {i}"]), SkillItem("s", "k", 0, 0, span=f"step {i}"), proto) for i in range(3)]
+    verdicts = judge_items(jobs, llm)
+    assert all(v.score in (0, 1, 2, 3) for v in verdicts) and llm.stats.failed == 0
+    # the choice is the argmax of the model's own log-probabilities over the options
+    lp = option_logprobs(tiny_chat_policy, "Grade: {\"score\": ", ["0", "1", "2", "3"], add_special_tokens=False)
+    assert len(lp) == 4 and all(np.isfinite(lp)) and len(set(lp)) > 1
+    routes = LLMRouter(llm).route([SkillItem("s", "k", 0, 0)], SkillLibrary([proto]))
+    assert routes[0] in ("p0", None)

@@ -8,14 +8,17 @@ fences, prose around the object, trailing commas, Python literals, integers writ
 strings); otherwise the model is asked once more with the validation error. A reply
 that still fails is returned as ``None`` and counted: callers report it, nothing is
 invented. Identical calls are answered from a cache (optionally a JSONL file that
-survives restarts); ``max_concurrency`` bounds how many prompts are in flight.
+survives restarts; with greedy decoding a failed call is remembered as failed too);
+``max_concurrency`` bounds how many prompts are in flight.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import json
+import random
 import re
 import threading
 from dataclasses import asdict, dataclass, field
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from turngym.agents.policy import GenerationRequest, SamplingParams
+from turngym.rewards.scribe.constrain import is_local, pick_option
 
 Schema = dict[str, Any]
 
@@ -171,6 +175,7 @@ class JSONLLM:
         self._cache: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(self.max_concurrency)
+        self._rng = random.Random(0)
         if self.cache_path is not None and Path(self.cache_path).is_file():
             for line in Path(self.cache_path).read_text(encoding="utf-8").splitlines():
                 try:
@@ -213,7 +218,8 @@ class JSONLLM:
             for k, value in zip(chunk, values):
                 for i in todo[k]:
                     out[i] = value
-                if value is not None and self.use_cache:
+                # greedy decoding fails the same way twice: remember failures too, but not when sampling
+                if self.use_cache and (value is not None or self.temperature == 0):
                     self._remember(k, value)
         return out
 
@@ -225,12 +231,15 @@ class JSONLLM:
                     fh.write(json.dumps({"key": key, "value": value}) + "\n")
 
     def _generate_valid(self, jobs: Sequence[tuple[str, Schema]]) -> list[Any]:
-        texts = self._generate([p for p, _ in jobs], [sch for _, sch in jobs])
+        texts, forced = self._generate([p for p, _ in jobs], [sch for _, sch in jobs])
         values: list[Any] = []
         retry: list[int] = []
         errors: dict[int, str] = {}
         for i, ((_, schema), text) in enumerate(zip(jobs, texts)):
             value, err, repaired = parse_json_reply(text, schema)
+            if err is not None and forced[i]:  # the constrained field alone may satisfy the schema
+                value, err2, _ = parse_json_reply(forced[i] + "}", schema)
+                err, repaired = (None, True) if err2 is None else (err, repaired)
             values.append(value)
             if err is None:
                 self.stats.repaired += int(repaired)
@@ -239,8 +248,8 @@ class JSONLLM:
                 errors[i] = err
         if retry and self.reask:
             self.stats.reasked += len(retry)
-            again = self._generate([reask_prompt(jobs[i][0], errors[i], jobs[i][1]) for i in retry],
-                                   [jobs[i][1] for i in retry])
+            again, _ = self._generate([reask_prompt(jobs[i][0], errors[i], jobs[i][1]) for i in retry],
+                                      [jobs[i][1] for i in retry])
             for i, text in zip(retry, again):
                 value, err, repaired = parse_json_reply(text, jobs[i][1])
                 values[i] = value
@@ -248,22 +257,50 @@ class JSONLLM:
         self.stats.failed += sum(v is None for v in values)
         return values
 
-    def _generate(self, prompts: Sequence[str], schemas: Sequence[Schema]) -> list[str]:
-        """Chat models get the prompt as a user message. Base models (no chat template) get
-        the opening of the expected JSON after the prompt, so they continue the object
-        instead of the prose; the opening is put back in front of their reply."""
-        tok = getattr(self.policy, "tokenizer", None)
-        chat = tok is None or bool(getattr(tok, "chat_template", None))
-        prefixes = ["" if chat else json_prefix(s) for s in schemas]
-        reqs = [GenerationRequest(messages=[{"role": "user", "content": p}]) if chat
-                else GenerationRequest(prompt_text=p + "\n" + pre) for p, pre in zip(prompts, prefixes)]
+    def _generate(self, prompts: Sequence[str], schemas: Sequence[Schema]) -> tuple[list[str], list[str]]:
+        """Local models get the opening of the expected JSON after the prompt (rendered with
+        their chat template when they have one), and a leading enum field (a score, a
+        prototype id) chosen by their own log-probabilities; the opening is put back in
+        front of the reply. Served models get the prompt as a user message."""
         sampling = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                                  stop=() if chat else ("}\n\n", "```\n"))
+                                  stop=("}\n\n", "```\n"))
+        if not is_local(self.policy):
+            reqs = [GenerationRequest(messages=[{"role": "user", "content": p}]) for p in prompts]
+            with self._slots:
+                gens = self.policy.generate(reqs, dataclasses.replace(sampling, stop=()))
+            with self._lock:
+                self.stats.generated += len(prompts)
+            return [g.text for g in gens], [""] * len(prompts)
+        tok = self.policy.tokenizer
+        chat = bool(getattr(tok, "chat_template", None))
+        texts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+                 if chat else p + "\n" for p in prompts]
+        prefixes = [json_prefix(s) for s in schemas]
+        forced = [""] * len(prompts)
         with self._slots:
+            for i, schema in enumerate(schemas):
+                options = enum_options(schema)
+                if options:
+                    k = pick_option(self.policy, texts[i] + prefixes[i], options, self.temperature, self._rng,
+                                    add_special_tokens=not chat)
+                    prefixes[i] += options[k]
+                    forced[i] = prefixes[i]
+            reqs = [GenerationRequest(prompt_ids=list(tok(t + pre, add_special_tokens=not chat)["input_ids"]))
+                    for t, pre in zip(texts, prefixes)]
             gens = self.policy.generate(reqs, sampling)
         with self._lock:
             self.stats.generated += len(prompts)
-        return [pre + g.text for pre, g in zip(prefixes, gens)]
+        return [pre + g.text for pre, g in zip(prefixes, gens)], forced
+
+
+def enum_options(schema: Schema) -> list[str]:
+    """Continuations of :func:`json_prefix` for a leading enum field: ``["0", "1"]`` or ``['p0"', 'none"']``."""
+    if schema.get("type") != "object" or not schema.get("required"):
+        return []
+    sub = schema.get("properties", {}).get(schema["required"][0], {})
+    if "enum" not in sub:
+        return []
+    return [f'{v}"' if isinstance(v, str) else json.dumps(v) for v in sub["enum"]]
 
 
 def json_prefix(schema: Schema) -> str:

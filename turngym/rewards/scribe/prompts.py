@@ -35,7 +35,7 @@ DISTILL_SCHEMA = {
     },
 }
 JUDGE_SCHEMA = {
-    "type": "object", "required": ["score", "violated"],
+    "type": "object", "required": ["score"],
     "properties": {"score": {"type": "integer", "enum": [0, 1, 2, 3]},
                    "violated": {"type": "array", "maxItems": 8, "items": {"type": "string", "maxLength": 300}}},
 }
@@ -88,7 +88,7 @@ def distill_prompt(examples: list[dict[str, str]]) -> str:
 def route_prompt(subgoal: str, skill: str, prototypes: list[Any]) -> str:
     listed = "\n".join(f"- {p.id}: {p.name}. Use when: {p.when_to_use}" for p in prototypes)
     return (f"Which skill rubric applies to this step? Answer \"none\" if no rubric fits.\n\nStep subgoal: {subgoal}\n"
-            f"Skill used: {skill}\n\nRubrics:\n{listed}\n\nReply with JSON only: {{\"prototype\": \"<id or none>\"}}")
+            f"Skill used: {skill}\n\nRubrics:\n{listed}\n\nReply with JSON only, e.g. {{\"prototype\": \"none\"}}")
 
 
 def judge_prompt(task: str, subgoal: str, span: str, prototype: Any) -> str:
@@ -98,4 +98,5 @@ def judge_prompt(task: str, subgoal: str, span: str, prototype: Any) -> str:
         "Grade one step of an agent's work against the rubric below, and only against it.\n\n"
         f"Task: {task[:2000]}\nSubgoal of the step: {subgoal}\n\nThe step:\n{span}\n\n"
         f"Rubric:\n{json.dumps(rubric, indent=1)}\n\n"
-        "Reply with JSON only: {\"score\": <0-3>, \"violated\": [<checklist items the step violates, copied exactly>]}")
+        "Reply with JSON only: the score (0, 1, 2 or 3) and the checklist items the step violates, copied exactly, "
+        'e.g. {"score": 2, "violated": ["a checklist item"]}')

@@ -100,6 +100,7 @@ def judge_items(jobs: Sequence[tuple[Episode, SkillItem, Any]], llm: Any) -> lis
         if reply is None:
             out.append(Judgement(None))
             continue
-        known = [v for v in reply["violated"] if v in proto.checklist]
-        out.append(Judgement(int(reply["score"]), known, len(reply["violated"]) - len(known)))
+        listed = reply.get("violated", [])
+        known = [v for v in listed if v in proto.checklist]
+        out.append(Judgement(int(reply["score"]), known, len(listed) - len(known)))
     return out
