@@ -450,3 +450,18 @@ def test_local_model_scores_are_constrained_to_the_scale(tiny_chat_policy):
     assert len(lp) == 4 and all(np.isfinite(lp)) and len(set(lp)) > 1
     routes = LLMRouter(llm).route([SkillItem("s", "k", 0, 0)], SkillLibrary([proto]))
     assert routes[0] in ("p0", None)
+
+
+def test_served_judges_can_be_asked_for_structured_output():
+    from turngym.agents.openai_compat import OpenAICompatPolicy
+
+    server = _serve(scripted_rule)
+    try:
+        llm = JSONLLM(OpenAICompatPolicy(model="m", base_url=server.url), guided_json=True)
+        proto = SkillPrototype("p0", "bound", "when bounding", ["use the tool correctly"], [])
+        [v] = judge_items([(episode("e", ["x"]), SkillItem("s", "k", 0, 0, span="x"), proto)], llm)
+        assert v.score == 3
+        body = server.requests[0][1]
+        assert body["response_format"]["json_schema"]["schema"] == JUDGE_SCHEMA
+    finally:
+        server.close()

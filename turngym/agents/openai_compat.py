@@ -68,6 +68,9 @@ class OpenAICompatPolicy:
             body = {**common, "messages": chat_messages(req.messages, bool(req.tools))}
             if req.tools:
                 body["tools"] = req.tools
+            if req.json_schema:  # OpenAI / vLLM structured output
+                body["response_format"] = {"type": "json_schema",
+                                           "json_schema": {"name": "reply", "schema": req.json_schema, "strict": True}}
             data = self._post("/chat/completions", body)
             choice = data["choices"][0]
             message = choice.get("message") or {}

@@ -39,6 +39,7 @@ class GenerationRequest:
     prompt_text: str | None = None
     max_new_tokens: int | None = None  # per-request cap (context budget), below the sampling one
     tools: list[dict[str, Any]] | None = None  # tool schemas for chat backends (native tool calling)
+    json_schema: dict[str, Any] | None = None  # servers with structured output: constrain the reply to it
 
 
 @dataclass

@@ -167,6 +167,7 @@ class JSONLLM:
     reask: bool = True
     use_cache: bool = True
     cache_path: str | Path | None = None
+    guided_json: bool = False  # served models: ask the server to constrain replies to the schema
     stats: LLMStats = field(default_factory=LLMStats)
 
     def __post_init__(self) -> None:
@@ -265,7 +266,8 @@ class JSONLLM:
         sampling = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                   stop=("}\n\n", "```\n"))
         if not is_local(self.policy):
-            reqs = [GenerationRequest(messages=[{"role": "user", "content": p}]) for p in prompts]
+            reqs = [GenerationRequest(messages=[{"role": "user", "content": p}],
+                                      json_schema=s if self.guided_json else None) for p, s in zip(prompts, schemas)]
             with self._slots:
                 gens = self.policy.generate(reqs, dataclasses.replace(sampling, stop=()))
             with self._lock:

@@ -65,6 +65,7 @@ class ScribeReward:
     library_path: str | None = None
     min_cluster_size: int = 5
     llm_base_url: str | None = None
+    guided_json: bool = False
     name: str = "scribe"
     refreshes: list[dict[str, Any]] = field(default_factory=list)
 
@@ -75,7 +76,7 @@ class ScribeReward:
             raise ValueError(f"router must be 'embedding' or 'llm', got {self.router!r}")
         if self.refresh_every < 1:
             raise ValueError("refresh_every must be >= 1")
-        self.llm = make_llm(self.llm, self.llm_base_url)
+        self.llm = make_llm(self.llm, self.llm_base_url, guided_json=self.guided_json)
         if isinstance(self.library, str):
             self.library = SkillLibrary.load(self.library)
         self.embedder = SentenceEmbedder(self.embedder) if isinstance(self.embedder, str) else self.embedder
