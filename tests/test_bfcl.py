@@ -368,3 +368,18 @@ def test_native_tool_calling_through_the_runner_keeps_the_token_invariant(tiny_c
         ids += turn.action_ids + (turn.observation_ids or [])
     tool_obs = next(t for t in ep.turns if t.observation_role == "tool")
     assert "<|im_start|>tool\n" in tok.decode(tool_obs.observation_ids)
+
+
+def test_an_episode_cut_before_any_action_is_invalid_not_graded_on_stale_state():
+    env = BFCLEnv(category="simple_python")
+    env.reset(options={"index": 0})
+    calls = gt_calls(env.data.answers[env._entry["id"]])
+    _, _, _, _, info = env.step(render_single(calls, "prompting", "python"))
+    assert info["outcome"]["bfcl_valid"]
+    env.reset(options={"index": 0})
+    env.end_episode("context_length")  # e.g. the prompt alone filled the model's context
+    assert env.episode.outcome["bfcl_valid"] is False
+    mt = BFCLEnv(category="multi_turn_base")
+    mt.reset(options={"index": 0})
+    mt.end_episode("context_length")
+    assert mt.episode.outcome["error_type"] == "multi_turn:force_terminated" and mt._session is None

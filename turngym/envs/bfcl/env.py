@@ -121,6 +121,7 @@ class BFCLEnv(TextEnv):
         self._all_results: list[str] = []
         self._turn_checks: list[dict[str, Any]] = []
         self._force_quit = False
+        self._single_decoded = Decoded(error="the episode ended before any action")
         if self.multi_turn:
             self._session = BackendSession(self._entry, self.category)
             if self.tool_format == "native":
