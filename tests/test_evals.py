@@ -222,3 +222,22 @@ def test_unknown_dataset_server_down_and_full_disk_are_clear_and_lose_nothing(tm
     monkeypatch.setattr(Writer, "write", real_write)
     assert len(read_episodes(tmp_path / "c" / "episodes.jsonl").episodes) == 2
     assert run_eval(spec, tmp_path / "c", policy=tiny_chat_policy)["episodes"] == 4
+
+
+def test_lm_eval_bridge_runs_bfcl_categories(tmp_path):
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from turngym.evals.lm_eval_bridge import make_turngym_lm_class, write_tasks
+
+    names = write_tasks(tmp_path, ["bfcl_irrelevance", "bfcl_multi_turn_base"], limit=1)
+    lm = make_turngym_lm_class()(backend="hf", pretrained=str(tiny_model_dir(chat=True)), max_new_tokens=8,
+                                 device="cpu")
+    res = lm_eval.simple_evaluate(model=lm, tasks=names, task_manager=TaskManager(include_path=str(tmp_path)),
+                                  bootstrap_iters=0, log_samples=True)
+    [irr] = [json.loads(s["resps"][0][0]) for s in res["samples"]["turngym_bfcl_irrelevance"]]
+    assert irr["outcome"]["category"] == "irrelevance" and irr["turns"] == 1
+    # a random tiny model makes no decodable call: right for irrelevance (1.0)
+    assert res["results"]["turngym_bfcl_irrelevance"]["acc,none"] == float(irr["outcome"]["bfcl_valid"]) == 1.0
+    [mt] = [json.loads(s["resps"][0][0]) for s in res["samples"]["turngym_bfcl_multi_turn_base"]]
+    assert mt["outcome"]["category"] == "multi_turn_base" and mt["outcome"]["bfcl_valid"] is False

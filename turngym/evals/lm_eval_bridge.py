@@ -1,7 +1,8 @@
 """lm-eval bridge: turngym's benchmarks as lm-eval tasks, played multi-turn by lm-eval's own backends.
 
 - Tasks ``turngym_<dataset>`` (math500, aime24, aime25, gsm8k, nq, triviaqa, popqa, hotpotqa,
-  2wikimultihopqa, musique, bamboogle) are YAML files over local JSONL docs, written by
+  2wikimultihopqa, musique, bamboogle, and ``bfcl_<category>`` for every BFCL-v0 category, in
+  BFCL's prompting format) are YAML files over local JSONL docs, written by
   :func:`write_tasks` (``turngym lm-eval-tasks --out DIR``), so they run offline.
 - The model ``turngym`` wraps any lm-eval backend (``backend=hf``, ``vllm``, ``local-completions``, ...)
   and plays each request as a full turngym episode: the backend's ``generate_until`` is called
@@ -10,7 +11,8 @@
 
 What is comparable: the items and the grading are turngym's; single-turn lm-eval tasks
 (e.g. ``gsm8k``) use other prompts, few-shot examples and answer extraction, and no tools,
-so their numbers are not comparable with these. Within the bridge, different lm-eval
+so their numbers are not comparable with these. BFCL tasks use bfcl-eval's prompts, decoders and
+checkers, so their accuracy is comparable with bfcl-eval's prompting-mode numbers per category. Within the bridge, different lm-eval
 backends are comparable with each other and with ``turngym eval`` at temperature 0.
 """
 
@@ -30,27 +32,50 @@ ENV_FOR = {"math500": "turngym/MathCode-v0", "aime24": "turngym/MathCode-v0", "a
 QA = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 for _name in QA:
     ENV_FOR[_name] = "turngym/SearchQA-v0"
+BFCL_PREFIX = "bfcl_"
+BFCL_CATEGORIES = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple",
+                   "irrelevance", "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple",
+                   "live_irrelevance", "live_relevance", "multi_turn_base", "multi_turn_miss_func",
+                   "multi_turn_miss_param", "multi_turn_long_context")
+for _name in BFCL_CATEGORIES:
+    ENV_FOR[BFCL_PREFIX + _name] = "turngym/BFCL-v0"
+
+
+def _task_items(name: str) -> tuple[list[dict[str, Any]], str | None]:
+    """(items with index/id/question/answers, manifest sha256) for a task name."""
+    if ENV_FOR[name].endswith("BFCL-v0"):
+        from turngym.envs.bfcl.data import load_category
+
+        data = load_category(name[len(BFCL_PREFIX):])
+        items = [{"index": i, "id": e["id"], "answers": [""],
+                  "question": next((m["content"] for m in e["question"][0] if m["role"] == "user"), "")}
+                 for i, e in enumerate(data.entries)]
+        return items, data.manifest.sha256
+    from turngym.corpora.datasets import load_dataset
+
+    ds = load_dataset(name)
+    return ds.items, ds.manifest.sha256
 
 
 def write_tasks(out_dir: str | Path, datasets: Sequence[str] | None = None, limit: int | None = None) -> list[str]:
     """Write lm-eval task YAMLs and their JSONL docs; returns the task names."""
-    from turngym.corpora.datasets import load_dataset
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     names = []
     for name in datasets or list(ENV_FOR):
         if name not in ENV_FOR:
             raise ValueError(f"no turngym lm-eval task for {name!r}; choose from {sorted(ENV_FOR)}")
-        ds = load_dataset(name)
-        items = ds.items[:limit] if limit else ds.items
+        all_items, sha256 = _task_items(name)
+        items = all_items[:limit] if limit else all_items
         docs = out / f"turngym_{name}.jsonl"
         with docs.open("w") as fh:
             for it in items:
-                ref = {"env": ENV_FOR[name], "dataset": name, "index": it["index"]}
+                dataset = name[len(BFCL_PREFIX):] if name.startswith(BFCL_PREFIX) else name
+                ref = {"env": ENV_FOR[name], "dataset": dataset, "index": it["index"]}
                 fh.write(json.dumps({"turngym_ref": json.dumps(ref), "id": it["id"], "question": it["question"],
-                                     "answers": it["answers"]}, ensure_ascii=False) + "\n")
-        metrics = ["acc"] if ENV_FOR[name].endswith("MathCode-v0") else ["em", "f1"]
+                                     "answers": it["answers"], "bfcl": name.startswith(BFCL_PREFIX)},
+                                    ensure_ascii=False) + "\n")
+        metrics = ["em", "f1"] if ENV_FOR[name].endswith("SearchQA-v0") else ["acc"]
         task = {
             "task": f"turngym_{name}",
             "tag": ["turngym"],
@@ -63,7 +88,7 @@ def write_tasks(out_dir: str | Path, datasets: Sequence[str] | None = None, limi
             "generation_kwargs": {"until": [], "do_sample": False},
             "process_results": "!function turngym_lm_eval_utils.process_results",
             "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in metrics],
-            "metadata": {"version": 1, "manifest_sha256": ds.manifest.sha256},
+            "metadata": {"version": 1, "manifest_sha256": sha256},
         }
         text = yaml.safe_dump(task, sort_keys=False).replace("'!function turngym_lm_eval_utils.process_results'",
                                                              "!function turngym_lm_eval_utils.process_results")
@@ -83,6 +108,8 @@ def process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]
         outcome = {}
     if "correct" in outcome:
         return {"acc": float(outcome["correct"])}
+    if "bfcl_valid" in outcome or doc.get("bfcl"):
+        return {"acc": float(bool(outcome.get("bfcl_valid")))}
     return {"em": float(outcome.get("em", 0.0)), "f1": float(outcome.get("f1", 0.0))}
 
 
@@ -163,6 +190,8 @@ def make_turngym_lm_class():
                 by_env.setdefault((ref["env"], ref["dataset"]), []).append(i)
             for (env_id, dataset), rows in by_env.items():
                 kwargs: dict[str, Any] = {"dataset": dataset, "max_turns": self.max_turns, "prompt_style": "base"}
+                if env_id.endswith("BFCL-v0"):  # its own step cap (20 per user turn); prompts are BFCL's
+                    kwargs = {"category": dataset}
                 if env_id.endswith("SearchQA-v0") and self.retriever:
                     kwargs["retriever"] = self.retriever
                 runner = RolloutRunner(self.policy, lambda: gymnasium.make(env_id, **kwargs),
