@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -383,3 +384,21 @@ def test_an_episode_cut_before_any_action_is_invalid_not_graded_on_stale_state()
     mt.reset(options={"index": 0})
     mt.end_episode("context_length")
     assert mt.episode.outcome["error_type"] == "multi_turn:force_terminated" and mt._session is None
+
+
+def test_final_answers_are_canonical_calls_so_verifier_free_rewards_can_vote():
+    from turngym.rewards import get_reward
+
+    env = BFCLEnv(category="simple_python")
+    eps = []
+    for text in ("[calculate_triangle_area(base=10, height=5)]", "[calculate_triangle_area(height=5, base=10)]",
+                 "I cannot do that."):
+        env.reset(options={"index": 0}, seed=0)
+        env.step(text)
+        eps.append(env.episode)
+    assert eps[0].final_answer == eps[1].final_answer != eps[2].final_answer == "[]"
+    assert get_reward("ttrl").score_group(eps).rewards == [[1.0], [1.0], [0.0]]
+    mt = BFCLEnv(category="multi_turn_base")
+    replay_ground_truth(mt, 0)
+    calls = json.loads(mt.episode.final_answer)
+    assert len(calls) == len(mt._entry["question"]) and calls[0][0] == "cd(folder='document')"

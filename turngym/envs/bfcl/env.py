@@ -118,6 +118,7 @@ class BFCLEnv(TextEnv):
         self._user_turn = 0
         self._steps_in_turn = 0
         self._turn_calls: list[list[str]] = []
+        self._calls_by_turn: list[list[str]] = []  # every executed call, per user turn: the episode's answer
         self._all_results: list[str] = []
         self._turn_checks: list[dict[str, Any]] = []
         self._force_quit = False
@@ -150,7 +151,13 @@ class BFCLEnv(TextEnv):
             if isinstance(decoded.calls, list) else []
         self._single_decoded = decoded
         return ActionResult(observation=None, tool_calls=calls, parse_error=decoded.error, terminated=True,
-                            metrics={"tool_ok": decoded.has_calls})
+                            metrics={"tool_ok": decoded.has_calls}, final_answer=self._answer_json(
+                                decoded.calls if decoded.error is None else []))
+
+    @staticmethod
+    def _answer_json(calls: Any) -> str:
+        """The episode's answer for verifier-free rewards: its calls as canonical JSON ("[]": no call)."""
+        return json.dumps(calls, sort_keys=True, ensure_ascii=False, default=str)
 
     def _act_multi_turn(self, action: str) -> ActionResult:
         assert self._session is not None
@@ -179,6 +186,7 @@ class BFCLEnv(TextEnv):
             metrics["force_quit"] = True
             metrics.update(self._close_user_turn())
             return ActionResult(observation=None, tool_calls=tool_calls, metrics=metrics, terminated=True,
+                                final_answer=self._answer_json(self._calls_by_turn),
                                 tool_ms=(time.perf_counter() - start) * 1000.0)
         return ActionResult(observation=self._render_results(calls, results), tool_calls=tool_calls,
                             metrics=metrics, observation_role="tool" if self.tool_format == "native" else "user",
@@ -196,7 +204,8 @@ class BFCLEnv(TextEnv):
         done = self._user_turn >= len(self._entry["question"])
         observation = None if done else self._user_message(self._user_turn)
         return ActionResult(observation=observation, parse_error=error, metrics=metrics, terminated=done,
-                            observation_role="user", tool_ms=(time.perf_counter() - start) * 1000.0)
+                            observation_role="user", tool_ms=(time.perf_counter() - start) * 1000.0,
+                            final_answer=self._answer_json(self._calls_by_turn) if done else None)
 
     def _user_message(self, turn: int) -> str:
         holdout = self._entry.get("missed_function", {})
@@ -212,6 +221,7 @@ class BFCLEnv(TextEnv):
         """bfcl-eval's per-turn checks (``multi_turn_checker``) for the user turn just ended."""
         assert self._session is not None
         u = self._user_turn
+        self._calls_by_turn.append([c for step in self._turn_calls for c in step])
         ground_truth = list(self._ground_truth[u])
         gt_results = self._session.execute_ground_truth(ground_truth)
         check: dict[str, Any] = {"bfcl_checked": bool(ground_truth)}
