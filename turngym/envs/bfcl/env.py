@@ -58,7 +58,6 @@ class BFCLEnv(TextEnv):
         self._prompts = mods["prompts"]
         self._handler_utils = mods["handler_utils"]
         self._checker = mods["multi_turn_checker"]
-        self._ast = mods["ast_checker"]
         self._enums = mods["enums"]
         self._session: BackendSession | None = None
         self._entry: dict[str, Any] = {}
