@@ -397,3 +397,58 @@ def test_final_answers_are_canonical_calls_so_verifier_free_rewards_can_vote():
     replay_ground_truth(mt, 0)
     calls = json.loads(mt.episode.final_answer)
     assert len(calls) == len(mt._entry["question"]) and calls[0][0] == "cd(folder='document')"
+
+
+# ------------------------------------------------------------------ memory
+
+
+def test_memory_questions_need_their_prerequisite_conversations_first(tmp_path):
+    env = BFCLEnv(category="memory_kv", memory_dir=str(tmp_path))
+    with pytest.raises(BFCLDataError, match="play the memory_kv_prereq items first"):
+        env.reset(options={"index": 0})
+    assert BFCLEnv(category="memory_kv_prereq").num_items() == 37 and env.num_items() == 155
+
+
+@pytest.mark.parametrize("backend", ["memory_kv", "memory_rec_sum"])
+def test_memory_prerequisites_write_snapshots_questions_read_them_and_verdicts_equal_bfcl_eval(tmp_path, backend):
+    from turngym.envs.bfcl.reference import official_agentic
+
+    pre = BFCLEnv(category=f"{backend}_prereq", memory_dir=str(tmp_path))
+    ids = pre.data.manifest.item_ids
+    chain = [i for i, x in enumerate(ids) if "-customer-" in x]
+    store = ("[core_memory_add(key='first_name', value='Michael')]" if backend == "memory_kv"
+             else "[memory_append(text='first name: Michael')]")
+    for n, i in enumerate(chain):
+        pre.reset(options={"index": i})
+        if n == 1:  # the previous conversation's memory is in this one's prompt (bfcl-eval's core-memory dump)
+            assert "Michael" in pre.episode.prompt[0]["content"]
+        if n == 0:
+            obs, *_ = pre.step(store)
+            assert "error" not in obs.lower(), obs
+        while not pre.episode.done:
+            pre.step("Noted, thank you.")
+        assert pre.episode.outcome == {"category": f"{backend}_prereq", "prereq": True}
+    q = BFCLEnv(category=backend, memory_dir=str(tmp_path))
+    idx = q.data.manifest.item_ids.index(f"{backend}_0-customer-0")
+    for steps, expected in ((["{'answer': 'Michael', 'context': 'memory'}"], True),
+                            (["[core_memory_list_keys()]" if backend == "memory_kv" else "[memory_retrieve()]",
+                              "{'answer': 'I do not know', 'context': 'I do not know'}"], False),
+                            (["[bogus_call()]"], False)):
+        q.reset(options={"index": idx})
+        assert "Michael" in q.episode.prompt[0]["content"]
+        info = {}
+        for text in steps:
+            _, _, term, _, info = q.step(text)
+        if not term:  # a reply that is all calls: the episode is cut here, with no final message
+            q.end_episode("test")
+            info = {"outcome": q.episode.outcome}
+        ref = official_agentic(backend, steps, q.data.checker_entries[idx], q._ground_truth)
+        assert info["outcome"]["bfcl_valid"] == ref["valid"] == expected, (steps, info["outcome"], ref)
+
+
+def test_memory_prerequisites_out_of_order_are_refused(tmp_path):
+    pre = BFCLEnv(category="memory_kv_prereq", memory_dir=str(tmp_path))
+    ids = pre.data.manifest.item_ids
+    second = next(i for i, x in enumerate(ids) if x.endswith("-customer-1"))
+    with pytest.raises(BFCLDataError, match="no memory snapshot for scenario 'customer'"):
+        pre.reset(options={"index": second})

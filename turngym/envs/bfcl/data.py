@@ -25,14 +25,14 @@ SINGLE_TURN_AST = ("simple_python", "simple_java", "simple_javascript", "multipl
                    "live_parallel_multiple")
 RELEVANCE = ("irrelevance", "live_irrelevance", "live_relevance")
 MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
-CATEGORIES = SINGLE_TURN_AST + RELEVANCE + MULTI_TURN
+# memory: the *_prereq conversations write the memory snapshots the questions then read
+MEMORY = ("memory_kv", "memory_rec_sum")
+MEMORY_PREREQ = tuple(c + "_prereq" for c in MEMORY)
+CATEGORIES = SINGLE_TURN_AST + RELEVANCE + MULTI_TURN + MEMORY + MEMORY_PREREQ
 REFUSED = {
     "web_search_base": "needs a live web search API (bfcl-eval's WebSearchAPI calls SerpAPI over the network)",
     "web_search_no_snippet": "needs a live web search API (bfcl-eval's WebSearchAPI calls SerpAPI over the network)",
-    "memory_kv": "needs bfcl-eval's memory prerequisite conversations run first and their memory files; "
-                 "not supported yet",
-    "memory_vector": "needs a sentence-transformers model from the Hugging Face hub and faiss; not supported",
-    "memory_rec_sum": "needs bfcl-eval's memory prerequisite conversations run first; not supported yet",
+    "memory_vector": "loads SentenceTransformer('all-MiniLM-L6-v2') from the Hugging Face hub at import; not supported",
     "format_sensitivity": "is a prompt-format sweep over other categories, not a task; not supported",
 }
 
@@ -41,12 +41,20 @@ class BFCLDataError(ValueError):
     """An unknown or unsupported category, or a data folder without the category's files."""
 
 
+class MemoryOrderError(BFCLDataError, RuntimeError):
+    """A memory conversation or question played before the conversation it builds on."""
+
+
 def language_of(category: str) -> str:
     return "java" if category.endswith("java") else "javascript" if category.endswith("javascript") else "python"
 
 
 def is_multi_turn(category: str) -> bool:
     return category in MULTI_TURN
+
+
+def is_memory(category: str) -> bool:
+    return category in MEMORY or category in MEMORY_PREREQ
 
 
 @dataclass
@@ -99,11 +107,40 @@ def load_category(category: str, data_dir: str | Path | None = None) -> BFCLCate
     """The category's entries (cached per process; callers must not mutate them)."""
     check_category(category)
     folder = Path(data_dir) if data_dir is not None else package_data_dir()
+    if is_memory(category) and data_dir is not None:
+        raise BFCLDataError("memory categories load from bfcl-eval's own data (they need its prerequisite files)")
     key = (category, str(folder))
     with _cache_lock:
         if key not in _cache:
-            _cache[key] = _load(category, folder, data_dir is None)
+            _cache[key] = _load_memory(category) if is_memory(category) else _load(category, folder, data_dir is None)
         return _cache[key]
+
+
+def _load_memory(category: str) -> BFCLCategory:
+    """Questions, or (``*_prereq``) the prerequisite conversations in dependency order, as bfcl-eval builds them."""
+    mods = bfcl()
+    utils = mods["utils"]
+    base = category.removesuffix("_prereq")
+    prereq = category.endswith("_prereq")
+    entries = [e for e in utils.load_dataset_entry(base, include_prereq=True)
+               if ("prereq" in e["id"]) == prereq]
+    seen: set[str] = set()
+    for e in entries if prereq else []:  # each conversation comes after the ones it depends on: checked
+        if not set(e.get("depends_on", [])) <= seen:
+            raise BFCLDataError(f"{e['id']} comes before a conversation it depends on")
+        seen.add(e["id"])
+    answers: dict[str, Any] = {}
+    if not prereq:
+        for row in utils.load_ground_truth_entry(base):
+            answers[row["id"].replace("memory", base, 1)] = row["ground_truth"]
+        missing = [e["id"] for e in entries if e["id"] not in answers]
+        if missing:
+            raise BFCLDataError(f"{len(missing)} {category} entries have no ground truth (first: {missing[0]})")
+    source = Path(mods["eval_config"].PROMPT_PATH) / f"{mods['eval_config'].VERSION_PREFIX}_memory.json"
+    manifest = Manifest(dataset=category, split="test", source=f"bfcl-eval {BFCL_VERSION}: {source.name}",
+                        sha256=hashlib.sha256(source.read_bytes()).hexdigest(), count=len(entries),
+                        item_ids=[e["id"] for e in entries])
+    return BFCLCategory(category, entries, copy.deepcopy(entries), answers, manifest)
 
 
 def _load(category: str, folder: Path, from_package: bool) -> BFCLCategory:

@@ -13,6 +13,13 @@ message is the observation. ``miss_func`` turns bring the held-out functions bac
 that message. The outcome ``bfcl_valid`` holds iff every checked user turn passed;
 per-turn results are in the metrics of the step that closed each user turn.
 
+Memory (``memory_kv``, ``memory_rec_sum``): the ``*_prereq`` categories are the prerequisite
+conversations, played in file order with k=1; each one's memory is saved under
+``memory_dir`` (bfcl-eval's snapshot layout) and loaded by the next, and the questions
+start from the scenario's final memory. A question is valid iff a ground-truth answer
+appears in its last reply without calls (bfcl-eval's agentic checker). Playing out of
+order is refused (:class:`MemoryOrderError`).
+
 Tool formats: ``prompting`` puts bfcl-eval's system prompt with the function docs in
 the prompt and expects ``[func(arg=val)]``; ``native`` passes the docs as ``tools`` to
 the chat template (``Episode.tools``) and expects Hermes ``<tool_call>`` JSON. In native
@@ -25,14 +32,16 @@ from __future__ import annotations
 import copy
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from turngym.envs.base import ActionResult, TextEnv
 from turngym.envs.bfcl.calls import (TOOL_FORMATS, Decoded, decode_native, decode_prompting,
                                      native_execution_strings)
-from turngym.envs.bfcl.data import (RELEVANCE, BFCLCategory, is_multi_turn, language_of, load_category)
+from turngym.envs.bfcl.data import (RELEVANCE, BFCLCategory, MemoryOrderError, is_memory, is_multi_turn,
+                                    language_of, load_category)
 from turngym.envs.bfcl.execution import BackendSession, is_error_result
-from turngym.envs.bfcl.upstream import CHECKER_MODEL_NAME, bfcl
+from turngym.envs.bfcl.upstream import CHECKER_MODEL_NAME, bfcl, bfcl_project_root
 
 
 class BFCLEnv(TextEnv):
@@ -41,7 +50,7 @@ class BFCLEnv(TextEnv):
 
     def __init__(self, category: str = "multi_turn_base", tool_format: str = "prompting",
                  data_dir: str | None = None, max_turns: int = 400, render_mode: str | None = None,
-                 dataset: str | None = None):
+                 dataset: str | None = None, memory_dir: str | None = None):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         if dataset is not None:  # the harness's --dataset names the category
             category = dataset
@@ -53,7 +62,10 @@ class BFCLEnv(TextEnv):
         self.dataset_name = category
         self.manifest = self.data.manifest
         self.language = language_of(category)
-        self.multi_turn = is_multi_turn(category)
+        self.memory = is_memory(category)
+        self.multi_turn = is_multi_turn(category) or self.memory  # memory entries use the multi-turn loop
+        self.memory_dir = Path(memory_dir) if memory_dir else bfcl_project_root() / "memory"
+        self._last_reply: str | None = None
         mods = bfcl()
         self._prompts = mods["prompts"]
         self._handler_utils = mods["handler_utils"]
@@ -86,6 +98,9 @@ class BFCLEnv(TextEnv):
         entry = self.data.entries[task["index"]]
         self._entry = entry
         self._name_map = {}
+        self._close_session()
+        if self.memory:
+            return self._memory_prompt(entry)
         key = (task["index"], self.tool_format)
         if key not in self.data.prompts:  # bfcl-eval's system prompt serialises every doc: render once
             first = copy.deepcopy(entry["question"][0])
@@ -94,6 +109,31 @@ class BFCLEnv(TextEnv):
                                                                                     entry["id"])
             self.data.prompts[key] = [{"role": m["role"], "content": m["content"]} for m in first]
         return [dict(m) for m in self.data.prompts[key]]
+
+    def _memory_prompt(self, entry: dict[str, Any]) -> list[dict[str, str]]:
+        """bfcl-eval's order: the memory instruction (with the core memory loaded from the snapshot)
+        goes in first, then the function-doc system prompt in front of it."""
+        backend = entry["involved_classes"][0]
+        config = {backend: {"model_result_dir": self.memory_dir, "scenario": entry["scenario"], "test_id": entry["id"],
+                            "test_category": self.category}}
+        self._session = BackendSession({**entry, "initial_config": config}, self.category)
+        instance = self._session.instances[backend]
+        # the conversation this one follows must have been played (and saved) already; its own
+        # checkpoint, not just the scenario's latest snapshot, so a run out of order cannot read stale memory
+        before = entry.get("depends_on", [])[-1:]
+        checkpoints = instance.latest_snapshot_file.parent / "prereq_checkpoints"
+        if any(not (checkpoints / f"{dep}.json").is_file() for dep in before):
+            self._close_session()
+            base = self.category.removesuffix("_prereq")
+            raise MemoryOrderError(
+                f"no memory snapshot for scenario {entry['scenario']!r} under {self.memory_dir}: play the "
+                f"{base}_prereq items first, in order with k=1, with the same memory_dir")
+        question = self._handler_utils.add_memory_instruction_system_prompt(
+            copy.deepcopy(entry["question"]), self.category, entry["scenario"], instance)
+        first = question[0]
+        if self.tool_format == "prompting":
+            first = self._handler_utils.system_prompt_pre_processing_chat_model(first, entry["function"], entry["id"])
+        return [{"role": m["role"], "content": m["content"]} for m in first]
 
     def make_tools(self, task: dict[str, Any]) -> list[dict[str, Any]] | None:
         if self.tool_format != "native":
@@ -111,7 +151,6 @@ class BFCLEnv(TextEnv):
     # ------------------------------------------------------------------ episode state
 
     def on_reset(self, task: dict[str, Any]) -> None:
-        self._close_session()
         self._checker_entry = self.data.checker_entries[task["index"]]
         self._ground_truth = self.data.answers.get(self._entry["id"])
         self._user_turn = 0
@@ -122,12 +161,17 @@ class BFCLEnv(TextEnv):
         self._turn_checks: list[dict[str, Any]] = []
         self._force_quit = False
         self._single_decoded = Decoded(error="the episode ended before any action")
-        if self.multi_turn:
+        self._last_reply = None
+        if self.multi_turn and self._session is None:
             self._session = BackendSession(self._entry, self.category)
+        if self.multi_turn:
             if self.tool_format == "native":
                 self._name_map.update({n.replace(".", "_"): n for n in self._session.methods})
 
     def on_close_episode(self) -> None:
+        if self.memory and self.category.endswith("_prereq") and self._session is not None:
+            # bfcl-eval: a prerequisite conversation's memory is saved for the next one and the questions
+            next(iter(self._session.instances.values()))._flush_memory_to_local_file()
         self._close_session()
 
     def _close_session(self) -> None:
@@ -169,6 +213,7 @@ class BFCLEnv(TextEnv):
             calls = list(decoded.calls) if decoded.error is None else []
         if decoded.error is not None or not calls or (len(calls) == 1 and not calls[0]):
             # bfcl-eval: an undecodable or empty step ends the user turn
+            self._last_reply = action
             metrics.update(self._close_user_turn())
             metrics["tool_ok"] = None
             return self._next_user_turn(decoded.error, metrics, start)
@@ -204,7 +249,8 @@ class BFCLEnv(TextEnv):
         observation = None if done else self._user_message(self._user_turn)
         return ActionResult(observation=observation, parse_error=error, metrics=metrics, terminated=done,
                             observation_role="user", tool_ms=(time.perf_counter() - start) * 1000.0,
-                            final_answer=self._answer_json(self._calls_by_turn) if done else None)
+                            final_answer=(self._last_reply if self.memory else self._answer_json(self._calls_by_turn))
+                            if done else None)
 
     def _user_message(self, turn: int) -> str:
         holdout = self._entry.get("missed_function", {})
@@ -221,6 +267,9 @@ class BFCLEnv(TextEnv):
         assert self._session is not None
         u = self._user_turn
         self._calls_by_turn.append([c for step in self._turn_calls for c in step])
+        if self.memory:  # memory is graded on the final reply only (bfcl-eval's agentic checker)
+            self._turn_checks.append({"turn": u, "checked": False, "valid": True})
+            return {"bfcl_checked": False}
         ground_truth = list(self._ground_truth[u])
         gt_results = self._session.execute_ground_truth(ground_truth)
         check: dict[str, Any] = {"bfcl_checked": bool(ground_truth)}
@@ -246,6 +295,8 @@ class BFCLEnv(TextEnv):
     # ------------------------------------------------------------------ grading
 
     def grade(self, episode) -> dict[str, Any]:
+        if self.memory:
+            return self._grade_memory()
         if self.multi_turn:
             return self._grade_multi_turn()
         return self._grade_single_turn()
@@ -261,6 +312,19 @@ class BFCLEnv(TextEnv):
         out["bfcl_valid"] = not failed
         if failed:
             out.update(error_type=failed[0]["error_type"], failed_turn=failed[0]["turn"])
+        return out
+
+    def _grade_memory(self) -> dict[str, Any]:
+        """bfcl-eval's agentic verdict: a ground-truth answer appears in the last reply without calls."""
+        out: dict[str, Any] = {"category": self.category}
+        if self.category.endswith("_prereq"):
+            return {**out, "prereq": True}  # writes memory; not scored
+        if self._last_reply is None:
+            return {**out, "bfcl_valid": False, "error_type": "agentic:no_last_message"}
+        result = bfcl()["agentic_checker"].agentic_checker(self._last_reply, list(self._ground_truth))
+        out["bfcl_valid"] = bool(result["valid"])
+        if not result["valid"]:
+            out["error_type"] = result.get("error_type")
         return out
 
     def _grade_single_turn(self) -> dict[str, Any]:

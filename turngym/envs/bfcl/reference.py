@@ -114,3 +114,11 @@ def official_multi_turn(category: str, raw_steps: list[list[str]], checker_entry
         store = vars(bfcl()["multi_turn_utils"])
         for name in [n for n in list(store) if n.startswith(model_name)]:
             store.pop(name, None)
+
+
+def official_agentic(category: str, raw_steps: list[str], entry: dict[str, Any], ground_truth: list[str],
+                     tool_format: str = "prompting", name_map: dict[str, str] | None = None) -> dict[str, Any]:
+    """bfcl-eval's verdict on a memory question from the raw step texts of its one user turn."""
+    return _runner()._evaluate_single_agentic_entry(
+        handler_for(tool_format, name_map), entry["id"], [list(raw_steps)], list(ground_truth), copy.deepcopy(entry),
+        CHECKER_MODEL_NAME, category)

@@ -93,6 +93,7 @@ def bfcl() -> dict[str, Any]:
                 "multi_turn_checker": importlib.import_module(
                     "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker"),
                 "multi_turn_utils": importlib.import_module("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils"),
+                "agentic_checker": importlib.import_module("bfcl_eval.eval_checker.agentic_eval.agentic_checker"),
                 "handler_utils": importlib.import_module("bfcl_eval.model_handler.utils"),
                 "utils": importlib.import_module("bfcl_eval.utils"),
                 "enums": importlib.import_module("bfcl_eval.constants.enums"),
