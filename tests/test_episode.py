@@ -119,3 +119,23 @@ def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="episodes file not found"):
         read_episodes(tmp_path / "nope.jsonl")
     assert written_ids(tmp_path / "nope.jsonl") == set()
+
+
+def test_tools_and_per_turn_observation_roles_round_trip_and_old_records_still_load(tmp_path):
+    from turngym.envs.bfcl.env import BFCLEnv
+
+    env = BFCLEnv(category="multi_turn_base", tool_format="native")
+    env.reset(options={"index": 0})
+    env.step('<tool_call>{"name": "ls", "arguments": {}}</tool_call>')
+    env.step("Done.")
+    ep = env.episode
+    assert ep.tools and [t.observation_role for t in ep.turns] == ["tool", "user"]
+    with EpisodeWriter(tmp_path / "e.jsonl") as w:
+        w.write(ep)
+    assert read_episodes(tmp_path / "e.jsonl").episodes == [ep]
+    old = ep.to_dict()
+    old.pop("tools")
+    for t in old["turns"]:
+        t.pop("observation_role")
+    back = Episode.from_dict(old)
+    assert back.tools is None and all(t.observation_role is None for t in back.turns)

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import httpx
 
 from turngym.agents.policy import Generation, GenerationRequest, PolicyError, SamplingParams, trim_at_stop
+from turngym.envs.parsing import parse_hermes_tool_calls
 
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 
@@ -146,15 +147,10 @@ def chat_messages(messages: list[dict[str, str]], with_tools: bool) -> list[dict
     pending: list[str] = []
     for n, m in enumerate(messages):
         if m["role"] == "assistant" and "<tool_call>" in m["content"]:
-            calls = []
-            for k, raw in enumerate(re.findall(r"<tool_call>(.*?)</tool_call>", m["content"], re.DOTALL)):
-                try:
-                    obj = json.loads(raw)
-                    name, args = obj.get("name"), obj.get("arguments", {})
-                except (json.JSONDecodeError, AttributeError):
-                    continue
-                calls.append({"id": f"call_{n}_{k}", "type": "function",
-                              "function": {"name": name, "arguments": json.dumps(args)}})
+            parsed = parse_hermes_tool_calls(m["content"])  # a malformed block keeps the calls before it
+            calls = [{"id": f"call_{n}_{k}", "type": "function",
+                      "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+                     for k, c in enumerate(parsed.calls)]
             text = re.sub(r"<tool_call>.*?</tool_call>", "", m["content"], flags=re.DOTALL).strip()
             out.append({"role": "assistant", "content": text or None, **({"tool_calls": calls} if calls else {})})
             pending = [c["id"] for c in calls]

@@ -85,8 +85,9 @@ def bfcl_lines(b: dict[str, Any]) -> list[str]:
     lines = ["", "## BFCL", "", "| category | accuracy [95% CI] | episodes |", "| --- | --- | --- |"]
     lines += [f"| {c} | {_fmt(m)} | {b['episodes_per_category'].get(c, '')} |" for c, m in b["per_category"].items()]
     lines += ["", "| V4 group (weight) | score |", "| --- | --- |"]
-    weights = {"non_live": 10, "live": 10, "irrelevance": 10, "multi_turn": 30, "agentic": 40}
-    lines += [f"| {g} ({weights.get(g, '')}%) | {v:.3f} |" for g, v in b["groups"].items()]
+    from turngym.evals.bfcl_score import V4_WEIGHTS
+
+    lines += [f"| {g} ({V4_WEIGHTS.get(g, '')}%) | {v:.3f} |" for g, v in b["groups"].items()]
     lines += [f"| **overall (V4 weights)** | **{b['overall_v4']:.3f}** |", "",
               f"Not evaluated (count as 0): {', '.join(b['missing']) or 'none'}."
               + (f" Subsets: {b['partial_categories']}." if b.get("partial_categories") else ""), "", b["note"] + "."]

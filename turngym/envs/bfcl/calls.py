@@ -21,20 +21,15 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from turngym.envs.bfcl.upstream import bfcl
+from turngym.envs.parsing import parse_hermes_tool_calls
 
 TOOL_FORMATS = ("prompting", "native")
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _MAX_POW_EXPONENT = 64
 _SAFE_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
-
-
-class UnsafeCall(ValueError):
-    """Model output that bfcl-eval would evaluate as code; refused, counted as undecodable."""
 
 
 @dataclass
@@ -115,29 +110,13 @@ def decode_prompting(text: str, language: str = "python", execute: bool = False)
 
 
 def decode_native(text: str, name_map: dict[str, str] | None = None) -> Decoded:
-    """Hermes ``<tool_call>`` JSON blocks; no block means the model answered in text."""
-    blocks = _TOOL_CALL.findall(text)
-    if not blocks:
+    """Hermes ``<tool_call>`` JSON blocks (turngym's shared parser); no block means the model answered in text."""
+    if "<tool_call>" not in text:
         return Decoded(error="no <tool_call> block")
-    calls: list[dict[str, dict[str, Any]]] = []
-    for raw in blocks:
-        try:
-            obj = json.loads(raw.strip())
-        except json.JSONDecodeError as exc:
-            return Decoded(error=f"tool call is not valid JSON: {exc}")
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            return Decoded(error='a tool call must be a JSON object with a string "name"')
-        args = obj.get("arguments", obj.get("parameters", {}))
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except json.JSONDecodeError as exc:
-                return Decoded(error=f"tool call arguments are not valid JSON: {exc}")
-        if not isinstance(args, dict):
-            return Decoded(error="tool call arguments must be a JSON object")
-        name = (name_map or {}).get(obj["name"], obj["name"])
-        calls.append({name: args})
-    return Decoded(calls=calls)
+    parsed = parse_hermes_tool_calls(text)
+    if not parsed.ok:
+        return Decoded(error=f"a <tool_call> block is not valid JSON for a call: {parsed.error}")
+    return Decoded(calls=[{(name_map or {}).get(c["name"], c["name"]): c["arguments"]} for c in parsed.calls])
 
 
 def native_execution_strings(calls: list[dict[str, dict[str, Any]]]) -> list[str]:

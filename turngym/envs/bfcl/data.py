@@ -67,6 +67,7 @@ class BFCLCategory:
     answers: dict[str, Any]
     manifest: Manifest
     prompts: dict[tuple[int, str], list[dict[str, str]]] = field(default_factory=dict)  # rendered once per item
+    tools: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # native tool schemas, once per item
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -138,7 +138,12 @@ class BFCLEnv(TextEnv):
     def make_tools(self, task: dict[str, Any]) -> list[dict[str, Any]] | None:
         if self.tool_format != "native":
             return None
-        return self._tools(self.data.entries[task["index"]]["function"])
+        index = task["index"]
+        if index not in self.data.tools:  # bfcl-eval's conversion deep-copies every doc: once per item
+            self.data.tools[index] = self._tools(self.data.entries[index]["function"])
+        functions = self.data.entries[index]["function"]
+        self._name_map.update({t["function"]["name"]: f["name"] for f, t in zip(functions, self.data.tools[index])})
+        return copy.deepcopy(self.data.tools[index])
 
     def _tools(self, functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         mods = bfcl()

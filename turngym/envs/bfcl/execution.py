@@ -44,7 +44,7 @@ class BackendSession:
         self.key = f"turngym_{uuid.uuid4().hex}"
         self._gt_key = self.key + "gt"
         _, self.instances = self._run([], self.key)
-        _, self.gt_instances = self._run([], self._gt_key)
+        self.gt_instances: dict[str, Any] = {}  # created by the first ground-truth call (memory entries have none)
         self.methods = frozenset(
             name for inst in self.instances.values() for name in dir(inst)
             if not name.startswith("_") and callable(getattr(inst, name, None)))
