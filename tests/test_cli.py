@@ -69,3 +69,18 @@ def test_bfcl_eval_reports_per_category_and_refuses_what_it_cannot_run(tmp_path)
     web = subprocess.run(base + ["--dataset", "web_search_base", "--model", str(tiny_model_dir(chat=True)),
                                  "--out", str(tmp_path / "web")], capture_output=True, text=True, timeout=600)
     assert web.returncode != 0 and "live web search" in web.stderr
+
+
+def test_python_dash_m_turngym_lists_every_command_and_its_version():
+    from turngym import __version__
+    from turngym.cli import build_parser
+
+    out = subprocess.run([sys.executable, "-m", "turngym", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"turngym {__version__}"
+    help_text = subprocess.run([sys.executable, "-m", "turngym", "--help"], capture_output=True, text=True, check=True).stdout
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    assert len(commands) >= 10
+    for name in commands:
+        assert name in help_text
+    eval_help = subprocess.run([sys.executable, "-m", "turngym", "eval", "--help"], capture_output=True, text=True, check=True).stdout
+    assert eval_help.count("(default:") >= 5  # option defaults are shown

@@ -1,4 +1,4 @@
-"""The ``turngym`` command: ``play``, ``rollout``, ``index build|search``, ``serve-retriever`` and ``train``."""
+"""The ``turngym`` command (also ``python -m turngym``): one subcommand per job; ``turngym --help`` lists them."""
 
 from __future__ import annotations
 
@@ -293,9 +293,20 @@ def cmd_lm_eval_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose help shows each option's default (subcommands inherit it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="turngym", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
+    from turngym import __version__
+
+    p = _Parser(prog="turngym", description="Multi-turn tool-use environments, turn-level rewards, evaluation and GRPO training.")
+    p.add_argument("--version", action="version", version=f"turngym {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--env", default="Calculator-v0", help="env id, e.g. MathCode-v0 or turngym/MathCode-v0")
