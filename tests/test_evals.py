@@ -13,6 +13,7 @@ from turngym.agents.tiny import tiny_model_dir
 from turngym.episode import Episode, EpisodeWriter, Turn, read_episodes
 from turngym.evals.ablate import ablate, spearman
 from turngym.evals.harness import EvalError, EvalSpec, resolve_subset, run_eval
+from turngym.evals.lm_eval_bridge import parse_reply
 from turngym.evals.metrics import behaviour_metrics, outcome_metrics, pass_at_k, wilson
 from turngym.evals.report import compare_runs
 from turngym.rewards import get_reward
@@ -185,8 +186,32 @@ def test_lm_eval_bridge_runs_multi_turn_episodes_with_an_lm_eval_backend(tmp_pat
     res = lm_eval.simple_evaluate(model=lm, tasks=names, task_manager=TaskManager(include_path=str(tmp_path)),
                                   bootstrap_iters=0, log_samples=True)
     assert res["results"]["turngym_gsm8k"]["acc,none"] == 0.0
-    replies = [json.loads(s["resps"][0][0]) for s in res["samples"]["turngym_gsm8k"]]
+    replies = [parse_reply(s["resps"][0][0]) for s in res["samples"]["turngym_gsm8k"]]
     assert len(replies) == 2 and all(r["turns"] == 2 and "correct" in r["outcome"] for r in replies)
+    for sample in res["samples"]["turngym_gsm8k"]:  # logged samples show the question and what the model wrote
+        assert sample["doc"]["question"] in sample["arguments"][0][0]
+        assert sample["resps"][0][0].index("<turngym-result>") > 0
+
+
+def test_lm_eval_task_folders_are_portable_and_other_model_types_get_a_clear_error(tmp_path):
+    import shutil
+
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from turngym.evals.lm_eval_bridge import make_turngym_lm_class, process_results, write_tasks
+
+    names = write_tasks(tmp_path / "written", ["gsm8k"], limit=1)
+    assert str(tmp_path) not in "".join(f.read_text() for f in (tmp_path / "written").glob("*.yaml"))
+    moved = shutil.move(str(tmp_path / "written"), str(tmp_path / "moved"))
+    lm = make_turngym_lm_class()(backend="hf", pretrained=str(tiny_model_dir(chat=True)), max_turns=1,
+                                 max_new_tokens=4, device="cpu")
+    res = lm_eval.simple_evaluate(model=lm, tasks=names, task_manager=TaskManager(include_path=moved),
+                                  bootstrap_iters=0)
+    assert res["results"]["turngym_gsm8k"]["acc,none"] == 0.0
+    # a plain generation model's text (what `--model hf` would give) is refused, never scored 0
+    with pytest.raises(ValueError, match="only the 'turngym' lm-eval model can play"):
+        process_results({"question": "q"}, ["The answer is 4."])
 
 
 def test_unknown_dataset_server_down_and_full_disk_are_clear_and_lose_nothing(tmp_path, tiny_chat_policy, monkeypatch):
@@ -235,9 +260,9 @@ def test_lm_eval_bridge_runs_bfcl_categories(tmp_path):
                                  device="cpu")
     res = lm_eval.simple_evaluate(model=lm, tasks=names, task_manager=TaskManager(include_path=str(tmp_path)),
                                   bootstrap_iters=0, log_samples=True)
-    [irr] = [json.loads(s["resps"][0][0]) for s in res["samples"]["turngym_bfcl_irrelevance"]]
+    [irr] = [parse_reply(s["resps"][0][0]) for s in res["samples"]["turngym_bfcl_irrelevance"]]
     assert irr["outcome"]["category"] == "irrelevance" and irr["turns"] == 1
     # a random tiny model makes no decodable call: right for irrelevance (1.0)
     assert res["results"]["turngym_bfcl_irrelevance"]["acc,none"] == float(irr["outcome"]["bfcl_valid"]) == 1.0
-    [mt] = [json.loads(s["resps"][0][0]) for s in res["samples"]["turngym_bfcl_multi_turn_base"]]
+    [mt] = [parse_reply(s["resps"][0][0]) for s in res["samples"]["turngym_bfcl_multi_turn_base"]]
     assert mt["outcome"]["category"] == "multi_turn_base" and mt["outcome"]["bfcl_valid"] is False

@@ -398,6 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--datasets", default=None, help="comma-separated (default: all)")
     lt.add_argument("--limit", type=int, default=None)
     lt.set_defaults(func=cmd_lm_eval_tasks)
+    # listed for --help only: main() hands `turngym lm-eval ARGS` to lm-eval's own parser before this one runs
+    sub.add_parser("lm-eval", add_help=False, help="lm-eval's own command line with the 'turngym' model registered")
     return p
 
 

@@ -7,7 +7,15 @@
 - The model ``turngym`` wraps any lm-eval backend (``backend=hf``, ``vllm``, ``local-completions``, ...)
   and plays each request as a full turngym episode: the backend's ``generate_until`` is called
   once per turn with the env's stop strings, tool results are appended, and the episode's
-  outcome (graded by the env: math-verify, SQuAD EM/F1) is what lm-eval scores.
+  outcome (graded by the env: math-verify, SQuAD EM/F1) is what lm-eval scores. Its reply is
+  the episode's transcript (what the model wrote and what the tools answered) followed by a
+  ``<turngym-result>`` JSON line, so lm-eval's logged samples show the model's text.
+- Routes: lm-eval's Python API with the LM object (``lm_eval.simple_evaluate(model=TurnGymLM(...))``)
+  or by name after :func:`make_turngym_lm_class`, and lm-eval's own command line as
+  ``turngym lm-eval ...``. lm-eval 0.4 has no plugin discovery for models, so a bare ``lm_eval``
+  process cannot know the name ``turngym``. A turngym task run under another model type
+  (e.g. ``--model hf``) stops with an error saying so, instead of scoring 0.
+- Task folders are portable: the YAML files name their JSONL docs relative to themselves.
 
 What is comparable: the items and the grading are turngym's; single-turn lm-eval tasks
 (e.g. ``gsm8k``) use other prompts, few-shot examples and answer extraction, and no tools,
@@ -57,6 +65,10 @@ def _task_items(name: str) -> tuple[list[dict[str, Any]], str | None]:
     return ds.items, ds.manifest.sha256
 
 
+TASK_OPEN, TASK_CLOSE = "<turngym-task>", "</turngym-task>"
+RESULT_OPEN, RESULT_CLOSE = "<turngym-result>", "</turngym-result>"
+
+
 def write_tasks(out_dir: str | Path, datasets: Sequence[str] | None = None, limit: int | None = None) -> list[str]:
     """Write lm-eval task YAMLs and their JSONL docs; returns the task names."""
     out = Path(out_dir)
@@ -79,33 +91,66 @@ def write_tasks(out_dir: str | Path, datasets: Sequence[str] | None = None, limi
         task = {
             "task": f"turngym_{name}",
             "tag": ["turngym"],
-            "dataset_path": "json",
-            "dataset_kwargs": {"data_files": {"test": str(docs.resolve())}},
+            "custom_dataset": "!function turngym_lm_eval_utils.load_docs",
+            "dataset_kwargs": {"docs_file": docs.name},
             "test_split": "test",
             "output_type": "generate_until",
-            "doc_to_text": "{{turngym_ref}}",
+            "doc_to_text": "{{question}}\n" + TASK_OPEN + "{{turngym_ref}}" + TASK_CLOSE,
             "doc_to_target": "{{answers[0]}}",
             "generation_kwargs": {"until": [], "do_sample": False},
             "process_results": "!function turngym_lm_eval_utils.process_results",
             "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in metrics],
             "metadata": {"version": 1, "manifest_sha256": sha256},
         }
-        text = yaml.safe_dump(task, sort_keys=False).replace("'!function turngym_lm_eval_utils.process_results'",
-                                                             "!function turngym_lm_eval_utils.process_results")
+        text = yaml.safe_dump(task, sort_keys=False, allow_unicode=True)
+        for fn in ("process_results", "load_docs"):
+            text = text.replace(f"'!function turngym_lm_eval_utils.{fn}'", f"!function turngym_lm_eval_utils.{fn}")
         (out / f"turngym_{name}.yaml").write_text(text)
         names.append(task["task"])
     (out / "turngym_lm_eval_utils.py").write_text(
-        '"""Written by turngym: lm-eval scores the outcome the turngym env graded."""\n'
-        "from turngym.evals.lm_eval_bridge import process_results  # noqa: F401\n")
+        '"""Written by turngym: docs beside this file; lm-eval scores the outcome the turngym env graded."""\n'
+        "from pathlib import Path\n\n"
+        "from turngym.evals.lm_eval_bridge import process_results, read_docs  # noqa: F401\n\n\n"
+        "def load_docs(docs_file, **_):\n"
+        "    return read_docs(Path(__file__).with_name(docs_file))\n")
     return names
 
 
+def read_docs(path: Path) -> dict[str, Any]:
+    """A task's docs as lm-eval's ``custom_dataset`` expects them: ``{"test": Dataset}``."""
+    import datasets
+
+    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {"test": datasets.Dataset.from_list(rows)}
+
+
+def parse_reply(text: str) -> dict[str, Any]:
+    """The result a ``turngym`` model reply ends with; a clear error for any other model's text."""
+    start = text.rfind(RESULT_OPEN)
+    end = text.rfind(RESULT_CLOSE)
+    if start < 0 or end < start:
+        raise ValueError("this is a turngym task: a multi-turn episode that only the 'turngym' lm-eval model can play; "
+                         "run it with --model turngym --model_args backend=hf,pretrained=MODEL (or through "
+                         "`turngym lm-eval`), not with a plain generation model")
+    return json.loads(text[start + len(RESULT_OPEN):end])
+
+
+def _reply(transcript: str, result: dict[str, Any]) -> str:
+    return f"{transcript}\n{RESULT_OPEN}{json.dumps(result, ensure_ascii=False)}{RESULT_CLOSE}"
+
+
+def _task_ref(context: str) -> dict[str, Any]:
+    start = context.rfind(TASK_OPEN)
+    end = context.rfind(TASK_CLOSE)
+    if start < 0 or end < start:
+        raise ValueError("request has no turngym task reference: the 'turngym' model plays only turngym tasks "
+                         "(write them with `turngym lm-eval-tasks`)")
+    return json.loads(context[start + len(TASK_OPEN):end])
+
+
 def process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
-    """The model's reply is the episode's outcome as JSON (see :class:`TurnGymLM`)."""
-    try:
-        outcome = json.loads(results[0])["outcome"]
-    except (json.JSONDecodeError, KeyError, TypeError, IndexError):
-        outcome = {}
+    """Scores the outcome the env graded, read from the ``turngym`` model's reply."""
+    outcome = parse_reply(results[0]).get("outcome") or {}
     if "correct" in outcome:
         return {"acc": float(outcome["correct"])}
     if "bfcl_valid" in outcome or doc.get("bfcl"):
@@ -144,6 +189,16 @@ def _render(messages: list[dict[str, str]]) -> str:
     return plain_prompt(messages)
 
 
+def _transcript(episode: Any) -> str:
+    """What the model wrote, turn by turn, with the tool results it saw in between."""
+    parts = []
+    for turn in episode.turns:
+        parts.append(turn.action)
+        if turn.observation:
+            parts.append(turn.observation)
+    return "\n".join(parts)
+
+
 def _stop_restored(text: str, stop: Sequence[str]) -> str:
     """lm-eval backends drop the stop string they stopped at; give back a closing tag whose
     opening tag is left open in ``text`` (e.g. ``</search>``), so the env can parse the call."""
@@ -164,6 +219,10 @@ def make_turngym_lm_class():
         def __init__(self, backend: str = "hf", max_turns: int = 4, max_new_tokens: int = 256, concurrency: int = 8,
                      retriever: str | None = None, **backend_args: Any):
             super().__init__()
+            if isinstance(backend_args.get("pretrained"), str):  # turngym's names (e.g. 'default') and GGUF files
+                from turngym.agents.loading import resolve_model_dir
+
+                backend_args["pretrained"] = resolve_model_dir(backend_args["pretrained"])
             self.backend = get_model(backend).create_from_arg_obj(backend_args)
             self.max_turns, self.max_new_tokens, self.concurrency = int(max_turns), int(max_new_tokens), int(concurrency)
             self.retriever = retriever
@@ -183,7 +242,7 @@ def make_turngym_lm_class():
             import turngym  # noqa: F401
             from turngym.agents.runner import RolloutRunner, RolloutTask
 
-            refs = [json.loads(r.args[0]) for r in requests]
+            refs = [_task_ref(r.args[0]) for r in requests]
             replies: list[str] = [""] * len(refs)
             by_env: dict[tuple[str, str], list[int]] = {}
             for i, ref in enumerate(refs):
@@ -200,8 +259,8 @@ def make_turngym_lm_class():
                 episodes = {e.task["index"]: e for e in runner.run([RolloutTask(index=refs[i]["index"]) for i in rows])}
                 for i in rows:
                     ep = episodes[refs[i]["index"]]
-                    replies[i] = json.dumps({"final_answer": ep.final_answer, "outcome": ep.outcome,
-                                             "turns": len(ep.turns)})
+                    replies[i] = _reply(_transcript(ep), {"final_answer": ep.final_answer, "outcome": ep.outcome,
+                                                          "turns": len(ep.turns)})
             return replies
 
         def loglikelihood(self, requests: list[Any]) -> list[tuple[float, bool]]:
