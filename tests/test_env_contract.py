@@ -1,0 +1,74 @@
+"""Every registered env keeps the turngym env contract (turngym.envs.checker), in each mode it offers."""
+
+import json
+
+import gymnasium
+import pytest
+
+import turngym  # noqa: F401
+from turngym.envs import ENTRY_POINTS
+from turngym.envs.base import ActionResult, TextEnv
+from turngym.envs.checker import ContractError, check_text_env
+
+SEARCH_PASSAGES = [{"id": "p1", "title": "Paris", "text": "Paris is the capital of France."}]
+
+# each registered env with the arguments that pick each of its modes (tests on real data and backends)
+CONFIGS = {
+    "turngym/Calculator-v0": [{}, {"prompt_style": "base"}],
+    "turngym/Digits-v0": [{}],
+    "turngym/MathCode-v0": [{"dataset": "gsm8k"}, {"dataset": "aime24", "prompt_style": "base"}],
+    "turngym/SearchQA-v0": [{"dataset": "hotpotqa"}, {"dataset": "nq", "prompt_style": "base"}],
+    "turngym/BFCL-v0": [{"category": "simple_python"}, {"category": "multi_turn_base"},
+                        {"category": "multi_turn_base", "tool_format": "native"}, {"category": "irrelevance"}],
+}
+
+
+@pytest.fixture(scope="module")
+def search_index(tmp_path_factory):
+    from turngym.corpora.corpus import read_user_passages, write_collection
+    from turngym.corpora.lucene import LuceneRetriever, build_index
+
+    root = tmp_path_factory.mktemp("contract-index")
+    (root / "p.jsonl").write_text("".join(json.dumps(p) + "\n" for p in SEARCH_PASSAGES))
+    write_collection(read_user_passages(root / "p.jsonl"), root / "collection")
+    build_index(root / "collection", root / "index", threads=1)
+    return LuceneRetriever(str(root / "index"))
+
+
+def test_every_registered_env_has_a_contract_configuration():
+    assert set(CONFIGS) == set(ENTRY_POINTS)
+
+
+@pytest.mark.parametrize("env_id,kwargs", [(e, k) for e, ks in CONFIGS.items() for k in ks],
+                         ids=lambda v: v if isinstance(v, str) else ",".join(f"{a}={b}" for a, b in v.items()) or "defaults")
+def test_registered_env_keeps_the_contract(env_id, kwargs, search_index):
+    if env_id.endswith("SearchQA-v0"):
+        kwargs = {**kwargs, "retriever": search_index}
+    env = gymnasium.make(env_id, **kwargs)
+    check_text_env(env, actions=("", "no tool call here", "<search>capital of France</search>", "[f(x=1)]",
+                                 "```python\nprint(1)\n```", "lone \ud800 surrogate", "\\boxed{1} <answer>1</answer>"))
+
+
+class _RaisingEnvForTest(TextEnv):
+    """A deliberately broken env (a fake, inside this test): its step raises on bad input."""
+
+    env_name = "test/Raising-v0"
+
+    def num_items(self):
+        return 1
+
+    def get_item(self, index):
+        return {"index": index, "question": "q", "answers": ["a"], "dataset": "t"}
+
+    def make_prompt(self, task):
+        return [{"role": "user", "content": task["question"]}]
+
+    def act(self, action):
+        if not action:
+            raise ValueError("empty action")
+        return ActionResult(observation="ok")
+
+
+def test_the_checker_catches_an_env_whose_step_raises():
+    with pytest.raises(ContractError, match=r"step\(''\) raised ValueError"):
+        check_text_env(_RaisingEnvForTest())
