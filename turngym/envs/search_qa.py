@@ -121,6 +121,9 @@ class SearchQAEnv(TextEnv):
             tool_ms=(time.perf_counter() - start) * 1000.0,
         )
 
+    def failed_outcome(self, exc: Exception) -> dict[str, Any]:
+        return {"em": 0.0, "f1": 0.0, "answered": self.episode is not None and self.episode.final_answer is not None}
+
     def grade(self, episode) -> dict[str, Any]:
         golds = [str(a) for a in episode.task.get("answers", [])]
         return {"em": exact_match(episode.final_answer, golds), "f1": f1_score(episode.final_answer, golds),
