@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import sysconfig
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -76,9 +77,12 @@ class ActionResult:
 
 
 def describe_error(exc: BaseException) -> dict[str, str]:
-    """What went wrong, for the turn record: the exception type, message and innermost frame."""
+    """What went wrong, for the turn record: the exception type, message and innermost frame outside the stdlib."""
     frames = traceback.extract_tb(exc.__traceback__)
-    where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    outside = [f for f in frames if not f.filename.startswith(stdlib)]
+    frame = (outside or frames or [None])[-1]  # the innermost frame outside the standard library
+    where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} in {frame.name}" if frame else ""
     return {"type": type(exc).__name__, "message": str(exc)[:2000], "where": where}
 
 
