@@ -149,6 +149,10 @@ class TextEnv(gym.Env):
     def on_close_episode(self) -> None:
         """Hook to release per-episode state."""
 
+    def check_ready(self) -> None:
+        """Raise if something the env needs outside itself (an index, a server) is missing, so a
+        run fails before its first episode instead of scoring every episode as a tool error."""
+
     def action_error(self, action: str, exc: Exception) -> ActionResult:
         """What the agent sees when deciding, checking or running its action raised.
 

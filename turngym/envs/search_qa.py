@@ -76,6 +76,12 @@ class SearchQAEnv(TextEnv):
             self._retriever = make_retriever(self._retriever_spec)
         return self._retriever
 
+    def check_ready(self) -> None:
+        """The index opens (or the retrieval server answers ``/health``); raises RetrieverError if not."""
+        check = getattr(self.retriever, "check", None)
+        if check is not None:
+            check()
+
     def num_items(self) -> int:
         return len(self.data)
 
