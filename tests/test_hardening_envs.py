@@ -157,3 +157,54 @@ def test_math_code_surrogate_and_garbage_on_the_worker_channel(tmp_path):
     _, _, term, _, info = env.step(f"{SURROGATE_REPLY} \\boxed{{18}}")
     assert term and info["outcome"]["correct"] is True
     write_and_read(tmp_path, env)
+
+
+# ----------------------------------------------------------------- a whole run with a surrogate-emitting model
+
+
+class FakeEchoCalculator(CalculatorEnv):
+    """A fake (test only): the calculator, but its observation quotes the agent's text back."""
+
+    def act(self, action: str) -> ActionResult:
+        result = super().act(action)
+        if result.observation is not None:
+            result.observation = f"you wrote: {action}\n{result.observation}"
+        return result
+
+
+class FakeSurrogatePolicy:
+    """A fake policy (test only) like a server whose JSON reply held a lone surrogate escape."""
+
+    name = "fake-surrogate"
+    max_context = None
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.n = tokenizer, 0
+
+    def generate(self, requests, sampling):
+        from turngym.agents.policy import Generation
+
+        out = []
+        for _ in requests:
+            self.n += 1
+            text = "<calc>1 + 1</calc> \ud800" if self.n % 2 else "<answer>2</answer> \udc80"
+            ids = self.tokenizer(text.encode("utf-8", "replace").decode(), add_special_tokens=False)["input_ids"]
+            out.append(Generation(text=text, token_ids=ids, logprobs=[0.0] * len(ids)))
+        return out
+
+
+def test_a_run_whose_model_emits_lone_surrogates_completes_and_is_written(tmp_path, tiny_chat_policy):
+    from turngym.agents.policy import SamplingParams
+    from turngym.agents.runner import RolloutRunner
+
+    policy = FakeSurrogatePolicy(tiny_chat_policy.tokenizer)
+    runner = RolloutRunner(policy, lambda: FakeEchoCalculator(max_turns=3), SamplingParams(max_new_tokens=8), k=2,
+                           concurrency=2)
+    path = tmp_path / "episodes.jsonl"
+    finished = runner.run([0, 1], path)
+    back = read_episodes(path, strict=True).episodes
+    assert len(finished) == 4 and back == finished
+    calc = [t for e in back for t in e.turns if t.action.startswith("<calc>")]
+    assert calc and all(t.action.endswith("\ud800") and "\ufffd" in t.observation and t.observation_ids
+                        for t in calc if t.observation is not None)
+    assert any(t.observation is not None for t in calc)

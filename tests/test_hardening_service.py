@@ -179,3 +179,29 @@ def test_wrong_paths_and_methods_get_json(server):
     assert httpx.get(server.url + "/retrieve").status_code in (404, 405)
     r = httpx.post(server.url + "/nope", json={})
     assert r.status_code == 404 and "retrieve" in r.json()["error"]
+
+
+def test_serve_retriever_command_serves_and_stops_on_ctrl_c():
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from turngym.cli import main; sys.exit(main())",
+                             "serve-retriever", "--port", "0", "--max-hits", "10"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving ") and "/retrieve" in line
+        url = line.split(" on ", 1)[1].strip()
+        r = httpx.post(url, json={"queries": ["capital of France"], "topk": 3}, timeout=30)
+        assert r.status_code == 200 and len(r.json()["result"][0]) == 3
+        r = httpx.post(url, json={"queries": ["a", "b"], "topk": 6}, timeout=30)
+        assert r.status_code == 413 and "cap of 10" in r.json()["error"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -233,8 +233,8 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
 
     index = str(default_index_dir()) if args.index == "default" else args.index
     try:
-        server = RetrievalServer(index, host=args.host, port=args.port, threads=args.threads)
-    except (RetrieverError, OSError) as exc:
+        server = RetrievalServer(index, host=args.host, port=args.port, threads=args.threads, max_hits=args.max_hits)
+    except (RetrieverError, OSError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     print(f"serving {index} on http://{args.host}:{server.server_address[1]}/retrieve", flush=True)
     try:
@@ -394,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", default="127.0.0.1")
     srv.add_argument("--port", type=int, default=8000)
     srv.add_argument("--threads", type=int, default=2)
+    srv.add_argument("--max-hits", type=int, default=50_000, help="cap on queries x topk per request (413 above)")
     srv.set_defaults(func=cmd_serve_retriever)
 
     tr = sub.add_parser("train", help="GRPO with per-turn advantages (TRL); launch with accelerate for many GPUs")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 import sysconfig
 import time
 import traceback
@@ -84,6 +85,18 @@ def describe_error(exc: BaseException) -> dict[str, str]:
     frame = (outside or frames or [None])[-1]  # the innermost frame outside the standard library
     where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} in {frame.name}" if frame else ""
     return {"type": type(exc).__name__, "message": str(exc)[:2000], "where": where}
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def as_encodable_text(text: str) -> str:
+    """``text`` with surrogate code points made UTF-8 encodable: an adjacent high+low pair becomes
+    the character it encodes, a lone one U+FFFD. What the model is shown must be text a tokenizer
+    accepts (fast tokenizers raise on a lone surrogate, e.g. the agent's own one echoed back)."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def _check_serialisable(result: "ActionResult") -> None:
@@ -204,7 +217,8 @@ class TextEnv(gym.Env):
                 index = int(self.np_random.integers(0, n))
             task = self.get_item(int(index))
         self._task = task
-        prompt = self.make_prompt(task)
+        prompt = [{**m, "content": as_encodable_text(m["content"])} if isinstance(m.get("content"), str) else m
+                  for m in self.make_prompt(task)]
         tools = self.make_tools(task)
         self.episode = Episode(
             id=str(options.get("episode_id", f"{self.env_name}:{task.get('dataset', '')}:{task.get('index', 'adhoc')}")),
@@ -239,6 +253,8 @@ class TextEnv(gym.Env):
         if error is not None:
             result.metrics = {**result.metrics, "env_error": error}
             result.parse_error = result.parse_error or f"{error['type']}: {error['message']}"
+        if result.observation is not None:
+            result.observation = as_encodable_text(result.observation)
         ep = self.episode
         turn = Turn(
             index=len(ep.turns),
