@@ -156,3 +156,9 @@ def test_lock_and_differences_units(tmp_path):
     RunLock(tmp_path / ".lock", "folder t").acquire().release()
     assert differences({"a": 1, "s": {"t": 0.0, "m": 8}}, {"a": 1, "s": {"t": 0.0, "m": 9}, "b": None}) == \
         ["b: \"(unset)\" → null", "s.m: 8 → 9"]
+
+
+def test_missing_model_fails_before_any_episode_or_settings_are_written(tmp_path, capsys):
+    out = tmp_path / "o"
+    msg = run_cli(capsys, "eval", "--out", str(out), "--model", str(tmp_path / "no-model"), "--limit", "1")
+    assert "not found" in msg and not (out / "episodes.jsonl").exists() and not (out / "run.json").exists()

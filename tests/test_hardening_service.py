@@ -205,3 +205,11 @@ def test_serve_retriever_command_serves_and_stops_on_ctrl_c():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_request_past_its_time_budget_gets_a_503_and_the_server_goes_on():
+    with RetrievalServer(str(default_index_dir()), port=0, request_timeout_s=0.05) as srv:
+        queries = [f"war battle king empire river {i}" for i in range(24)]
+        r = httpx.post(srv.url + "/retrieve", json={"queries": queries, "topk": 1000}, timeout=60)
+        assert r.status_code == 503 and "smaller batch" in r.json()["error"]
+        assert light(srv.url)
