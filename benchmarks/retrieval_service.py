@@ -115,6 +115,27 @@ def under_heavy(url: str, queries: list[str], heavy_queries: int, n_light: int, 
     return {"light_ms": lat, "heavy_s": heavy_s}
 
 
+def idle_connections(url: str, address: tuple[str, int], n: int, timeout_s: float = 30.0) -> tuple[float, float]:
+    """Light-request latency (ms) with ``n`` idle connections open, then right after they all close
+    together; a request that gets no answer within ``timeout_s`` counts as ``inf``."""
+    import socket
+
+    def timed() -> float:
+        t = time.perf_counter()
+        try:
+            httpx.post(url, json={"queries": ["capital of France"], "topk": 3}, timeout=timeout_s).raise_for_status()
+        except httpx.HTTPError:
+            return float("inf")
+        return (time.perf_counter() - t) * 1000.0
+
+    socks = [socket.create_connection(address, timeout=10) for _ in range(n)]
+    time.sleep(0.5)
+    with_open = timed()
+    for s in socks:
+        s.close()
+    return with_open, timed()
+
+
 def throughput(url: str, queries: list[str], batch: int = 16, clients: int = 32) -> float:
     def client(i: int) -> int:
         with httpx.Client(timeout=120) as c:
@@ -139,6 +160,7 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=45.0, help="time bound on the loaded light requests per arm")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--throughput-queries", type=int, default=1024)
+    ap.add_argument("--idle", type=int, default=3000, help="idle connections opened, then closed together")
     args = ap.parse_args()
     index = str(default_index_dir())
     queries = [it["question"] for it in load_dataset("nq").items[:2000]]
@@ -154,7 +176,9 @@ def main() -> None:
         for name, url in arms.items():
             idle = light_latencies(url, queries, args.light)
             loaded = under_heavy(url, queries, args.heavy_queries, args.light, args.max_seconds)
-            rows[name] = {"idle": idle, **loaded, "qps": throughput(url, queries[: args.throughput_queries])}
+            address = ("127.0.0.1", int(url.split(":")[2].split("/")[0]))
+            rows[name] = {"idle": idle, **loaded, "qps": throughput(url, queries[: args.throughput_queries]),
+                          "conns": idle_connections(url, address, args.idle)}
     finally:
         old.shutdown()
         old.server_close()
@@ -177,6 +201,8 @@ def main() -> None:
     print(f"{'light requests measured':28s}{len(o['light_ms']):>20d}{len(n['light_ms']):>26d}")
     line("heavy request, median", statistics.median(o["heavy_s"]), statistics.median(n["heavy_s"]), "s")
     line("throughput, 32 clients x 16", o["qps"], n["qps"], "q/s")
+    line(f"light, {args.idle} idle conns open", o["conns"][0], n["conns"][0], "ms")
+    line(f"light, right after they close", o["conns"][1], n["conns"][1], "ms")
 
 
 if __name__ == "__main__":
