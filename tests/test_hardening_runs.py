@@ -116,6 +116,7 @@ def run_cli(capsys, *argv):
     (["--temperature", "nan"], "--temperature must be >= 0"),
     (["--start", "1000000"], "past the end of the dataset"),
     (["--env-arg", "retriever=/nonexistent", "--env", "SearchQA-v0"], "Lucene index not found"),
+    (["--env", "MathCode-v0", "--dataset", "/nonexistent/data.jsonl"], "cannot make turngym/MathCode-v0"),
 ])
 @pytest.mark.parametrize("command", ["eval", "rollout"])
 def test_bad_argument_values_get_one_line_before_any_model_loads(tmp_path, capsys, command, args, words):

@@ -47,6 +47,8 @@ def _make_env(args: argparse.Namespace, prompt_style: str | None):
         return gymnasium.make(env_id, **kwargs)
     except TypeError as exc:
         raise SystemExit(f"bad arguments for {env_id}: {exc}") from None
+    except (ValueError, FileNotFoundError, ImportError) as exc:  # e.g. a dataset that cannot be found
+        raise SystemExit(f"error: cannot make {env_id} with {kwargs}: {exc}") from None
 
 
 def _load_policy(args: argparse.Namespace):
