@@ -25,7 +25,8 @@ def test_index_task_and_turn_recording():
     env = CalculatorEnv(max_turns=3)
     obs, info = env.reset(seed=1, options={"index": 7})
     assert info["task"]["index"] == 7 and info["task"]["question"] in obs
-    gold = info["task"]["answers"][0]
+    assert "answers" not in info["task"]  # labels stay in the episode record, out of the agent's info
+    gold = env.episode.task["answers"][0]
     obs, r, term, trunc, info = env.step("<calc>2 * 3</calc>")
     assert obs == "\n<result>6</result>\n" and not term and not trunc
     assert info["turn"]["tool_calls"] == [{"name": "calc", "arguments": {"text": "2 * 3"}}]

@@ -27,7 +27,7 @@ def test_math_code_passes_gymnasium_checker(pool):
 def test_two_code_turns_then_boxed_answer_is_graded(pool):
     env = MathCodeEnv(dataset="gsm8k", sandbox=pool, max_turns=5)
     obs, info = env.reset(seed=0, options={"index": 0})
-    assert "Janet" in obs and info["task"]["answers"] == ["18"]
+    assert "Janet" in obs and env.episode.task["answers"] == ["18"] and "answers" not in info["task"]
     obs, _, term, _, info = env.step("Eggs left:\n```python\nleft = 16 - 3 - 4\nprint(left)\n```\n```output")
     assert obs == "\n9\n```\n" and not term and info["turn"]["metrics"]["exec_ok"]
     obs, _, term, _, _ = env.step("<code>print(left * 2)</code>")  # state persisted across turns

@@ -35,7 +35,7 @@ def _make_env(args: argparse.Namespace, prompt_style: str | None):
     kwargs = _env_kwargs(args.env_arg)
     if args.dataset:
         kwargs["dataset"] = args.dataset
-    if args.max_turns:
+    if args.max_turns is not None:
         kwargs["max_turns"] = args.max_turns
     if prompt_style and "prompt_style" not in kwargs:
         kwargs["prompt_style"] = prompt_style
@@ -47,6 +47,8 @@ def _make_env(args: argparse.Namespace, prompt_style: str | None):
         return gymnasium.make(env_id, **kwargs)
     except TypeError as exc:
         raise SystemExit(f"bad arguments for {env_id}: {exc}") from None
+    except (ValueError, FileNotFoundError, ImportError) as exc:  # e.g. a dataset that cannot be found
+        raise SystemExit(f"error: cannot make {env_id} with {kwargs}: {exc}") from None
 
 
 def _load_policy(args: argparse.Namespace):
@@ -118,15 +120,55 @@ def cmd_play(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_args_ok(args: argparse.Namespace) -> None:
+    """One line for the first argument value of ``eval``/``rollout`` that cannot work."""
+    from turngym.evals.runs import RunError, validate_run_args
+
+    try:
+        validate_run_args(k=args.k, concurrency=args.concurrency, max_new_tokens=args.max_new_tokens,
+                          start=args.start, limit=args.limit, max_turns=args.max_turns, temperature=args.temperature)
+    except RunError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
 def cmd_rollout(args: argparse.Namespace) -> int:
+    from turngym.evals.runs import RunError, RunLock
+
+    _run_args_ok(args)
+    if args.out.is_dir():
+        raise SystemExit(f"error: --out {args.out} is a folder; rollout writes one JSONL file")
+    try:
+        with RunLock(f"{args.out}.lock", f"episodes file {args.out}"):
+            return _rollout_locked(args)
+    except RunError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def _rollout_locked(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from turngym.agents.runner import RolloutRunner
+    from turngym.evals.runs import check_settings, store_settings
 
+    probe = _make_env(args, None)  # env, dataset, index and settings are checked before the model loads
+    try:
+        probe.unwrapped.check_ready()
+    except (RuntimeError, OSError, ValueError) as exc:
+        raise SystemExit(f"error: {_env_id(args.env)} is not ready: {exc}") from None
+    n = probe.unwrapped.num_items()
+    if args.start >= n:
+        raise SystemExit(f"error: --start {args.start} is past the end of the dataset ({n} items)")
+    settings = {"env": _env_id(args.env), "env_kwargs": _env_kwargs(args.env_arg), "dataset": args.dataset,
+                "max_turns": args.max_turns, "model": args.model, "base_url": args.base_url, "k": args.k,
+                "sampling": {"temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "seed": args.seed}}
+    outputs = [args.out, Path(f"{args.out}.manifest.json"), Path(f"{args.out}.torn")]
+    check_settings(f"{args.out}.run.json", settings, outputs, args.overwrite)
     policy = _load_policy(args)
+    note = store_settings(f"{args.out}.run.json", settings, outputs, args.overwrite)
+    if note:
+        print(note, file=sys.stderr)
     style = _prompt_style(policy)
     probe = _make_env(args, style)
-    n = probe.unwrapped.num_items()
     indices = list(range(args.start, min(n, args.start + args.limit)))
     runner = RolloutRunner(policy, lambda: _make_env(args, style), _sampling(args), k=args.k,
                            concurrency=args.concurrency, seed=args.seed)
@@ -193,8 +235,8 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
 
     index = str(default_index_dir()) if args.index == "default" else args.index
     try:
-        server = RetrievalServer(index, host=args.host, port=args.port, threads=args.threads)
-    except (RetrieverError, OSError) as exc:
+        server = RetrievalServer(index, host=args.host, port=args.port, threads=args.threads, max_hits=args.max_hits)
+    except (RetrieverError, OSError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     print(f"serving {index} on http://{args.host}:{server.server_address[1]}/retrieve", flush=True)
     try:
@@ -227,27 +269,33 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from turngym.agents.tokenization import ChatTemplateError
     from turngym.evals.harness import EvalError, EvalSpec, run_eval
 
+    _run_args_ok(args)
     env_kwargs = _env_kwargs(args.env_arg)
     if args.dataset:
         env_kwargs["dataset"] = args.dataset
-    if args.max_turns:
+    if args.max_turns is not None:
         env_kwargs["max_turns"] = args.max_turns
     spec = EvalSpec(env_id=_env_id(args.env), env_kwargs=env_kwargs, model=args.model, base_url=args.base_url, k=args.k,
                     limit=args.limit, start=args.start, subset_file=args.subset, concurrency=args.concurrency,
                     max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
-    bar = tqdm(desc="episodes", unit="ep")
+    bars: list[Any] = []  # made on the first episode, so an early error prints alone
 
     def progress(done: int, total: int) -> None:
+        if not bars:
+            bars.append(tqdm(desc="episodes", unit="ep"))
+        bar = bars[0]
         bar.total = total
         bar.n = done
         bar.refresh()
 
     try:
-        results = run_eval(spec, args.out, progress=progress)
+        results = run_eval(spec, args.out, progress=progress, overwrite=args.overwrite)
     except (EvalError, PolicyError, RuntimeError, FileNotFoundError, ChatTemplateError) as exc:
-        bar.close()
+        for bar in bars:
+            bar.close()
         raise SystemExit(f"error: {exc}") from None
-    bar.close()
+    for bar in bars:
+        bar.close()
     for name, m in results["metrics"].items():
         print(f"{name}: {m['value']:.3f} [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}] (n={m['n']})")
     print(f"report: {Path(args.out) / 'report.md'}")
@@ -335,6 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("--start", type=int, default=0)
     ro.add_argument("--k", type=int, default=1, help="rollouts per item (one group)")
     ro.add_argument("--concurrency", type=int, default=8)
+    ro.add_argument("--overwrite", action="store_true",
+                    help="start fresh when --out holds episodes of other settings (they are moved aside, not deleted)")
     ro.set_defaults(func=cmd_rollout)
 
     index = sub.add_parser("index", help="build or query a BM25 Lucene index").add_subparsers(dest="index_command", required=True)
@@ -357,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", default="127.0.0.1")
     srv.add_argument("--port", type=int, default=8000)
     srv.add_argument("--threads", type=int, default=2)
+    srv.add_argument("--max-hits", type=int, default=50_000, help="cap on queries x topk per request (413 above)")
     srv.set_defaults(func=cmd_serve_retriever)
 
     tr = sub.add_parser("train", help="GRPO with per-turn advantages (TRL); launch with accelerate for many GPUs")
@@ -372,6 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--subset", default=None, help="file of item ids or indices (JSON list or one per line)")
     ev.add_argument("--k", type=int, default=1, help="samples per item (pass@k)")
     ev.add_argument("--concurrency", type=int, default=8)
+    ev.add_argument("--overwrite", action="store_true",
+                    help="start fresh when --out holds a run of other settings (its files are moved aside, not deleted)")
     ev.set_defaults(func=cmd_eval, temperature=0.0)
 
     ab = sub.add_parser("ablate", help="score saved groups with several reward wrappers and compare credit")

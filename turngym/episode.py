@@ -10,11 +10,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 SCHEMA_VERSION = 1
+
+# A surrogate code point that is not the first or second half of an adjacent high+low pair.
+_LONE_SURROGATE = re.compile("[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]")
 
 
 @dataclass
@@ -89,11 +93,32 @@ class Episode:
         return cls(**kwargs)
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=True)
+        """One JSON line; lone surrogates (text no UTF-8 can hold) become ``\\udXXX`` escapes."""
+        return escape_surrogates(json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=True))
 
     @classmethod
     def from_json(cls, line: str) -> "Episode":
         return cls.from_dict(json.loads(line))
+
+
+def escape_surrogates(text: str) -> str:
+    """JSON text with every lone surrogate written as a ``\\udXXX`` escape, which JSON readers turn
+    back into the same code point; the line stays valid UTF-8.
+
+    A high surrogate followed by a low one cannot be escaped that way (JSON readers join the two
+    escapes into one character), so such a pair stays raw and is written with ``surrogatepass``
+    (:func:`encode_line`) and read back with it (:func:`decode_line`): every string reads back
+    identically.
+    """
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def encode_line(text: str) -> bytes:
+    return (text + "\n").encode("utf-8", "surrogatepass")
+
+
+def decode_line(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogatepass")
 
 
 def _known_fields(cls: type, d: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +169,7 @@ def read_episodes(path: str | os.PathLike, strict: bool = False) -> ReadReport:
             try:
                 if not raw.endswith(b"\n"):
                     raise ValueError("torn last line (no newline): the writer was interrupted")
-                episodes.append(Episode.from_json(raw.decode("utf-8")))
+                episodes.append(Episode.from_json(decode_line(raw)))
             except (ValueError, TypeError, UnicodeDecodeError) as exc:
                 err = EpisodeFileError(path, line_no, str(exc))
                 if strict:
@@ -201,7 +226,7 @@ class EpisodeWriter:
             return torn
 
     def write(self, episode: Episode) -> None:
-        data = (episode.to_json() + "\n").encode("utf-8")
+        data = encode_line(episode.to_json())
         view = memoryview(data)
         while view:
             n = os.write(self._fd, view)

@@ -3,14 +3,23 @@
 Request: ``{"queries": [...], "topk": 3, "return_scores": true}``. Response:
 ``{"result": [[{"document": {"id", "contents"}, "score": s}, ...], ...]}`` (without scores,
 each inner item is just the document). One index serves many trainer processes.
+
+The server is an ASGI app (Starlette) on uvicorn, as Search-R1 serves its retriever with
+FastAPI. Searches run in a small thread pool, a large batch in chunks, so one heavy request
+never holds the others back; every malformed request gets a 4xx JSON answer; a client that
+sends nothing, or half a request, is timed out instead of holding a connection.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+import socket
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
 
 import httpx
@@ -19,6 +28,10 @@ from turngym.corpora.lucene import Hit, LuceneRetriever, RetrieverError, parse_r
 
 MAX_QUERIES_PER_REQUEST = 4096
 MAX_TOPK = 1000
+MAX_HITS_PER_REQUEST = 50_000  # queries × topk; 500 × 1000 would build ~2 GB of hits in one request
+CHUNK_HITS = 2_000  # a large batch is searched in pieces of about this many hits, so others interleave
+MAX_BODY_BYTES = 16 * 1024 * 1024
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -59,6 +72,16 @@ class RemoteRetriever:
     def search(self, query: str, k: int = 3) -> list[Hit]:
         return self.batch_search([query], k)[0]
 
+    def check(self) -> None:
+        """Raise :class:`RetrieverError` unless the server answers ``/health``."""
+        health = self.url[: -len("/retrieve")] + "/health"
+        try:
+            resp = self._client.get(health)
+        except httpx.TransportError as exc:
+            raise RetrieverError(f"retrieval server {self.url} is unreachable ({type(exc).__name__})") from None
+        if resp.status_code != 200:
+            raise RetrieverError(f"retrieval server {health} answered HTTP {resp.status_code}")
+
 
 def make_retriever(spec: Any) -> Any:
     """None → the default index; ``http(s)://`` → a server; a path → a local index; else the object."""
@@ -73,69 +96,261 @@ def make_retriever(spec: Any) -> Any:
     return spec
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: "RetrievalServer"
+# --------------------------------------------------------------------------- request checks
 
-    def log_message(self, *args: Any) -> None:
-        pass
 
-    def _reply(self, code: int, obj: Any) -> None:
-        data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+class BadRequest(ValueError):
+    def __init__(self, status: int, message: str, **extra: Any):
+        super().__init__(message)
+        self.status, self.extra = status, extra
 
-    def do_GET(self) -> None:
-        if self.path.rstrip("/") == "/health":
-            self._reply(200, {"status": "ok", "index": self.server.retriever.index_dir})
-        else:
-            self._reply(404, {"error": "use POST /retrieve"})
 
-    def do_POST(self) -> None:
-        if self.path.rstrip("/") != "/retrieve":
-            return self._reply(404, {"error": "use POST /retrieve"})
+def parse_request(body: bytes, max_hits: int) -> tuple[list[str], int, bool]:
+    """(queries, topk, return_scores) from a ``/retrieve`` body, or :class:`BadRequest` saying what is wrong."""
+    try:
+        obj = json.loads(body or b"{}")
+    except (ValueError, RecursionError) as exc:  # also invalid UTF-8 (UnicodeDecodeError is a ValueError)
+        raise BadRequest(400, f"body is not valid JSON: {str(exc)[:200]}") from None
+    if not isinstance(obj, dict) or "queries" not in obj:
+        raise BadRequest(400, "body must be a JSON object with 'queries' (a list of strings)")
+    queries = obj["queries"]
+    if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
+        raise BadRequest(400, "'queries' must be a list of strings")
+    if len(queries) > MAX_QUERIES_PER_REQUEST:
+        raise BadRequest(413, f"at most {MAX_QUERIES_PER_REQUEST} queries per request, got {len(queries)}")
+    for i, q in enumerate(queries):
+        if m := _SURROGATE.search(q):
+            raise BadRequest(400, f"query {i} contains a lone surrogate (U+{ord(m.group()):04X}), which is not text")
+    topk = obj.get("topk", 3)
+    if isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= MAX_TOPK:
+        raise BadRequest(400, f"'topk' must be an integer in 1..{MAX_TOPK}, got {topk!r}")
+    if len(queries) * topk > max_hits:
+        raise BadRequest(413, f"{len(queries)} queries × topk {topk} = {len(queries) * topk} hits exceeds this "
+                              f"server's cap of {max_hits} per request; split the batch or lower topk",
+                         max_hits_per_request=max_hits)
+    return queries, topk, bool(obj.get("return_scores", False))
+
+
+def _row_json(hits: list[Hit], with_scores: bool) -> bytes:
+    docs = [{"id": h.docid, "contents": h.contents} for h in hits]
+    row = [{"document": d, "score": h.score} for d, h in zip(docs, hits)] if with_scores else docs
+    try:
+        return json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a stored document with a lone surrogate: escape everything
+        return json.dumps(row).encode("ascii")
+
+
+# --------------------------------------------------------------------------- the ASGI app
+
+
+class RetrievalApp:
+    """The Starlette app: ``GET /health`` and ``POST /retrieve``; searches in a thread pool."""
+
+    def __init__(self, retriever: Any, threads: int = 2, max_hits: int = MAX_HITS_PER_REQUEST,
+                 chunk_hits: int = CHUNK_HITS, body_timeout_s: float = 10.0, request_timeout_s: float = 120.0):
+        from starlette.applications import Starlette
+        from starlette.routing import Route
+
+        if threads < 1 or max_hits < 1 or chunk_hits < 1:
+            raise ValueError("threads, max_hits and chunk_hits must be >= 1")
+        self.retriever, self.max_hits, self.chunk_hits = retriever, int(max_hits), int(chunk_hits)
+        self.body_timeout_s, self.request_timeout_s = float(body_timeout_s), float(request_timeout_s)
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="retrieve")
+        self.app = Starlette(routes=[Route("/health", self.health, methods=["GET"]),
+                                     Route("/health/", self.health, methods=["GET"]),
+                                     Route("/retrieve", self.retrieve, methods=["POST"]),
+                                     Route("/retrieve/", self.retrieve, methods=["POST"])],
+                             exception_handlers={404: self._not_found, 405: self._not_found})
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _json(status: int, obj: Any, close: bool = False):
+        from starlette.responses import Response
+
+        headers = {"Connection": "close"} if close else None
+        return Response(json.dumps(obj).encode("utf-8"), status_code=status, media_type="application/json",
+                        headers=headers)
+
+    async def _not_found(self, request: Any, exc: Exception):
+        return self._json(404, {"error": "use POST /retrieve (or GET /health)"})
+
+    async def health(self, request: Any):
+        return self._json(200, {"status": "ok", "index": getattr(self.retriever, "index_dir", None)})
+
+    async def _read_body(self, request: Any) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and int(declared) > MAX_BODY_BYTES:  # h11 already refused a non-integer
+            raise BadRequest(413, f"body of {declared} bytes exceeds {MAX_BODY_BYTES}")
+        body = bytearray()
+
+        async def read() -> None:
+            async for chunk in request.stream():
+                body.extend(chunk)
+                if len(body) > MAX_BODY_BYTES:
+                    raise BadRequest(413, f"body exceeds {MAX_BODY_BYTES} bytes")
+
         try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-            queries = body["queries"]
-            if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
-                raise ValueError("'queries' must be a list of strings")
-            if len(queries) > MAX_QUERIES_PER_REQUEST:
-                raise ValueError(f"at most {MAX_QUERIES_PER_REQUEST} queries per request")
-            topk = int(body.get("topk", 3))
-            if not 1 <= topk <= MAX_TOPK:
-                raise ValueError(f"topk must be in 1..{MAX_TOPK}")
-            with_scores = bool(body.get("return_scores", False))
-        except (ValueError, KeyError, TypeError) as exc:
-            return self._reply(400, {"error": f"bad request: {exc}"})
+            await asyncio.wait_for(read(), self.body_timeout_s)
+        except asyncio.TimeoutError:
+            raise BadRequest(408, f"the request body did not arrive within {self.body_timeout_s:g} s "
+                                  f"(got {len(body)} of {declared or '?'} bytes)") from None
+        return bytes(body)
+
+    async def retrieve(self, request: Any):
+        from starlette.responses import Response
+
         try:
-            hits = self.server.search(queries, topk)
+            queries, topk, with_scores = parse_request(await self._read_body(request), self.max_hits)
+        except BadRequest as exc:
+            return self._json(exc.status, {"error": str(exc), **exc.extra}, close=exc.status in (408, 413))
+        except Exception as exc:  # noqa: BLE001 - e.g. the client went away mid-body; never a dropped reply
+            return self._json(400, {"error": f"cannot read the request: {type(exc).__name__}"}, close=True)
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + self.request_timeout_s
+        per_chunk = max(1, self.chunk_hits // topk)
+        rows: list[bytes] = []
+        try:
+            for start in range(0, len(queries), per_chunk):  # one chunk at a time: others queue in between
+                if time.monotonic() > deadline:
+                    return self._json(503, {"error": f"search took longer than {self.request_timeout_s:g} s; "
+                                                     "send a smaller batch"})
+                chunk = queries[start:start + per_chunk]
+                rows += await loop.run_in_executor(self.pool, self._search_chunk, chunk, topk, with_scores)
         except RetrieverError as exc:
-            return self._reply(500, {"error": str(exc)})
-        result = []
-        for row in hits:
-            docs = [{"id": h.docid, "contents": h.contents} for h in row]
-            result.append([{"document": d, "score": h.score} for d, h in zip(docs, row)] if with_scores else docs)
-        self._reply(200, {"result": result})
+            return self._json(500, {"error": str(exc)})
+        except Exception as exc:  # noqa: BLE001 - a failed search is a 500 with the reason, never a dropped reply
+            return self._json(500, {"error": f"search failed: {type(exc).__name__}: {str(exc)[:300]}"})
+        return Response(b'{"result": [' + b", ".join(rows) + b"]}", media_type="application/json")
+
+    def _search_chunk(self, queries: list[str], topk: int, with_scores: bool) -> list[bytes]:
+        hits = self.retriever.batch_search(queries, topk, 1)
+        return [_row_json(row, with_scores) for row in hits]
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-class RetrievalServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256  # the default backlog of 5 resets connections under many clients
+def _guarded_h11(header_timeout_s: float) -> type:
+    """uvicorn's h11 protocol plus a deadline for each request's headers.
+
+    uvicorn times out a connection only between requests, after a response; a client that
+    connects and sends nothing, or half a header, would hold its connection forever.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(header_timeout_s, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.cycle is not None and not self.cycle.response_complete:  # a request's headers arrived
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            if not self.transport.is_closing():
+                self._arm()  # before super(): it may start a pipelined request, which disarms
+            super().on_response_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return GuardedH11Protocol
+
+
+def _listen(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening TCP socket. Its protocol must be IPPROTO_TCP (not 0, as ``socket.create_server``
+    leaves it): asyncio turns off Nagle's algorithm only on such sockets, and without that every
+    response waits ~40 ms for the client's delayed ACK."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class RetrievalServer:
+    """``/retrieve`` for one Lucene index on uvicorn; ``port=0`` picks a free port.
+
+    ``serve_forever()`` blocks (Ctrl-C stops it); ``start()`` serves from a background thread
+    and returns once it accepts connections; ``shutdown()`` stops either.
+    """
 
     def __init__(self, index_dir: str, host: str = "127.0.0.1", port: int = 8000, threads: int = 2,
-                 k1: float = 0.9, b: float = 0.4):
+                 k1: float = 0.9, b: float = 0.4, max_hits: int = MAX_HITS_PER_REQUEST,
+                 idle_timeout_s: float = 5.0, header_timeout_s: float = 10.0, body_timeout_s: float = 10.0,
+                 request_timeout_s: float = 120.0, backlog: int = 2048):
+        import uvicorn
+
         self.retriever = LuceneRetriever(index_dir, k1=k1, b=b)
-        self.threads = threads
-        self._lock = threading.Lock()
-        super().__init__((host, port), _Handler)
+        self.app = RetrievalApp(self.retriever, threads=threads, max_hits=max_hits, body_timeout_s=body_timeout_s,
+                                request_timeout_s=request_timeout_s)
+        self._sock = _listen(host, port, backlog)
+        self.server_address = self._sock.getsockname()[:2]
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_keep_alive=idle_timeout_s, http=_guarded_h11(header_timeout_s),
+                                backlog=backlog, timeout_graceful_shutdown=5)
+        self._server = uvicorn.Server(config)
+        self._serving = False
+        self._stopped = threading.Event()
 
-    def search(self, queries: Sequence[str], topk: int) -> list[list[Hit]]:
-        import jnius
+    @property
+    def url(self) -> str:
+        return f"http://{self.server_address[0]}:{self.server_address[1]}"
 
+    def serve_forever(self) -> None:
+        self._serving = True
         try:
-            with self._lock:  # one Java batch at a time; Anserini parallelises inside it
-                return self.retriever.batch_search(queries, topk, self.threads)
+            self._server.run(sockets=[self._sock])
         finally:
-            jnius.detach()  # request threads come and go; release their JVM attachment
+            self._stopped.set()
+
+    def start(self, timeout_s: float = 30.0) -> "RetrievalServer":
+        threading.Thread(target=self.serve_forever, name="retrieval-server", daemon=True).start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if self._stopped.is_set() or time.monotonic() > deadline:
+                raise RetrieverError("the retrieval server did not start")
+            time.sleep(0.01)
+        return self
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        self._server.should_exit = True
+        if self._serving:
+            self._stopped.wait(timeout_s)
+        self.app.close()
+
+    def server_close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> "RetrievalServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()

@@ -9,7 +9,12 @@ agents, the rollout runner and gymnasium's checker.
 from __future__ import annotations
 
 import copy
+import json
+import logging
+import re
+import sysconfig
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -20,6 +25,7 @@ from gymnasium import spaces
 from turngym.episode import Episode, Turn
 
 MAX_TEXT_LENGTH = 1_000_000
+log = logging.getLogger(__name__)
 
 # What ``sample()`` draws from: ASCII printables plus a spread of non-Latin scripts and
 # symbols. ``contains`` accepts any Unicode string, so agents are not limited to this.
@@ -71,6 +77,33 @@ class ActionResult:
     observation_role: str | None = None  # overrides the env's observation_role for this turn
 
 
+def describe_error(exc: BaseException) -> dict[str, str]:
+    """What went wrong, for the turn record: the exception type, message and innermost frame outside the stdlib."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    stdlib = sysconfig.get_paths()["stdlib"]
+    outside = [f for f in frames if not f.filename.startswith(stdlib)]
+    frame = (outside or frames or [None])[-1]  # the innermost frame outside the standard library
+    where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} in {frame.name}" if frame else ""
+    return {"type": type(exc).__name__, "message": str(exc)[:2000], "where": where}
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def as_encodable_text(text: str) -> str:
+    """``text`` with surrogate code points made UTF-8 encodable: an adjacent high+low pair becomes
+    the character it encodes, a lone one U+FFFD. What the model is shown must be text a tokenizer
+    accepts (fast tokenizers raise on a lone surrogate, e.g. the agent's own one echoed back)."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _check_serialisable(result: "ActionResult") -> None:
+    """Raise (ValueError/TypeError) if the turn could not be written as JSON (e.g. a 5,000-digit int)."""
+    json.dumps([result.tool_calls, result.metrics, result.final_answer, result.observation], allow_nan=True)
+
+
 class TextEnv(gym.Env):
     """Base class for text environments with turn recording.
 
@@ -85,6 +118,8 @@ class TextEnv(gym.Env):
     dataset_name: str = ""
     observation_role: str | None = None
     stop: tuple[str, ...] = ()
+    # task fields that hold labels: kept in the Episode record for graders, never put in ``info``
+    gold_keys: tuple[str, ...] = ("answers", "answer", "golden_answers", "final_answer", "solution", "ground_truth")
 
     def __init__(self, max_turns: int = 8, render_mode: str | None = None):
         if max_turns < 1:
@@ -127,6 +162,23 @@ class TextEnv(gym.Env):
     def on_close_episode(self) -> None:
         """Hook to release per-episode state."""
 
+    def check_ready(self) -> None:
+        """Raise if something the env needs outside itself (an index, a server) is missing, so a
+        run fails before its first episode instead of scoring every episode as a tool error."""
+
+    def action_error(self, action: str, exc: Exception) -> ActionResult:
+        """What the agent sees when deciding, checking or running its action raised.
+
+        The default keeps the episode going with an error observation; an env whose protocol
+        ends after one action (single-turn BFCL) overrides this to end it.
+        """
+        return ActionResult(observation=f"Error: the environment could not process this action "
+                                        f"({type(exc).__name__}: {str(exc)[:500]})")
+
+    def failed_outcome(self, exc: Exception) -> dict[str, Any]:
+        """The outcome when grading itself raised: the env's failing verdict (overridden per env)."""
+        return {"correct": False}
+
     def normalise_task(self, task: dict[str, Any]) -> dict[str, Any]:
         """Validate an ad-hoc ``options={"task": ...}`` dict."""
         if not isinstance(task, dict):
@@ -165,7 +217,8 @@ class TextEnv(gym.Env):
                 index = int(self.np_random.integers(0, n))
             task = self.get_item(int(index))
         self._task = task
-        prompt = self.make_prompt(task)
+        prompt = [{**m, "content": as_encodable_text(m["content"])} if isinstance(m.get("content"), str) else m
+                  for m in self.make_prompt(task)]
         tools = self.make_tools(task)
         self.episode = Episode(
             id=str(options.get("episode_id", f"{self.env_name}:{task.get('dataset', '')}:{task.get('index', 'adhoc')}")),
@@ -187,8 +240,21 @@ class TextEnv(gym.Env):
         if not isinstance(action, str):
             action = "" if action is None else str(action)
         start = time.perf_counter()
-        result = self.act(action)
+        error: dict[str, str] | None = None
+        try:
+            result = self.act(action)
+            _check_serialisable(result)
+        except Exception as exc:  # noqa: BLE001 - one model output must never abort a run; recorded below
+            error = describe_error(exc)
+            log.warning("%s: action raised %s (%s); recorded on the turn as env_error", self.env_name,
+                        error["type"], error["where"], exc_info=True)
+            result = self.action_error(action, exc)
         tool_ms = result.tool_ms or (time.perf_counter() - start) * 1000.0
+        if error is not None:
+            result.metrics = {**result.metrics, "env_error": error}
+            result.parse_error = result.parse_error or f"{error['type']}: {error['message']}"
+        if result.observation is not None:
+            result.observation = as_encodable_text(result.observation)
         ep = self.episode
         turn = Turn(
             index=len(ep.turns),
@@ -209,7 +275,7 @@ class TextEnv(gym.Env):
         if terminated or truncated:
             turn.observation = None
             ep.terminated, ep.truncated = terminated, truncated
-            ep.outcome = self.grade(ep)
+            ep.outcome = self._safe_grade(ep)
             self.on_close_episode()
         obs = "" if turn.observation is None else turn.observation
         return obs, turn.reward, terminated, truncated, self._info()
@@ -224,8 +290,23 @@ class TextEnv(gym.Env):
             return
         ep.truncated = True
         ep.meta["truncation"] = reason
-        ep.outcome = self.grade(ep)
+        ep.outcome = self._safe_grade(ep)
         self.on_close_episode()
+
+    def _safe_grade(self, ep: Episode) -> dict[str, Any]:
+        """``grade``, or the env's failing verdict plus the error if grading raised on this output."""
+        try:
+            outcome = self.grade(ep)
+            json.dumps(outcome, allow_nan=True)
+            return outcome
+        except Exception as exc:  # noqa: BLE001 - recorded in the outcome, never raised out of step
+            log.warning("%s: grading raised %s; recorded as grading_error", self.env_name, type(exc).__name__,
+                        exc_info=True)
+            return {**self.failed_outcome(exc), "grading_error": describe_error(exc)}
+
+    def public_task(self, task: dict[str, Any]) -> dict[str, Any]:
+        """The task as agents see it in ``info``: without the labels (``gold_keys``)."""
+        return {k: copy.deepcopy(v) for k, v in task.items() if k not in self.gold_keys}
 
     def close(self) -> None:
         if self.episode is not None and not self.episode.done:
@@ -240,7 +321,7 @@ class TextEnv(gym.Env):
     def _info(self) -> dict[str, Any]:
         ep = self.episode
         assert ep is not None
-        info: dict[str, Any] = {"episode_id": ep.id, "task": copy.deepcopy(ep.task), "turn_count": len(ep.turns)}
+        info: dict[str, Any] = {"episode_id": ep.id, "task": self.public_task(ep.task), "turn_count": len(ep.turns)}
         if ep.turns:
             info["turn"] = ep.turns[-1].info_dict()
         if ep.done:

@@ -76,6 +76,12 @@ class SearchQAEnv(TextEnv):
             self._retriever = make_retriever(self._retriever_spec)
         return self._retriever
 
+    def check_ready(self) -> None:
+        """The index opens (or the retrieval server answers ``/health``); raises RetrieverError if not."""
+        check = getattr(self.retriever, "check", None)
+        if check is not None:
+            check()
+
     def num_items(self) -> int:
         return len(self.data)
 
@@ -120,6 +126,9 @@ class SearchQAEnv(TextEnv):
                      "retrieval_hit": any(contains_answer(h.contents, golds) for h in hits)},
             tool_ms=(time.perf_counter() - start) * 1000.0,
         )
+
+    def failed_outcome(self, exc: Exception) -> dict[str, Any]:
+        return {"em": 0.0, "f1": 0.0, "answered": self.episode is not None and self.episode.final_answer is not None}
 
     def grade(self, episode) -> dict[str, Any]:
         golds = [str(a) for a in episode.task.get("answers", [])]

@@ -19,6 +19,7 @@ from turngym._version import __version__
 from turngym.episode import Episode, read_episodes
 from turngym.evals.bfcl_score import bfcl_metrics
 from turngym.evals.metrics import behaviour_metrics, outcome_metrics, per_dataset
+from turngym.evals.runs import RunError, RunLock, check_settings, store_settings, validate_run_args
 
 
 class EvalError(RuntimeError):
@@ -72,20 +73,42 @@ class EvalSpec:
     temperature: float = 0.0
     seed: int = 0
 
+    def settings(self) -> dict[str, Any]:
+        """What decides an episode's content (not which items, nor how many at once): stored in run.json."""
+        return {"env": self.env_id, "env_kwargs": self.env_kwargs, "model": self.model, "base_url": self.base_url,
+                "k": self.k, "sampling": {"temperature": self.temperature, "max_new_tokens": self.max_new_tokens,
+                                          "seed": self.seed}}
+
+
+RUN_SETTINGS = "run.json"
+LOCK_FILE = ".lock"
+
 
 def run_eval(spec: EvalSpec, out_dir: str | Path, policy: Any = None,
-             progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[int, int], None] | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """Play what ``out_dir`` lacks of the subset, then write results; ``out_dir`` is locked meanwhile.
+
+    Everything that can fail without a model (arguments, output folder, env, index, subset, stored
+    settings) is checked before the model loads and before any episode is played.
+    """
+    try:
+        validate_run_args(k=spec.k, concurrency=spec.concurrency, max_new_tokens=spec.max_new_tokens,
+                          start=spec.start, limit=spec.limit, max_turns=spec.env_kwargs.get("max_turns"),
+                          temperature=spec.temperature)
+        with RunLock(Path(out_dir) / LOCK_FILE, f"output folder {out_dir}"):
+            return _run_eval_locked(spec, Path(out_dir), policy, progress, overwrite)
+    except RunError as exc:
+        raise EvalError(str(exc)) from None
+
+
+def _run_eval_locked(spec: EvalSpec, out: Path, policy: Any, progress: Callable[[int, int], None] | None,
+                     overwrite: bool) -> dict[str, Any]:
     import gymnasium
 
     import turngym  # noqa: F401
     from turngym.agents.policy import PolicyError, SamplingParams
     from turngym.agents.runner import RolloutRunner
 
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise EvalError(f"cannot create output folder {out}: {exc}") from None
     if spec.env_id not in gymnasium.registry:
         known = sorted(k for k in gymnasium.registry if k.startswith("turngym/"))
         raise EvalError(f"unknown env {spec.env_id!r}; turngym envs: {', '.join(known)}")
@@ -94,15 +117,27 @@ def run_eval(spec: EvalSpec, out_dir: str | Path, policy: Any = None,
     except (ValueError, FileNotFoundError, TypeError, ImportError) as exc:
         raise EvalError(f"cannot make {spec.env_id} with {spec.env_kwargs}: {exc}") from None
     base = probe.unwrapped
+    try:
+        base.check_ready()
+    except (RuntimeError, OSError, ValueError) as exc:
+        raise EvalError(f"{spec.env_id} is not ready: {exc}") from None
     manifest = getattr(base, "manifest", None)
     item_ids = manifest.item_ids if manifest else [str(base.get_item(i).get("id", i)) for i in range(base.num_items())]
+    if spec.start >= len(item_ids) and not spec.subset_file:
+        raise EvalError(f"--start {spec.start} is past the end of the dataset ({len(item_ids)} items)")
     indices = resolve_subset(item_ids, spec.limit, spec.subset_file, spec.start)
     if not indices:
         raise EvalError("the subset is empty")
+    outputs = sorted(p for p in out.iterdir() if p.name not in (RUN_SETTINGS, LOCK_FILE)
+                     and not p.name.startswith("replaced-") and not p.name.endswith(".tmp"))
+    check_settings(out / RUN_SETTINGS, spec.settings(), outputs, overwrite)
     if policy is None:
         from turngym.agents.loading import load_policy
 
         policy = load_policy(spec.model, base_url=spec.base_url)
+    note = store_settings(out / RUN_SETTINGS, spec.settings(), outputs, overwrite)  # the run can start
+    if note:
+        print(note)
     tok = getattr(policy, "tokenizer", None)
     style = "chat" if tok is None or getattr(tok, "chat_template", None) else "base"
     env_kwargs = dict(spec.env_kwargs)

@@ -202,6 +202,16 @@ class BFCLEnv(TextEnv):
                             metrics={"tool_ok": decoded.has_calls}, final_answer=self._answer_json(
                                 decoded.calls if decoded.error is None else []))
 
+    def action_error(self, action: str, exc: Exception) -> ActionResult:
+        """A single-turn entry gets one action: one that raised is a decoding failure and ends it."""
+        if self.multi_turn:
+            return super().action_error(action, exc)
+        self._single_decoded = Decoded(error=f"{type(exc).__name__}: {str(exc)[:500]}")
+        return ActionResult(observation=None, terminated=True, final_answer="[]", metrics={"tool_ok": False})
+
+    def failed_outcome(self, exc: Exception) -> dict[str, Any]:
+        return {"category": self.category, "bfcl_valid": False, "error_type": "turngym:grading_error"}
+
     @staticmethod
     def _answer_json(calls: Any) -> str:
         """The episode's answer for verifier-free rewards: its calls as canonical JSON ("[]": no call)."""

@@ -1,0 +1,131 @@
+"""Who may write a run's output, and with which settings.
+
+A run's output (an eval's ``--out`` folder, a rollout's JSONL file) is locked while a process
+writes it, so two writers never interleave episodes; the lock is an ``flock`` the kernel drops
+when its holder dies, so a lock left by a killed run is simply taken over. The settings that
+decide what an episode contains are stored beside the output (``run.json``); a rerun resumes
+only with the same settings, and otherwise refuses, naming every difference.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+
+class RunError(RuntimeError):
+    """The output cannot be used as asked (locked, other settings, not writable); nothing was changed."""
+
+
+class RunLock:
+    """An exclusive, non-blocking ``flock`` on ``path`` holding the writer's pid, host and start time."""
+
+    def __init__(self, path: str | os.PathLike, what: str):
+        self.path, self.what = Path(path), what
+        self._fd = -1
+
+    def acquire(self) -> "RunLock":
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunError(f"cannot write to {self.what}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "unknown process"
+            os.close(fd)
+            raise RunError(f"{self.what} is being written by another run ({holder}); wait for it to finish "
+                           "or choose another --out") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing drops the flock; the file stays (removing it would race a new holder)
+            self._fd = -1
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """``key: old → new`` for every setting that differs (nested dicts compared key by key)."""
+    out = []
+    for key in sorted(set(stored) | set(wanted)):
+        a, b = stored.get(key, "(unset)"), wanted.get(key, "(unset)")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{key}.{d}" for d in differences(a, b)]
+        elif a != b:
+            out.append(f"{key}: {json.dumps(a, default=str)} → {json.dumps(b, default=str)}")
+    return out
+
+
+def check_settings(settings_path: str | os.PathLike, settings: dict[str, Any], outputs: list[Path],
+                   overwrite: bool = False) -> None:
+    """Refuse (RunError naming every difference) to add to outputs written with other settings.
+
+    Call with the run's lock held, before the model loads; store with :func:`store_settings`
+    once the run can start. Outputs that do not exist yet impose nothing.
+    """
+    path = Path(settings_path)
+    if overwrite or not path.exists() or not any(p.exists() for p in outputs):
+        return
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RunError(f"{path} is unreadable ({exc}); use --overwrite to start a fresh run") from None
+    diff = differences(stored, _as_stored(settings))
+    if diff:
+        raise RunError(f"{path.parent} holds a run with other settings ({'; '.join(diff)}). Rerun with the same "
+                       "settings to resume it, choose another --out, or pass --overwrite to move it aside and "
+                       "start fresh")
+
+
+def store_settings(settings_path: str | os.PathLike, settings: dict[str, Any], outputs: list[Path],
+                   overwrite: bool = False) -> str | None:
+    """Write the run's settings; with ``overwrite``, first move an earlier run's files (never delete
+    them) into ``replaced-<time>`` beside them. Returns a note for the user, or None."""
+    path = Path(settings_path)
+    existing = [p for p in outputs if p.exists()]
+    note = None
+    if overwrite and existing:
+        aside = path.parent / f"replaced-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
+        aside.mkdir(parents=True)
+        for p in existing + ([path] if path.exists() else []):
+            shutil.move(str(p), aside / p.name)
+        note = f"note: the previous run's files were moved to {aside}"
+    elif existing and not path.exists():  # written before run settings were stored: adopt them, and say so
+        note = (f"note: {', '.join(str(p) for p in existing)} came with no {path.name}; assuming the same "
+                "settings and storing them")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_as_stored(settings), indent=1, sort_keys=True))
+    tmp.replace(path)
+    return note
+
+
+def _as_stored(settings: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(settings, default=str))
+
+def validate_run_args(*, k: int = 1, concurrency: int = 1, max_new_tokens: int = 1, start: int = 0,
+                      limit: int | None = None, max_turns: int | None = None, temperature: float = 0.0) -> None:
+    """One clear line for the first argument value that cannot work."""
+    checks = [("--k", k, 1), ("--concurrency", concurrency, 1), ("--max-new-tokens", max_new_tokens, 1),
+              ("--start", start, 0), ("--limit", limit, 1), ("--max-turns", max_turns, 1)]
+    for flag, value, low in checks:
+        if value is not None and value < low:
+            raise RunError(f"{flag} must be >= {low}, got {value}")
+    if not temperature >= 0:  # also NaN
+        raise RunError(f"--temperature must be >= 0, got {temperature}")
