@@ -417,6 +417,10 @@ class SandboxSession:
         result.restarted = result.restarted or restarted
         return result
 
+    def describe(self) -> dict:
+        """The isolation level this session's interpreter runs under (for ``episode.meta``)."""
+        return self.pool.chosen.describe()
+
     @property
     def capabilities(self) -> dict:
         return dict(self._worker.wait_ready().get("caps", {})) if self._worker else {}

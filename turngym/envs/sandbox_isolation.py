@@ -166,6 +166,7 @@ class WorkerCgroup:
 
     def __init__(self, parents: CgroupParents, name: str, memory_bytes: int, processes: int):
         self.version = parents.version
+        self.final_peak: int | None = None
         self.dirs = [parents.memory / name] if parents.version == "v2" else [parents.memory / name, parents.pids / name]
         for d in self.dirs:
             d.mkdir()
@@ -204,6 +205,8 @@ class WorkerCgroup:
             return 0
 
     def kill_and_remove(self) -> None:
+        """Kill what is left in it and remove it; its peak memory stays readable as ``final_peak``."""
+        self.final_peak = self.peak_memory()
         remove_cgroup_dirs(self.dirs)
 
 
