@@ -45,7 +45,7 @@ def _recv(fd, limit=None):
         return None
     (n,) = struct.unpack(">I", head)
     if limit is not None and n > limit:
-        raise ValueError(f"frame of {n} bytes is over the limit of {limit}")
+        raise ValueError(f"a frame of {n} bytes, over the limit of {limit},")
     return _read_exact(fd, n)
 
 

@@ -200,7 +200,8 @@ class WorkerCgroup:
             if self.version == "v2":
                 text = (self.dirs[0] / "memory.events").read_text()
                 return int(dict(line.split() for line in text.splitlines()).get("oom_kill", 0))
-            return int((self.dirs[0] / "memory.failcnt").read_text())
+            text = (self.dirs[0] / "memory.oom_control").read_text()
+            return int(dict(line.split() for line in text.splitlines()).get("oom_kill", 0))
         except (OSError, ValueError):
             return 0
 
