@@ -276,6 +276,7 @@ def _interpreter_loop(code_r, done_w, out_fd, err_fd, cfg):
         if raw is None:
             return
         msg = json.loads(raw.decode("utf-8", "surrogatepass"))
+        _reap_own()
         for fd, target in ((out_fd, 1), (err_fd, 2)):
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
@@ -364,9 +365,12 @@ def _check_cell_frame(raw, seq, cap):
 def _kill_leftovers(keep):
     """No process outlives the cell that started it: the supervisor is their subreaper."""
     me = os.getpid()
-    for _ in range(50):
-        kids = [k for k in _descendants(me) if k != keep]
+    for attempt in range(50):
+        _reap(keep)
+        kids = [k for k in _descendants(me) if k != keep and not _zombie(k)]
         if not kids:
+            if attempt == 0:
+                return  # the common case: the cell started nothing
             break
         for pid in kids:
             try:
@@ -376,6 +380,26 @@ def _kill_leftovers(keep):
         _reap(keep)
         time.sleep(0.01)
     _reap(keep)
+
+
+def _zombie(pid):
+    """Exited, waiting for its parent (the interpreter reaps its own before the next cell)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def _reap_own():
+    """The interpreter's exited children, e.g. what the last cell forked (they hold pids)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _reap(keep):

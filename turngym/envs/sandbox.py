@@ -166,6 +166,7 @@ class _Worker:
         self._uid: iso.UidClaim | None = None
         self._cmd_w = self._res_r = -1
         self.ready: dict | None = None
+        self._ready_lock = threading.Lock()
         self._eof = False
         sandboxed = isolation.bwrap is not None
         state = iso.host_state()
@@ -213,6 +214,10 @@ class _Worker:
             os.close(res_w)
 
     def wait_ready(self) -> dict:
+        with self._ready_lock:  # a pool's warm-up check and a session may both wait
+            return self._wait_ready()
+
+    def _wait_ready(self) -> dict:
         if self.ready is None:
             try:
                 msg = self._recv(self.limits.startup_s)
@@ -494,6 +499,19 @@ class SandboxPool:
                     worker.kill()
                     return
                 self._idle.append(worker)
+
+    def wait_warm(self, timeout_s: float = 120.0) -> None:
+        """Block until ``size`` idle workers are started and ready (e.g. before timing cells)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                idle = list(self._idle)
+            if len(idle) >= self.size:
+                for w in idle:
+                    w.wait_ready()
+                return
+            time.sleep(0.05)
+        raise SandboxError(f"the pool did not warm up within {timeout_s:g} s")
 
     def close(self) -> None:
         self._closed = True
