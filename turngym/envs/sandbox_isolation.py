@@ -123,6 +123,25 @@ def _own_cgroup_paths() -> dict[str, str]:
     return out
 
 
+def _enable_v2_controllers(parent: Path) -> str | None:
+    """Enable memory and pids for the children of ``parent``; None on success, else why not."""
+    try:
+        available = (parent / "cgroup.controllers").read_text().split()
+        enabled = (parent / "cgroup.subtree_control").read_text().split()
+    except OSError as exc:
+        return f"cgroup v2: cannot read {parent}: {exc.strerror}"
+    for ctl in ("memory", "pids"):
+        if ctl in enabled:
+            continue
+        if ctl not in available:
+            return f"cgroup v2: the {ctl} controller is not available in {parent}"
+        try:
+            (parent / "cgroup.subtree_control").write_text(f"+{ctl}")
+        except OSError as exc:
+            return f"cgroup v2: cannot enable the {ctl} controller in {parent}: {exc.strerror}"
+    return None
+
+
 def _try_mkdir(parent: Path) -> str | None:
     probe = parent / f"turngym-probe-{os.getpid()}"
     try:
@@ -139,16 +158,18 @@ def cgroup_parents() -> tuple[CgroupParents | None, str]:
     root = Path("/sys/fs/cgroup")
     own = _own_cgroup_paths()
     if (root / "cgroup.controllers").exists():  # unified hierarchy
-        parent = root / own.get("", "/").lstrip("/")
-        enabled = (parent / "cgroup.subtree_control").read_text().split() if (parent / "cgroup.subtree_control").exists() else []
-        for ctl in ("memory", "pids"):
-            if ctl not in enabled:
-                try:
-                    (parent / "cgroup.subtree_control").write_text(f"+{ctl}")
-                except OSError as exc:
-                    return None, f"cgroup v2: cannot enable the {ctl} controller in {parent}: {exc.strerror}"
-        why = _try_mkdir(parent)
-        return (None, why) if why else (CgroupParents("v2", parent, parent), "cgroup v2")
+        own_dir = root / own.get("", "/").lstrip("/")
+        why = "cgroup v2: no cgroup to create workers under"
+        # our own cgroup first; its parent (workers as siblings of this process's cgroup) where the
+        # no-internal-processes rule forbids enabling controllers in a cgroup that holds us
+        for parent in (own_dir, own_dir.parent):
+            if parent != root and root not in parent.parents:
+                continue
+            why = _enable_v2_controllers(parent) or _try_mkdir(parent)
+            if why is None:
+                where = "below this process's cgroup" if parent == own_dir else "beside this process's cgroup"
+                return CgroupParents("v2", parent, parent), f"cgroup v2 (memory, pids), {where}"
+        return None, why
     mem, pids = root / "memory", root / "pids"
     if not ((mem / "cgroup.procs").exists() and (pids / "cgroup.procs").exists()):
         return None, "no cgroup v2 memory+pids controllers and no cgroup v1 memory and pids hierarchies"
