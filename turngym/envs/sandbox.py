@@ -472,6 +472,7 @@ class SandboxPool:
         self._lock = threading.Lock()
         self._closed = False
         iso.clean_stale_state()
+        iso.host_state()  # its exit clean-up is registered before this pool's, so it runs after
         self.chosen = choose_isolation(self.isolation)
         atexit.register(self.close)  # idle workers' directories are removed on a normal exit too
         self._refill()

@@ -18,11 +18,13 @@ Levels, strongest first (recorded in every MathCode episode's ``meta["sandbox"]`
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import functools
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -39,7 +41,7 @@ LEVELS = (BUBBLEWRAP_CGROUP, BUBBLEWRAP, RLIMITS_ONLY)
 
 SANDBOX_WORKDIR = "/sandbox"
 SANDBOX_UID = 1000
-STATE_ROOT = Path(tempfile.gettempdir()) / "turngym-sandbox"
+STATE_ROOT = Path(tempfile.gettempdir()) / f"turngym-sandbox-{os.geteuid()}"
 
 
 # ---------------------------------------------------------------- bubblewrap
@@ -279,9 +281,15 @@ class HostState:
 
     def __init__(self) -> None:
         pid = os.getpid()
-        self.dir = STATE_ROOT / f"host-{pid}-{_start_ticks(pid)}"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = private_state_root() / f"host-{pid}-{_start_ticks(pid)}"
+        self.dir.mkdir(mode=0o700, exist_ok=True)
         self._cgroups = self.dir / "cgroups"
+        atexit.register(self.remove)  # registered before any pool's close, so it runs after them
+
+    def remove(self) -> None:
+        """At exit: whatever workers are still alive go, with their cgroups and this folder."""
+        if os.getpid() == int(self.dir.name.split("-")[1]):
+            _remove_state_dir(self.dir)
 
     def record_cgroup(self, dirs: list[Path]) -> None:
         with open(self._cgroups, "a") as fh:
@@ -290,6 +298,16 @@ class HostState:
 
     def workdir(self) -> str:
         return tempfile.mkdtemp(prefix="work-", dir=self.dir)
+
+
+def private_state_root(root: Path = STATE_ROOT) -> Path:
+    """The per-user state folder, refused unless it is a real folder that only we own (in a
+    shared temp folder another user could have planted a link there)."""
+    root.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(root)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"{root} is not a private folder of this user; remove it and retry")
+    return root
 
 
 _HOST_STATE: dict[int, HostState] = {}
@@ -308,22 +326,27 @@ def clean_stale_state(root: Path = STATE_ROOT) -> list[str]:
     removed: list[str] = []
     if not root.is_dir():
         return removed
-    for entry in sorted(root.iterdir()):
+    for entry in sorted(private_state_root(root).iterdir()):
         parts = entry.name.split("-")
         if len(parts) != 3 or parts[0] != "host" or not parts[1].isdigit():
             continue
         pid, ticks = int(parts[1]), parts[2]
         if str(_start_ticks(pid)) == ticks:
             continue  # its owner still runs
-        cgroups = entry / "cgroups"
-        if cgroups.exists():
-            dirs = [Path(line) for line in cgroups.read_text().splitlines() if line.strip()]
-            remove_cgroup_dirs([d for d in dirs if d.exists()])
-            removed += [str(d) for d in dirs]
-        _make_writable(entry)
-        shutil.rmtree(entry, ignore_errors=True)
-        removed.append(str(entry))
+        removed += _remove_state_dir(entry)
     return removed
+
+
+def _remove_state_dir(entry: Path) -> list[str]:
+    removed = []
+    cgroups = entry / "cgroups"
+    if cgroups.exists():
+        dirs = [Path(line) for line in cgroups.read_text().splitlines() if line.strip()]
+        remove_cgroup_dirs([d for d in dirs if d.exists()])
+        removed += [str(d) for d in dirs]
+    _make_writable(entry)
+    shutil.rmtree(entry, ignore_errors=True)
+    return removed + [str(entry)]
 
 
 def _make_writable(tree: Path) -> None:
@@ -348,8 +371,8 @@ class UidClaim:
     SPAN = 1 << 16
 
     def __init__(self) -> None:
-        lock_dir = STATE_ROOT / "uids"
-        lock_dir.mkdir(parents=True, exist_ok=True)
+        lock_dir = private_state_root() / "uids"
+        lock_dir.mkdir(mode=0o700, exist_ok=True)
         start = (os.getpid() * 97 + time.monotonic_ns()) % self.SPAN
         for k in range(self.SPAN):
             uid = self.BASE + (start + k) % self.SPAN
