@@ -3,8 +3,10 @@ for the next cell, and the host is untouched. Every test runs at the strongest i
 the machine allows (``auto``) and at the ``rlimits-only`` fallback; the kernel-isolation probes
 are in test_sandbox_isolation.py."""
 
+import json
 import os
 import socket
+import struct
 import time
 
 import psutil
@@ -162,3 +164,43 @@ def test_null_bytes_and_non_text_are_errors(pool):
 def test_exec_result_render_marks_truncation():
     r = ExecResult(status="ok", stdout="a" * 50)
     assert r.render(max_chars=10) == "a" * 10 + "\n... [output truncated]"
+
+
+HOST_FORGERIES = {
+    "empty frame": b"",
+    "not json": b"{oops",
+    "not an object": b"[1, 2]",
+    "another request's nonce": json.dumps({"nonce": "other", "status": "ok", "stdout": "", "stderr": "", "error": None,
+                                           "truncated": False, "elapsed_s": 0.0}).encode(),
+    "missing fields": json.dumps({"nonce": "n0", "status": "ok"}).encode(),
+    "unknown status": json.dumps({"nonce": "n0", "status": "pwned", "stdout": "", "stderr": "", "error": None,
+                                  "truncated": False, "elapsed_s": 0.0}).encode(),
+    "wrong types": json.dumps({"nonce": "n0", "status": "ok", "stdout": 5, "stderr": "", "error": None,
+                               "truncated": False, "elapsed_s": 0.0}).encode(),
+    "oversize length": None,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOST_FORGERIES))
+def test_the_host_turns_any_bad_reply_into_an_error_and_a_fresh_worker(pool, kind, monkeypatch):
+    """Defence in depth behind the supervisor: whatever arrives on the host's result channel, the
+    host checks it; a bad frame is an error result with a fresh interpreter, never an exception."""
+    import turngym.envs.sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module.secrets, "token_hex", lambda n=16: "n0")
+    with pool.session() as s:
+        assert s.run("x = 1").ok
+        worker = s._worker
+        fake_r, fake_w = os.pipe()
+        real_r, worker._res_r = worker._res_r, fake_r
+        body = HOST_FORGERIES[kind]
+        os.write(fake_w, b"\xff\xff\xff\xff" if body is None else struct.pack(">I", len(body)) + body)
+        try:
+            r = s.run("print('real output')")
+        finally:
+            os.close(real_r)
+            os.close(fake_w)
+        assert r.status == "error" and r.restarted and r.error.startswith("SandboxProtocolError"), r.render()
+        assert worker.proc.poll() is not None  # the worker behind the bad channel is gone
+        assert s.run("print(x)").status == "error"  # a fresh interpreter
+        assert s.run("print(2)").stdout == "2\n"

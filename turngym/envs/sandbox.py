@@ -196,7 +196,7 @@ class _Worker:
             args = iso.bwrap_command(isolation.bwrap, limits.disk_bytes) + args
             cwd = None
         if isolation.cgroups is not None:
-            self.cgroup = iso.WorkerCgroup(isolation.cgroups, f"turngym-{os.getpid()}-{secrets.token_hex(6)}",
+            self.cgroup = iso.WorkerCgroup(isolation.cgroups, f"turngym-{os.getpid()}-{os.urandom(6).hex()}",
                                            limits.tree_memory_bytes, limits.processes)
             state.record_cgroup(self.cgroup.dirs)
             # join the cgroup before bwrap starts, so every process of the worker is inside it

@@ -191,6 +191,13 @@ class WorkerCgroup:
         self.version = parents.version
         self.final_peak: int | None = None
         self.dirs = [parents.memory / name] if parents.version == "v2" else [parents.memory / name, parents.pids / name]
+        try:
+            self._create(memory_bytes, processes)
+        except OSError:
+            remove_cgroup_dirs(self.dirs)
+            raise
+
+    def _create(self, memory_bytes: int, processes: int) -> None:
         for d in self.dirs:
             d.mkdir()
         mem, pids = self.dirs[0], self.dirs[-1]
