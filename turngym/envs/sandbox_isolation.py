@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import fcntl
 import functools
+import json
 import os
 import shutil
 import signal
@@ -51,18 +52,20 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
-def interpreter_trees() -> list[str]:
-    """The directories the interpreter reads: its prefixes, its real binary, its import path."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
-    paths |= {p for p in sys.path if p and os.path.isdir(p)}
+@functools.lru_cache(maxsize=None)
+def interpreter_trees(python: str = sys.executable) -> tuple[str, ...]:
+    """The directories the worker's interpreter reads: its prefixes and the import path it has
+    when started as the worker is (``-I``: no PYTHONPATH, no script folder), nested ones folded."""
+    probe = ("import json, os, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, "
+             "sys.base_exec_prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))] + sys.path))")
+    out = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    paths = [p for p in json.loads(out.stdout) if p and os.path.isdir(p)]
     real = sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})
-    out: list[str] = []
+    trees: list[str] = []
     for p in real:
-        if p in ("/", "") or any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
-            continue
-        out.append(p)
-    return out
+        if p != "/" and not any(p == q or p.startswith(q.rstrip("/") + "/") for q in trees):
+            trees.append(p)
+    return tuple(trees)
 
 
 def bwrap_command(bwrap: str, disk_bytes: int) -> list[str]:
