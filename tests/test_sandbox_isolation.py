@@ -389,6 +389,30 @@ def test_rlimits_only_workers_never_share_a_uid():
             c.release()
 
 
+def test_rlimits_only_sessions_cannot_kill_each_other():
+    """The fallback level too: each live worker has its own uid, so a cell's raw kill(2) of another
+    session's processes is refused by the kernel, and the host killing one session spares the other."""
+    if os.geteuid() != 0:
+        pytest.skip("throwaway uids are used only as root")
+    with SandboxPool(size=0, limits=LIMITS, preload=(), isolation="rlimits-only") as weak:
+        a, b = weak.session(), weak.session()
+        try:
+            assert a.capabilities["dropped_uid"] != b.capabilities["dropped_uid"]
+            assert b.run("state = 'kept'").ok
+            b_pids = [p.pid for p in psutil.Process(b._worker.proc.pid).children(recursive=True)] + [b._worker.proc.pid]
+            r = a.run(textwrap.dedent(f"""
+                import ctypes
+                libc = ctypes.CDLL(None, use_errno=True)
+                print([libc.kill(pid, 9) for pid in {b_pids!r}])
+            """))
+            assert r.ok and set(json.loads(r.stdout)) == {-1}, r.render()
+            a.close()
+            assert b.run("print(state)").stdout == "kept\n"
+        finally:
+            a.close()
+            b.close()
+
+
 def test_state_of_a_killed_host_is_removed_at_the_next_start(tmp_path):
     """A host process killed with live workers (both levels) leaves folders and cgroups; the next
     pool start removes them."""
