@@ -105,7 +105,7 @@ class _Confinement:
         self.caps["non_dumpable"] = self.libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
     def _mount(self, src, target, fstype, flags=0, data=None):
-        enc = lambda v: None if v is None else os.fsencode(v)  # noqa: E731
+        enc = lambda v: None if v is None else os.fsencode(v)
         return self.libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)) == 0
 
     @staticmethod

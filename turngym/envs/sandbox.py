@@ -398,7 +398,7 @@ def _processes_of_uid(uid: int) -> list[psutil.Process]:
 class SandboxSession:
     """One stateful interpreter; replaced transparently (and said so) after a crash."""
 
-    def __init__(self, pool: "SandboxPool"):
+    def __init__(self, pool: SandboxPool):
         self.pool = pool
         self._worker: _Worker | None = pool._take()
 
@@ -435,10 +435,10 @@ class SandboxSession:
             self._worker.close()
             self._worker = None
 
-    def __deepcopy__(self, memo: dict) -> "SandboxSession":
+    def __deepcopy__(self, memo: dict) -> SandboxSession:
         return self  # a live process cannot be copied; copies of an env share its interpreter
 
-    def __enter__(self) -> "SandboxSession":
+    def __enter__(self) -> SandboxSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -521,10 +521,10 @@ class SandboxPool:
         for w in idle:
             w.close()
 
-    def __deepcopy__(self, memo: dict) -> "SandboxPool":
+    def __deepcopy__(self, memo: dict) -> SandboxPool:
         return self  # a pool of processes is a shared resource, not state to copy
 
-    def __enter__(self) -> "SandboxPool":
+    def __enter__(self) -> SandboxPool:
         return self
 
     def __exit__(self, *exc: object) -> None:

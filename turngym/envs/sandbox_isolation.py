@@ -52,7 +52,7 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def interpreter_trees(python: str = sys.executable) -> tuple[str, ...]:
     """The directories the worker's interpreter reads: its prefixes and the import path it has
     when started as the worker is (``-I``: no PYTHONPATH, no script folder), nested ones folded."""
@@ -91,12 +91,12 @@ def bwrap_command(bwrap: str, disk_bytes: int) -> list[str]:
     return args
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def bwrap_probe(bwrap: str) -> str | None:
     """None when bubblewrap can start the interpreter here, else why not."""
     cmd = bwrap_command(bwrap, 1 << 20) + [sys.executable, "-I", "-c", "import os; print(os.getuid())"]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{type(exc).__name__}: {exc}"
     if out.returncode != 0 or out.stdout.strip() != str(SANDBOX_UID):
@@ -157,7 +157,7 @@ def _try_mkdir(parent: Path) -> str | None:
         return f"cannot create a cgroup under {parent}: {exc.strerror}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cgroup_parents() -> tuple[CgroupParents | None, str]:
     """Find writable memory and pids cgroups below this process's own; (None, reason) if none."""
     root = Path("/sys/fs/cgroup")
