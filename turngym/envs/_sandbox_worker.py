@@ -365,21 +365,20 @@ def _check_cell_frame(raw, seq, cap):
 def _kill_leftovers(keep):
     """No process outlives the cell that started it: the supervisor is their subreaper."""
     me = os.getpid()
-    for attempt in range(50):
-        _reap(keep)
-        kids = [k for k in _descendants(me) if k != keep and not _zombie(k)]
+    for _ in range(50):
+        kids = [k for k in _descendants(me) if k != keep]
         if not kids:
-            if attempt == 0:
-                return  # the common case: the cell started nothing
-            break
-        for pid in kids:
+            return  # the common case: the cell started nothing
+        _reap(keep)
+        live = [k for k in kids if not _zombie(k)]
+        if not live:
+            return  # the interpreter's own exited children: it reaps them before its next cell
+        for pid in live:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        _reap(keep)
         time.sleep(0.01)
-    _reap(keep)
 
 
 def _zombie(pid):
