@@ -443,3 +443,32 @@ def test_state_of_a_killed_host_is_removed_at_the_next_start(tmp_path):
     assert not Path(left["state"]).exists() and not Path(left["workdir"]).exists()
     assert not any(Path(d).exists() for d in left["cgroups"])
     assert str(iso.host_state().dir) not in removed  # a live host's state stays
+
+
+def test_a_stalled_partial_frame_is_a_protocol_error_not_a_hang(pool):
+    """A header promising more bytes than ever come is caught within about a second."""
+    cell = textwrap.dedent("""
+        import os, stat, struct
+        for fd in sorted(int(f) for f in os.listdir('/proc/self/fd')):
+            try:
+                if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, struct.pack('>I', 100000) + b'{')
+            except OSError:
+                pass
+    """)
+    with pool.session() as s:
+        start = time.monotonic()
+        r = s.run(cell)
+        assert r.restarted and "SandboxProtocolError" in r.error and "incomplete" in r.error, r.render()
+        assert time.monotonic() - start < LIMITS.wall_s
+        _assert_next_cell_works(s)
+
+
+def test_an_oom_kill_of_the_interpreter_says_so(pool):
+    if pool.chosen.level != iso.BUBBLEWRAP_CGROUP:
+        pytest.skip(f"no cgroup here: {pool.chosen.note}")
+    with pool.session() as s:
+        # below the per-process address-space cap, above the tree's memory cap
+        r = s.run("chunks = []\nfor _ in range(700):\n    chunks.append(bytearray(1 << 20))")
+        assert r.status == "crashed" and "memory cap" in r.error, r.render()
+        _assert_next_cell_works(s)

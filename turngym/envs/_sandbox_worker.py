@@ -38,20 +38,23 @@ MAX_CELL_FRAME = 1 << 20  # a cell's status frame: status + error text, far belo
 STATUSES = ("ok", "error", "timeout")
 
 
-def _recv(fd, limit=None):
-    """One frame's bytes, or None at end of stream; ValueError when the length is over ``limit``."""
-    head = _read_exact(fd, 4)
+def _recv(fd, limit=None, stall_s=None):
+    """One frame's bytes, or None at end of stream. ValueError when the length is over ``limit``
+    or (with ``stall_s``) the rest of a started frame does not come within that many seconds."""
+    head = _read_exact(fd, 4, stall_s)
     if head is None:
         return None
     (n,) = struct.unpack(">I", head)
     if limit is not None and n > limit:
         raise ValueError(f"a frame of {n} bytes, over the limit of {limit},")
-    return _read_exact(fd, n)
+    return _read_exact(fd, n, stall_s)
 
 
-def _read_exact(fd, n):
+def _read_exact(fd, n, stall_s=None):
     buf = b""
     while len(buf) < n:
+        if stall_s is not None and not select.select([fd], [], [], stall_s)[0]:
+            raise ValueError(f"an incomplete frame ({len(buf)} of {n} bytes)")
         chunk = os.read(fd, n - len(buf))
         if not chunk:
             return None
@@ -463,7 +466,7 @@ def main():
         try:
             if interp.done_r not in ready:  # exited without a word (a descendant may hold its pipe open)
                 raise EOFError
-            frame = _check_cell_frame(_recv(interp.done_r, MAX_CELL_FRAME), seq, cap)
+            frame = _check_cell_frame(_recv(interp.done_r, MAX_CELL_FRAME, stall_s=1.0), seq, cap)
         except EOFError:
             _send(res_fd, {"nonce": nonce, "crashed": interp.death()})
             return

@@ -256,9 +256,11 @@ class _Worker:
         if msg.get("nonce") != nonce:
             raise ProtocolError("a reply for another request")
         if "crashed" in msg or "protocol_error" in msg:
+            oom = self.cgroup is not None and self.cgroup.oom_kills() > 0
             self.kill()
             if "crashed" in msg:
-                return ExecResult(status="crashed", error=f"SandboxCrash: {str(msg['crashed'])[:500]}", restarted=True)
+                why = str(msg["crashed"])[:500] + ("; the memory cap of the cell's process tree was hit" if oom else "")
+                return ExecResult(status="crashed", error=f"SandboxCrash: {why}", restarted=True)
             return ExecResult(status="error", restarted=True,
                               error=f"SandboxProtocolError: {str(msg['protocol_error'])[:500]}; the interpreter was replaced")
         fields = {"nonce": str, "status": str, "stdout": str, "stderr": str, "error": (str, type(None)),
