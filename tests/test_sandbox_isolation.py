@@ -472,3 +472,22 @@ def test_an_oom_kill_of_the_interpreter_says_so(pool):
         r = s.run("chunks = []\nfor _ in range(700):\n    chunks.append(bytearray(1 << 20))")
         assert r.status == "crashed" and "memory cap" in r.error, r.render()
         _assert_next_cell_works(s)
+
+
+def test_nothing_a_cell_writes_reaches_the_interpreter_or_the_next_session(pool):
+    """Planting code in the interpreter's own trees fails (read-only), and files a session leaves in
+    its /tmp or working directory are not there for the next session."""
+    import numpy  # noqa: F401  (any installed package: its folder is in the sandbox, read-only)
+
+    site = str(Path(numpy.__file__).parent.parent)
+    with pool.session() as a:
+        r = a.run(f"open({site + '/sitecustomize.py'!r}, 'w').write('print(1)')")
+        assert r.status == "error" and "Read-only file system" in r.error, r.render()
+        r = a.run(f"open({sys.prefix + '/pwned.pth'!r}, 'w')")
+        assert r.status == "error", r.render()
+        assert a.run("open('/tmp/left', 'w').write('x'); open('left', 'w').write('x')").ok
+    with pool.session() as b:
+        r = b.run("import os\nprint(os.path.exists('/tmp/left'), os.path.exists('left'), sorted(os.environ))")
+        assert r.stdout.startswith("False False"), r.render()
+        assert "PYTHONPATH" not in r.stdout and "TOKEN" not in r.stdout
+    assert not os.path.exists(site + "/sitecustomize.py") and not os.path.exists(sys.prefix + "/pwned.pth")
