@@ -1,6 +1,9 @@
-"""Sandbox figures: warm execution of print(1+1) vs a fresh `python -c` subprocess (p50/p95,
-goal >= 10x faster), executions per second on 2 workers, and env.step overhead without code.
-Usage: python benchmarks/sandbox_latency.py [--n 200]
+"""Sandbox figures, side by side in one process: warm execution of print(1+1) at the strongest
+isolation level the machine allows (bubblewrap, with a cgroup where possible) vs the
+rlimits-only level (the isolation before bubblewrap) vs a fresh `python -c` subprocess
+(p50/p95; goal: warm cell >= 50x faster than `python -c` at p50), worker start-up time per
+level, executions per second on 2 workers, and env.step overhead without code.
+Usage: python benchmarks/sandbox_latency.py [--n 300]
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import time
 
 from turngym.envs.calculator import CalculatorEnv
 from turngym.envs.math_code import MathCodeEnv
-from turngym.envs.sandbox import SandboxPool
+from turngym.envs.sandbox import SandboxPool, _Worker
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -23,30 +26,47 @@ def pct(xs: list[float], q: float) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--n", type=int, default=300)
     args = ap.parse_args()
-    pool = SandboxPool(size=2)
-    warm, fresh = [], []
-    with pool.session() as s:
-        s.run("print(0)")
-        for i in range(args.n):  # interleaved, so machine noise hits both arms alike
-            t = time.perf_counter()
-            r = s.run("print(1+1)")
-            warm.append((time.perf_counter() - t) * 1000)
-            assert r.stdout == "2\n"
+    strong = SandboxPool(size=2, isolation="auto")
+    weak = SandboxPool(size=1, isolation="rlimits-only")
+    print(f"levels: {strong.chosen.level} ({strong.chosen.note}) vs {weak.chosen.level}")
+    times: dict[str, list[float]] = {strong.chosen.level: [], weak.chosen.level: [], "fresh python -c": []}
+    with strong.session() as s_new, weak.session() as s_old:
+        strong.wait_warm()  # refills start workers in the background: let them finish first
+        weak.wait_warm()
+        s_new.run("print(0)")
+        s_old.run("print(0)")
+        for i in range(args.n):  # interleaved, so machine noise hits every arm alike
+            for level, s in ((strong.chosen.level, s_new), (weak.chosen.level, s_old)):
+                t = time.perf_counter()
+                r = s.run("print(1+1)")
+                times[level].append((time.perf_counter() - t) * 1000)
+                assert r.stdout == "2\n", r.render()
             if i % 4 == 0:
                 t = time.perf_counter()
                 subprocess.run([sys.executable, "-c", "print(1+1)"], capture_output=True, check=True)
-                fresh.append((time.perf_counter() - t) * 1000)
-    print(f"warm sandbox print(1+1): p50 {pct(warm, .5):.3f} ms  p95 {pct(warm, .95):.3f} ms  (n={len(warm)})")
-    print(f"fresh python -c        : p50 {pct(fresh, .5):.1f} ms  p95 {pct(fresh, .95):.1f} ms  (n={len(fresh)})")
-    print(f"speed-up p50: {pct(fresh, .5) / pct(warm, .5):.0f}x   p95: {pct(fresh, .95) / pct(warm, .95):.0f}x")
+                times["fresh python -c"].append((time.perf_counter() - t) * 1000)
+    fresh50 = pct(times["fresh python -c"], .5)
+    for name, xs in times.items():
+        extra = "" if name.startswith("fresh") else f"   fresh/warm at p50: {fresh50 / pct(xs, .5):.0f}x"
+        print(f"{name:>22}: p50 {pct(xs, .5):7.3f} ms  p95 {pct(xs, .95):7.3f} ms  (n={len(xs)}){extra}")
+
+    for pool in (strong, weak):  # cold start of one worker (numpy and sympy preloaded), paid off the hot path
+        starts = []
+        for _ in range(5):
+            t = time.perf_counter()
+            w = _Worker(pool.limits, pool.preload, pool.chosen)
+            w.wait_ready()
+            starts.append((time.perf_counter() - t) * 1000)
+            w.close()
+        print(f"worker start-up, {pool.chosen.level}: p50 {pct(starts, .5):.0f} ms (n={len(starts)})")
 
     counts = [0, 0]
     stop = time.perf_counter() + 5.0
 
     def hammer(k: int) -> None:
-        with pool.session() as s:
+        with strong.session() as s:
             while time.perf_counter() < stop:
                 s.run("x = sum(range(100))")
                 counts[k] += 1
@@ -56,18 +76,19 @@ def main() -> None:
         t.start()
     for t in threads:
         t.join()
-    print(f"executions per second on 2 workers: {sum(counts) / 5.0:.0f}")
+    print(f"executions per second on 2 workers ({strong.chosen.level}): {sum(counts) / 5.0:.0f}")
 
     for name, env, action in [("Calculator-v0 (no tool)", CalculatorEnv(max_turns=10**6), "thinking..."),
-                              ("MathCode-v0 (no code)", MathCodeEnv(dataset="gsm8k", max_turns=10**6, sandbox=pool), "thinking...")]:
+                              ("MathCode-v0 (no code)", MathCodeEnv(dataset="gsm8k", max_turns=10**6, sandbox=strong), "thinking...")]:
         env.reset(options={"index": 0})
-        times = []
+        step_us = []
         for _ in range(2000):
             t = time.perf_counter()
             env.step(action)
-            times.append((time.perf_counter() - t) * 1e6)
-        print(f"env.step overhead, {name}: p50 {pct(times, .5):.1f} us  p95 {pct(times, .95):.1f} us")
-    pool.close()
+            step_us.append((time.perf_counter() - t) * 1e6)
+        print(f"env.step overhead, {name}: p50 {pct(step_us, .5):.1f} us  p95 {pct(step_us, .95):.1f} us")
+    strong.close()
+    weak.close()
 
 
 if __name__ == "__main__":

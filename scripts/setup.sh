@@ -15,3 +15,12 @@ fi
 # its runtime needs are in turngym's own dependencies. See turngym/envs/bfcl/upstream.py.
 .venv/bin/python -c "import importlib.metadata as m; assert m.version('bfcl-eval') == '2026.3.23'" 2>/dev/null || \
   .venv/bin/python -m pip install --quiet --no-deps "bfcl-eval==2026.3.23"
+# bubblewrap: kernel isolation of the Python sandbox (turngym/envs/sandbox_isolation.py).
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get install -y -qq bubblewrap || (apt-get update -qq && apt-get install -y -qq bubblewrap)) >/dev/null
+  else
+    echo "setup: bubblewrap (bwrap) is missing and cannot be installed here (needs root and apt-get); code cells" \
+         "will run with rlimits only. Install it with: sudo apt-get install bubblewrap" >&2
+  fi
+fi

@@ -1,10 +1,17 @@
-"""Sandbox worker: a stateful Python interpreter behind a pipe. Standard library only.
+"""Sandbox worker: a supervisor and a stateful Python interpreter. Standard library only.
 
-Started by :mod:`turngym.envs.sandbox` as ``python -I -S _sandbox_worker.py CMD_FD RES_FD
-CONFIG_JSON``. It confines itself first (namespaces and a throwaway uid when it runs as
-root, rlimits, audit hooks), then executes code cells in one persistent namespace.
-Messages are 4-byte big-endian length + UTF-8 JSON on the two inherited descriptors, so
-anything user code prints to fds 1/2 cannot corrupt the protocol.
+Started by :mod:`turngym.envs.sandbox` (inside bubblewrap where the machine allows it) as
+``python -I -c SOURCE CMD_FD RES_FD CONFIG_JSON``. The process imports the preload modules,
+confines itself (rlimits; at the ``rlimits-only`` level also namespaces, a throwaway uid and
+audit hooks), makes itself non-dumpable and forks the interpreter. Only the supervisor holds
+the host's two descriptors: the interpreter closes them before any cell runs, and cannot
+reach them through ``/proc`` or ptrace (the supervisor is non-dumpable and the sandbox has no
+capabilities). Cells report to the supervisor on a pipe of their own; the supervisor checks
+every frame (sequence number, types, sizes), reads the cell's output itself, removes the
+cell's leftover processes, and answers the host with the host's per-request nonce. A frame
+that fails a check ends the worker with a protocol error; the host starts a fresh one.
+
+Frames on every channel are a 4-byte big-endian length and UTF-8 JSON.
 """
 
 import ctypes
@@ -12,6 +19,7 @@ import io
 import json
 import os
 import resource
+import select
 import signal
 import struct
 import sys
@@ -23,22 +31,30 @@ CLONE_NEWNET = 0x40000000
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MS_BIND = 4096
-PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+MAX_CELL_FRAME = 1 << 20  # a cell's status frame: status + error text, far below this
+STATUSES = ("ok", "error", "timeout")
 
 
-def _recv(fd):
-    head = _read_exact(fd, 4)
+def _recv(fd, limit=None, stall_s=None):
+    """One frame's bytes, or None at end of stream. ValueError when the length is over ``limit``
+    or (with ``stall_s``) the rest of a started frame does not come within that many seconds."""
+    head = _read_exact(fd, 4, stall_s)
     if head is None:
         return None
     (n,) = struct.unpack(">I", head)
-    body = _read_exact(fd, n)
-    return None if body is None else json.loads(body.decode("utf-8"))
+    if limit is not None and n > limit:
+        raise ValueError(f"a frame of {n} bytes, over the limit of {limit},")
+    return _read_exact(fd, n, stall_s)
 
 
-def _read_exact(fd, n):
+def _read_exact(fd, n, stall_s=None):
     buf = b""
     while len(buf) < n:
+        if stall_s is not None and not select.select([fd], [], [], stall_s)[0]:
+            raise ValueError(f"an incomplete frame ({len(buf)} of {n} bytes)")
         chunk = os.read(fd, n - len(buf))
         if not chunk:
             return None
@@ -47,25 +63,28 @@ def _read_exact(fd, n):
 
 
 def _send(fd, obj):
-    data = json.dumps(obj).encode("utf-8")
+    data = json.dumps(obj).encode("utf-8", "surrogatepass")
     msg = struct.pack(">I", len(data)) + data
     while msg:
         msg = msg[os.write(fd, msg):]
 
 
 class _Confinement:
+    """Self-confinement. Under bubblewrap only the rlimits apply (the kernel does the rest)."""
+
     def __init__(self, cfg):
         self.cfg = cfg
         self.caps = {}
         self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fallback = cfg["isolation"] == "rlimits-only"
 
     def apply(self):
         cfg = self.cfg
         self.caps["subreaper"] = self.libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
         self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        is_root = os.geteuid() == 0
         os.chdir(cfg["workdir"])  # keeps pointing at the real directory even under a new /tmp
-        if is_root and cfg.get("namespaces", True):
+        is_root = os.geteuid() == 0
+        if self.fallback and is_root:
             self.caps["no_network"] = self.libc.unshare(CLONE_NEWNET) == 0
             if self.libc.unshare(CLONE_NEWNS) == 0 and self._mount(None, "/", None, MS_REC | MS_PRIVATE):
                 self.caps["private_tmp"] = all(
@@ -79,17 +98,17 @@ class _Confinement:
         self._setrlimit(resource.RLIMIT_NOFILE, lim["open_files"])
         self._setrlimit(resource.RLIMIT_CORE, 0)
         self._setrlimit(resource.RLIMIT_CPU, lim["session_cpu_s"])
-        if is_root and cfg.get("uid") is not None:
+        if self.fallback and is_root and cfg.get("uid") is not None:
             os.setgroups([])
             os.setgid(cfg["gid"])
             os.setuid(cfg["uid"])
             self.caps["dropped_uid"] = cfg["uid"]
         self._setrlimit(resource.RLIMIT_NPROC, lim["processes"])
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversize write fails instead of killing
-        self._install_audit_hook(cfg["workdir"], is_root)
+        self.caps["non_dumpable"] = self.libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
     def _mount(self, src, target, fstype, flags=0, data=None):
-        enc = lambda v: None if v is None else os.fsencode(v)  # noqa: E731
+        enc = lambda v: None if v is None else os.fsencode(v)
         return self.libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)) == 0
 
     @staticmethod
@@ -141,10 +160,12 @@ class _Confinement:
         except (ValueError, OSError):
             resource.setrlimit(which, (min(value, hard) if hard != resource.RLIM_INFINITY else value, hard))
 
-    def _install_audit_hook(self, workdir, is_root):
+    def install_audit_hook(self, workdir):
+        """rlimits-only level: a best-effort guard (no kernel confinement to rely on)."""
         workdir = os.path.realpath(workdir)
         own_pid = os.getpid()
         net_blocked = self.caps.get("no_network", False)
+        is_root = os.geteuid() == 0 or "dropped_uid" in self.caps
 
         def inside(path):
             try:
@@ -198,7 +219,7 @@ def _direct_children(pid):
     return kids
 
 
-def _children_of(root):
+def _descendants(root):
     """All descendants of ``root``: fast via /proc/PID/task/TID/children, else a /proc scan."""
     try:
         out, todo = [], [root]
@@ -209,105 +230,74 @@ def _children_of(root):
         return out
     except OSError:  # kernels without CONFIG_PROC_CHILDREN, or a child that just exited
         pass
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != root and _is_descendant(int(name), root):
-            out.append(int(name))
-    return out
+    return [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) != root and _is_descendant(int(n), root)]
 
 
-def _kill_leftovers():
-    """No process outlives the cell that started it (the worker is their subreaper)."""
-    me = os.getpid()
-    for _ in range(50):
-        kids = _children_of(me)
-        if not kids:
-            break
-        for pid in kids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        _reap()
-        time.sleep(0.01)
-    _reap()
+class _Interpreter:
+    """The forked child that runs cells, seen from the supervisor."""
 
-
-def _reap():
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
+    def __init__(self, cfg, host_fds, out_fd, err_fd, conf):
+        code_r, self.code_w = os.pipe()
+        self.done_r, done_w = os.pipe()
+        pid = os.fork()
         if pid == 0:
-            return
+            try:
+                for fd in (*host_fds, self.code_w, self.done_r):
+                    os.close(fd)
+                if conf.fallback:
+                    conf.install_audit_hook(cfg["workdir"])
+                _interpreter_loop(code_r, done_w, out_fd, err_fd, cfg)
+            finally:
+                os._exit(0)
+        os.close(code_r)
+        os.close(done_w)
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)
 
-
-class _CellTimeout(BaseException):
-    """Raised inside user code at the wall or CPU limit (BaseException: bare except can't swallow it)."""
-
-
-def _on_limit(signum, frame):
-    raise _CellTimeout("CPU time limit" if signum == signal.SIGXCPU else "time limit")
-
-
-def _read_capped(path, cap):
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as fh:
-            data = fh.read(cap)
-        return data.decode("utf-8", "replace"), size > cap
-    except OSError:
-        return "", False
-
-
-def main():
-    cmd_fd, res_fd = int(sys.argv[1]), int(sys.argv[2])
-    cfg = json.loads(sys.argv[3])
-    # fds 1/2 go to files in the workdir, read back (capped) after each cell
-    out_path = ".stdout"  # relative: the absolute path may be hidden under a private /tmp
-    err_path = ".stderr"
-    for module in cfg.get("preload", []):  # imported before privileges drop and /tmp is replaced
+    def death(self):
+        """Why the interpreter is gone (it was reaped here)."""
         try:
-            __import__(module)
-        except ImportError:
-            pass
-    conf = _Confinement(cfg)
-    try:
-        conf.apply()
-    except Exception as exc:  # report and stop: never run code half-confined
-        _send(res_fd, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
-        return
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            return "the interpreter exited"
+        if os.WIFSIGNALED(status):
+            name = signal.Signals(os.WTERMSIG(status)).name
+            why = {"SIGSEGV": "a segmentation fault", "SIGXCPU": "the CPU time limit", "SIGKILL": "a kill signal",
+                   "SIGXFSZ": "the file size limit", "SIGABRT": "an abort", "SIGBUS": "a bus error"}.get(name, name)
+            return f"the interpreter crashed ({why})"
+        return f"the interpreter exited (code {os.WEXITSTATUS(status)})"
+
+
+def _interpreter_loop(code_r, done_w, out_fd, err_fd, cfg):
     sys.setrecursionlimit(cfg["limits"].get("recursion", 3000))
     signal.signal(signal.SIGXCPU, _on_limit)
     signal.signal(signal.SIGALRM, _on_limit)
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-    worker_pid = os.getpid()
-    _send(res_fd, {"ready": True, "caps": conf.caps, "pid": os.getpid()})
+    me = os.getpid()
     while True:
-        msg = _recv(cmd_fd)
-        if msg is None or msg.get("op") == "exit":
+        raw = _recv(code_r)
+        if raw is None:
             return
-        cap = int(msg.get("max_output", 10000))
-        for p in (out_path, err_path):
-            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.dup2(fd, 1 if p == out_path else 2)
-            os.close(fd)
+        msg = json.loads(raw.decode("utf-8", "surrogatepass"))
+        _reap_own()
+        for fd, target in ((out_fd, 1), (err_fd, 2)):
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.dup2(fd, target)
         sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(1), "wb", buffering=0), encoding="utf-8", errors="replace", write_through=True)
         sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(2), "wb", buffering=0), encoding="utf-8", errors="replace", write_through=True)
         used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
-        cpu_soft = int(used + msg.get("cpu_s", 10)) + 1
+        cpu_soft = int(used + msg["cpu_s"]) + 1
         try:
             soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
             resource.setrlimit(resource.RLIMIT_CPU, (min(cpu_soft, hard) if hard != resource.RLIM_INFINITY else cpu_soft, hard))
         except (ValueError, OSError):
             pass
-        signal.setitimer(signal.ITIMER_REAL, float(msg.get("wall_s", 10)))
+        signal.setitimer(signal.ITIMER_REAL, float(msg["wall_s"]))
         error, status = None, "ok"
         start = time.perf_counter()
         try:
-            code = compile(msg["code"], "<cell>", "exec")
-            exec(code, namespace)
+            exec(compile(msg["code"], "<cell>", "exec"), namespace)
         except _CellTimeout as exc:
             status, error = "timeout", f"TimeoutError: execution exceeded the {exc.args[0]}"
         except MemoryError:
@@ -324,7 +314,7 @@ def main():
             lines = traceback.format_list(frames) + traceback.format_exception_only(etype, evalue)
             status, error = "error", "Traceback (most recent call last):\n" + "".join(lines)
         finally:
-            if os.getpid() != worker_pid:  # a fork of the cell must never reach the protocol
+            if os.getpid() != me:  # a fork of the cell must never reach the protocol
                 os._exit(0)
             signal.setitimer(signal.ITIMER_REAL, 0)
         elapsed = time.perf_counter() - start
@@ -333,11 +323,161 @@ def main():
             sys.stderr.flush()
         except Exception:  # noqa: BLE001
             pass
-        _kill_leftovers()
-        stdout, t1 = _read_capped(out_path, cap)
-        stderr, t2 = _read_capped(err_path, cap)
-        _send(res_fd, {"status": status, "stdout": stdout, "stderr": stderr, "error": error,
-                       "truncated": t1 or t2, "elapsed_s": elapsed})
+        _send(done_w, {"seq": msg["seq"], "status": status, "error": error, "elapsed_s": elapsed})
+
+
+class _CellTimeout(BaseException):
+    """Raised inside user code at the wall or CPU limit (BaseException: bare except can't swallow it)."""
+
+
+def _on_limit(signum, frame):
+    raise _CellTimeout("CPU time limit" if signum == signal.SIGXCPU else "time limit")
+
+
+def _read_output(fd, cap):
+    try:
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, cap, 0)
+    except OSError:
+        return "", False
+    return data.decode("utf-8", "replace"), size > cap
+
+
+def _check_cell_frame(raw, seq, cap):
+    """The cell's status frame, or raise ValueError saying what is wrong with it."""
+    if raw is None:
+        raise EOFError
+    if not raw:
+        raise ValueError("an empty frame")
+    try:
+        msg = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError("a frame that is not JSON") from None
+    if not isinstance(msg, dict) or set(msg) != {"seq", "status", "error", "elapsed_s"}:
+        raise ValueError("a frame with the wrong fields")
+    if msg["seq"] != seq:
+        raise ValueError(f"an out-of-order frame (sequence {msg['seq']!r}, expected {seq})")
+    if msg["status"] not in STATUSES or not (msg["error"] is None or isinstance(msg["error"], str)) \
+            or not isinstance(msg["elapsed_s"], (int, float)):
+        raise ValueError("a frame with wrongly typed fields")
+    if msg["error"] is not None and len(msg["error"]) > cap:
+        msg["error"] = msg["error"][:cap] + "\n... [error truncated]"
+    return msg
+
+
+def _kill_leftovers(keep):
+    """No process outlives the cell that started it: the supervisor is their subreaper."""
+    me = os.getpid()
+    for _ in range(50):
+        kids = [k for k in _descendants(me) if k != keep]
+        if not kids:
+            return  # the common case: the cell started nothing
+        _reap(keep)
+        live = [k for k in kids if not _zombie(k)]
+        if not live:
+            return  # the interpreter's own exited children: it reaps them before its next cell
+        for pid in live:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.01)
+
+
+def _zombie(pid):
+    """Exited, waiting for its parent (the interpreter reaps its own before the next cell)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def _reap_own():
+    """The interpreter's exited children, e.g. what the last cell forked (they hold pids)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _reap(keep):
+    """Reap orphans, never the interpreter (its exit status is read in ``death``)."""
+    try:
+        names = os.listdir(f"/proc/{os.getpid()}/task")
+    except OSError:
+        names = []
+    for tid in names:
+        try:
+            with open(f"/proc/{os.getpid()}/task/{tid}/children") as fh:
+                kids = [int(x) for x in fh.read().split()]
+        except OSError:
+            continue
+        for pid in kids:
+            if pid != keep:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+
+
+def main():
+    cmd_fd, res_fd = int(sys.argv[1]), int(sys.argv[2])
+    cfg = json.loads(sys.argv[3])
+    for module in cfg.get("preload", []):  # imported before privileges drop and /tmp is replaced
+        try:
+            __import__(module)
+        except ImportError:
+            pass
+    conf = _Confinement(cfg)
+    try:
+        conf.apply()
+        out_fd, err_fd = (os.open(".", os.O_TMPFILE | os.O_RDWR, 0o600) for _ in range(2))
+        interp = _Interpreter(cfg, (cmd_fd, res_fd), out_fd, err_fd, conf)
+    except Exception as exc:  # report and stop: never run code half-confined
+        _send(res_fd, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+        return
+    _send(res_fd, {"ready": True, "caps": conf.caps, "pid": os.getpid()})
+    seq = 0
+    while True:
+        raw = _recv(cmd_fd)
+        msg = None if raw is None else json.loads(raw.decode("utf-8", "surrogatepass"))
+        if msg is None or msg.get("op") == "exit":
+            os.kill(interp.pid, signal.SIGKILL)
+            return
+        seq += 1
+        nonce, cap = msg["nonce"], int(msg["max_output"])
+        pending = select.select([interp.done_r, interp.pidfd], [], [], 0)[0]
+        if interp.pidfd in pending:  # the interpreter died after its last cell (e.g. killed by a leftover)
+            _send(res_fd, {"nonce": nonce, "crashed": interp.death()})
+            return
+        if pending:  # something was written on its channel between cells
+            _send(res_fd, {"nonce": nonce, "protocol_error": "the cell wrote on the interpreter's channel between cells"})
+            return
+        try:
+            _send(interp.code_w, {"seq": seq, "code": msg["code"], "wall_s": msg["wall_s"], "cpu_s": msg["cpu_s"]})
+        except OSError:
+            _send(res_fd, {"nonce": nonce, "crashed": interp.death()})
+            return
+        ready = select.select([interp.done_r, interp.pidfd], [], [])[0]
+        try:
+            if interp.done_r not in ready:  # exited without a word (a descendant may hold its pipe open)
+                raise EOFError
+            frame = _check_cell_frame(_recv(interp.done_r, MAX_CELL_FRAME, stall_s=1.0), seq, cap)
+        except EOFError:
+            _send(res_fd, {"nonce": nonce, "crashed": interp.death()})
+            return
+        except ValueError as exc:
+            _send(res_fd, {"nonce": nonce, "protocol_error": f"the cell wrote {exc} on the interpreter's channel"})
+            return
+        _kill_leftovers(interp.pid)
+        stdout, t1 = _read_output(out_fd, cap)
+        stderr, t2 = _read_output(err_fd, cap)
+        _send(res_fd, {"nonce": nonce, "status": frame["status"], "stdout": stdout, "stderr": stderr,
+                       "error": frame["error"], "truncated": t1 or t2, "elapsed_s": float(frame["elapsed_s"])})
 
 
 if __name__ == "__main__":

@@ -84,6 +84,8 @@ class MathCodeEnv(TextEnv):
         if self._session is None:
             pool = self._pool or shared_pool(self.limits)
             self._session = pool.session()
+        if self.episode is not None:
+            self.episode.meta["sandbox"] = self._session.describe()  # which isolation level ran
         return self._session
 
     def on_close_episode(self) -> None:

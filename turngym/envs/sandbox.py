@@ -1,41 +1,49 @@
-"""Process-isolated Python execution with enforced limits, from a pool of warm workers.
+"""Kernel-isolated Python execution with enforced limits, from a pool of warm workers.
 
 A :class:`SandboxSession` is one stateful interpreter (variables persist across cells),
-backed by a worker process started in advance by a :class:`SandboxPool`. Each cell runs
-under wall-clock and CPU limits; the worker also has address-space, process-count,
-file-size and open-file limits, a private working directory, a scrubbed environment and
-closed stdin. Run as root (containers, CI), the worker additionally gets its own
-network namespace (no network), a private ``/tmp`` and a throwaway uid, so it can
-neither signal nor write into the host. After a timeout or a crash the worker and every
-process it started are killed (the worker is their subreaper; a uid sweep catches the
-rest) and the session gets a fresh interpreter.
+backed by a worker started in advance by a :class:`SandboxPool`, so a cell costs a pipe
+round trip, not an interpreter start. Where the machine allows it each worker runs under
+bubblewrap in its own user, PID, network, IPC and UTS namespaces with a read-only view of
+the interpreter only, private size-capped tmpfs working directory, ``/tmp`` and
+``/dev/shm``, and one cgroup capping memory and processes for the whole cell tree (see
+:mod:`turngym.envs.sandbox_isolation` for the levels; the pool's ``isolation`` says which
+ran). Each cell runs under wall-clock and CPU limits; address-space, file-size and
+open-file rlimits apply per process. The host talks only to a supervisor inside the
+sandbox that the cell cannot reach; any malformed, forged or out-of-order frame ends the
+session's worker with an error result, never an exception. After a timeout, a crash or a
+protocol error the worker's whole namespace (and cgroup) is killed and the session gets a
+fresh interpreter; no kill reaches another worker.
 
-Defaults (``SandboxLimits``): 10 s wall, 10 s CPU per cell, 1 GiB address space,
-64 processes, 16 MiB per file, 64 open files, 4,000 characters of output per stream.
+Defaults (``SandboxLimits``): 10 s wall, 10 s CPU per cell, 1 GiB address space per
+process, 1 GiB memory and 64 processes for the whole tree, 64 MiB per tmpfs, 16 MiB per
+file, 64 open files, 4,000 characters of output per stream.
 """
 
 from __future__ import annotations
 
 import atexit
-import itertools
+import functools
 import json
 import os
+import secrets
 import select
 import shutil
 import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
 
+from turngym.envs import sandbox_isolation as iso
+
 WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
-_UID_COUNTER = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,8 @@ class SandboxLimits:
     session_cpu_s: int = 3600
     recursion: int = 3000
     startup_s: float = 30.0
+    tree_memory_bytes: int = 1 << 30  # the cgroup cap: all processes and tmpfs pages of one worker
+    disk_bytes: int = 64 << 20  # size of each private tmpfs (working directory, /tmp, /dev/shm)
 
 
 @dataclass
@@ -88,29 +98,85 @@ class SandboxError(RuntimeError):
     pass
 
 
-def _sandbox_identity() -> tuple[int, int] | None:
-    """A throwaway uid/gid for a worker when we are root (distinct per worker)."""
-    if os.geteuid() != 0:
-        return None
-    base = int(os.environ.get("TURNGYM_SANDBOX_UID_BASE", "200000"))
-    uid = base + (os.getpid() % 4096) * 64 + next(_UID_COUNTER) % 64
-    return uid, uid
+@dataclass(frozen=True)
+class Isolation:
+    """The confinement a pool's workers get (one of ``sandbox_isolation.LEVELS``), and why."""
+
+    level: str
+    bwrap: str | None = None
+    cgroups: iso.CgroupParents | None = None
+    note: str = ""
+
+    def describe(self) -> dict:
+        return {"isolation": self.level, "cgroup": self.cgroups.version if self.cgroups else None,
+                "note": self.note}
+
+
+def choose_isolation(requested: str = "auto") -> Isolation:
+    """The strongest level this machine allows (``auto``), or exactly the one asked for."""
+    if requested not in ("auto", *iso.LEVELS):
+        raise ValueError(f"isolation must be 'auto' or one of {iso.LEVELS}, got {requested!r}")
+    if requested == iso.RLIMITS_ONLY:
+        return Isolation(iso.RLIMITS_ONLY, note="requested")
+    bwrap = iso.bwrap_path()
+    why = iso.bwrap_probe(bwrap) if bwrap else "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    if why:
+        if requested != "auto":
+            raise SandboxError(f"sandbox isolation {requested!r} was requested but bubblewrap cannot run: {why}")
+        msg = (f"SANDBOX IS WEAK: bubblewrap cannot run here ({why}); code cells run with rlimits only "
+               "(plus a network namespace, private /tmp and a throwaway uid when root). Do not run untrusted "
+               "model code like this; install bubblewrap.")
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        print(f"turngym: {msg}", file=sys.stderr)
+        return Isolation(iso.RLIMITS_ONLY, note=why)
+    parents, cg_note = iso.cgroup_parents()
+    if parents is not None:
+        return Isolation(iso.BUBBLEWRAP_CGROUP, bwrap, parents, cg_note)
+    if requested == iso.BUBBLEWRAP_CGROUP:
+        raise SandboxError(f"sandbox isolation 'bubblewrap+cgroup' was requested but no cgroup can be created: {cg_note}")
+    warnings.warn(f"sandbox: no cgroup can be created here ({cg_note}); memory and process caps are per process "
+                  "(rlimits) and the tmpfs sizes, not one cap for the whole cell tree", RuntimeWarning, stacklevel=3)
+    return Isolation(iso.BUBBLEWRAP, bwrap, None, cg_note)
+
+
+class ProtocolError(ValueError):
+    """A frame from the worker that is not what the protocol allows."""
+
+
+_SPAWNERS: dict[int, ThreadPoolExecutor] = {}
+_SPAWNERS_LOCK = threading.Lock()
+
+
+def _spawn(args: list[str], **kwargs) -> subprocess.Popen:
+    """Start a worker from one long-lived thread per process: the kernel's parent-death signal
+    (bwrap --die-with-parent, the worker's own) fires when the *thread* that started it ends,
+    and pool refills run on short-lived threads."""
+    with _SPAWNERS_LOCK:
+        ex = _SPAWNERS.get(os.getpid())
+        if ex is None:
+            ex = _SPAWNERS[os.getpid()] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turngym-sandbox-spawn")
+    return ex.submit(subprocess.Popen, args, **kwargs).result()
 
 
 class _Worker:
-    def __init__(self, limits: SandboxLimits, preload: tuple[str, ...]):
+    def __init__(self, limits: SandboxLimits, preload: tuple[str, ...], isolation: Isolation):
         self.limits = limits
-        self.workdir = tempfile.mkdtemp(prefix="turngym-sandbox-")
-        ident = _sandbox_identity()
-        self.uid = ident[0] if ident else None
-        if ident:
-            os.chown(self.workdir, *ident)
-        cmd_r, self._cmd_w = os.pipe()
-        self._res_r, res_w = os.pipe()
+        self.isolation = isolation
+        self.cgroup: iso.WorkerCgroup | None = None
+        self._uid: iso.UidClaim | None = None
+        self._cmd_w = self._res_r = -1
+        self.ready: dict | None = None
+        self._ready_lock = threading.Lock()
+        self._eof = False
+        sandboxed = isolation.bwrap is not None
+        state = iso.host_state()
+        self.workdir = iso.SANDBOX_WORKDIR if sandboxed else state.workdir()
+        if not sandboxed and os.geteuid() == 0:
+            self._uid = iso.UidClaim()
+            os.chown(self.workdir, self._uid.uid, self._uid.uid)
+        uid = self._uid.uid if self._uid else None
         cfg = {
-            "workdir": self.workdir,
-            "uid": ident[0] if ident else None,
-            "gid": ident[1] if ident else None,
+            "workdir": self.workdir, "isolation": isolation.level, "uid": uid, "gid": uid,
             "preload": list(preload),
             "limits": {
                 "memory_bytes": limits.memory_bytes, "file_bytes": limits.file_bytes,
@@ -120,23 +186,44 @@ class _Worker:
         }
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.workdir,
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
-        # run the worker file without putting its folder on sys.path (it would shadow user imports)
-        launcher = (f"import sys; sys.argv = ['worker', '{cmd_r}', '{res_w}', {json.dumps(cfg)!r}]; "
-                    f"exec(compile(open({str(WORKER_SCRIPT)!r}).read(), {str(WORKER_SCRIPT)!r}, 'exec'), {{'__name__': '__main__'}})")
-        args = [sys.executable, "-I", "-c", launcher]
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, env=env, pass_fds=(cmd_r, res_w),
-                                     start_new_session=True, cwd=self.workdir)
-        os.close(cmd_r)
-        os.close(res_w)
-        self.ready: dict | None = None
-        self._eof = False
+               "MPLBACKEND": "Agg"}
+        cmd_r, self._cmd_w = os.pipe()
+        self._res_r, res_w = os.pipe()
+        # -c: the worker's folder must not be on sys.path (it would shadow user imports)
+        args = [sys.executable, "-I", "-B", "-c", _worker_source(), str(cmd_r), str(res_w), json.dumps(cfg)]
+        cwd = self.workdir
+        if sandboxed:
+            args = iso.bwrap_command(isolation.bwrap, limits.disk_bytes) + args
+            cwd = None
+        if isolation.cgroups is not None:
+            self.cgroup = iso.WorkerCgroup(isolation.cgroups, f"turngym-{os.getpid()}-{os.urandom(6).hex()}",
+                                           limits.tree_memory_bytes, limits.processes)
+            state.record_cgroup(self.cgroup.dirs)
+            # join the cgroup before bwrap starts, so every process of the worker is inside it
+            join = " && ".join(f'echo $$ > "${i + 1}"' for i in range(len(self.cgroup.procs_files)))
+            args = ["/bin/sh", "-c", f'{join} && shift {len(self.cgroup.procs_files)} && exec "$@"', "sh",
+                    *self.cgroup.procs_files, *args]
+        try:
+            self.proc = _spawn(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env=env, pass_fds=(cmd_r, res_w), start_new_session=True, cwd=cwd)
+        except BaseException:
+            self._release()
+            raise
+        finally:
+            os.close(cmd_r)
+            os.close(res_w)
 
     def wait_ready(self) -> dict:
+        with self._ready_lock:  # a pool's warm-up check and a session may both wait
+            return self._wait_ready()
+
+    def _wait_ready(self) -> dict:
         if self.ready is None:
-            msg = self._recv(self.limits.startup_s)
-            if not msg or not msg.get("ready"):
+            try:
+                msg = self._recv(self.limits.startup_s)
+            except ProtocolError as exc:
+                msg = {"error": str(exc)}
+            if not msg or msg.get("ready") is not True or not isinstance(msg.get("caps"), dict):
                 self.kill()
                 reason = (msg or {}).get("error", "worker exited during start-up")
                 raise SandboxError(f"sandbox worker failed to start: {reason}")
@@ -145,28 +232,52 @@ class _Worker:
 
     def execute(self, code: str, limits: SandboxLimits) -> ExecResult:
         self.wait_ready()
+        nonce = secrets.token_hex(16)
         try:
-            self._send({"op": "exec", "code": code, "wall_s": limits.wall_s, "cpu_s": limits.cpu_s,
+            self._send({"op": "exec", "nonce": nonce, "code": code, "wall_s": limits.wall_s, "cpu_s": limits.cpu_s,
                         "max_output": limits.max_output})
         except (BrokenPipeError, OSError):
             return self._dead("the interpreter process had already exited")
-        msg = self._recv(limits.wall_s + 2.0)
-        if msg is None:
-            if not self._eof and self.proc.poll() is None:  # stuck in C code past the in-process alarm
-                self.kill()
-                return ExecResult(status="timeout", error=f"TimeoutError: execution exceeded the time limit ({limits.wall_s:g} s); the interpreter was killed", restarted=True)
-            return self._dead(None)
-        return ExecResult(status=msg["status"], stdout=msg["stdout"], stderr=msg["stderr"], error=msg["error"],
+        try:
+            msg = self._recv(limits.wall_s + 2.0, max_output=limits.max_output)
+            if msg is not None:
+                return self._result(msg, nonce, limits)
+        except ProtocolError as exc:
+            self.kill()
+            return ExecResult(status="error", restarted=True,
+                              error=f"SandboxProtocolError: {exc}; the interpreter was replaced")
+        if not self._eof and self.proc.poll() is None:  # stuck in C code past the in-process alarm
+            self.kill()
+            return ExecResult(status="timeout", error=f"TimeoutError: execution exceeded the time limit ({limits.wall_s:g} s); the interpreter was killed", restarted=True)
+        return self._dead(None)
+
+    def _result(self, msg: dict, nonce: str, limits: SandboxLimits) -> ExecResult:
+        """Check a reply frame completely; anything unexpected is a ProtocolError."""
+        if msg.get("nonce") != nonce:
+            raise ProtocolError("a reply for another request")
+        if "crashed" in msg or "protocol_error" in msg:
+            oom = self.cgroup is not None and self.cgroup.oom_kills() > 0
+            self.kill()
+            if "crashed" in msg:
+                why = str(msg["crashed"])[:500] + ("; the memory cap of the cell's process tree was hit" if oom else "")
+                return ExecResult(status="crashed", error=f"SandboxCrash: {why}", restarted=True)
+            return ExecResult(status="error", restarted=True,
+                              error=f"SandboxProtocolError: {str(msg['protocol_error'])[:500]}; the interpreter was replaced")
+        fields = {"nonce": str, "status": str, "stdout": str, "stderr": str, "error": (str, type(None)),
+                  "truncated": bool, "elapsed_s": float}
+        if set(msg) != set(fields) or not all(isinstance(msg[k], t) for k, t in fields.items()):
+            raise ProtocolError("a reply with missing, extra or wrongly typed fields")
+        if msg["status"] not in ("ok", "error", "timeout"):
+            raise ProtocolError(f"a reply with an unknown status {msg['status'][:40]!r}")
+        return ExecResult(status=msg["status"], stdout=msg["stdout"][: limits.max_output],
+                          stderr=msg["stderr"][: limits.max_output], error=msg["error"],
                           truncated=msg["truncated"], elapsed_s=msg["elapsed_s"])
 
     def _dead(self, detail: str | None) -> ExecResult:
         rc = self.proc.wait(timeout=5) if self.proc.poll() is None else self.proc.returncode
         self.kill()
         if rc is not None and rc < 0:
-            name = signal.Signals(-rc).name
-            why = {"SIGSEGV": "a segmentation fault", "SIGXCPU": "the CPU time limit", "SIGKILL": "a kill signal",
-                   "SIGXFSZ": "the file size limit", "SIGABRT": "an abort"}.get(name, name)
-            detail = detail or f"the interpreter crashed ({why})"
+            detail = detail or f"the interpreter crashed ({signal.Signals(-rc).name})"
         else:
             detail = detail or f"the interpreter exited (code {rc})"
         return ExecResult(status="crashed", error=f"SandboxCrash: {detail}", restarted=True)
@@ -177,12 +288,12 @@ class _Worker:
         while msg:
             msg = msg[os.write(self._cmd_w, msg):]
 
-    def _recv(self, timeout: float) -> dict | None:
+    def _recv(self, timeout: float, max_output: int = 0) -> dict | None:
+        """One frame as a dict; None on timeout or end of stream; ProtocolError if malformed."""
         deadline = time.monotonic() + timeout
         self._eof = False
-        buf = b""
-        need = 4
-        header_done = False
+        limit = (1 << 20) + 16 * max_output  # stdout + stderr (JSON-escaped) + an error text
+        buf, need, header_done = b"", 4, False
         while len(buf) < need:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -198,37 +309,68 @@ class _Worker:
             if not header_done and len(buf) == 4:
                 need = 4 + struct.unpack(">I", buf)[0]
                 header_done = True
-        return json.loads(buf[4:].decode())
+                if need - 4 > limit:
+                    raise ProtocolError(f"a frame of {need - 4} bytes (limit {limit})")
+        try:
+            msg = json.loads(buf[4:].decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise ProtocolError("a frame that is not JSON") from None
+        if not isinstance(msg, dict):
+            raise ProtocolError("a frame that is not an object")
+        return msg
 
     def kill(self) -> None:
-        """Kill the worker and everything it started, then remove its directory."""
-        procs: list[psutil.Process] = []
-        try:
-            root = psutil.Process(self.proc.pid)
-            procs = root.children(recursive=True) + [root]
-        except psutil.NoSuchProcess:
-            pass
-        for _ in range(20):
-            for p in procs:
+        """Kill this worker and everything it started, and nothing else; remove its state."""
+        if self.isolation.bwrap is not None:
+            # the namespace's init is bwrap's child: when it dies the kernel kills the whole namespace
+            try:
+                targets = psutil.Process(self.proc.pid).children() + [psutil.Process(self.proc.pid)]
+            except psutil.Error:
+                targets = []
+            for p in targets:
                 try:
                     p.kill()
                 except psutil.Error:
                     pass
-            procs = _processes_of_uid(self.uid) if self.uid is not None else []
-            if not procs:
-                break
-            time.sleep(0.02)
+        else:
+            procs: list[psutil.Process] = []
+            try:
+                root = psutil.Process(self.proc.pid)
+                procs = root.children(recursive=True) + [root]
+            except psutil.NoSuchProcess:
+                pass
+            for _ in range(20):
+                for p in procs:
+                    try:
+                        p.kill()
+                    except psutil.Error:
+                        pass
+                # the uid is this worker's alone (see UidClaim): a sweep reaches no other session
+                procs = _processes_of_uid(self._uid.uid) if self._uid else []
+                if not procs:
+                    break
+                time.sleep(0.02)
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
         for fd in (self._cmd_w, self._res_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         self._cmd_w = self._res_r = -1
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        self._release()
+
+    def _release(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.kill_and_remove()
+        if self._uid is not None:
+            self._uid.release()
+            self._uid = None
+        if self.isolation.bwrap is None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def close(self) -> None:
         if self.proc.poll() is None and self._cmd_w >= 0:
@@ -237,6 +379,11 @@ class _Worker:
             except OSError:
                 pass
         self.kill()
+
+
+@functools.lru_cache(maxsize=1)
+def _worker_source() -> str:
+    return WORKER_SCRIPT.read_text()
 
 
 def _processes_of_uid(uid: int) -> list[psutil.Process]:
@@ -253,7 +400,7 @@ def _processes_of_uid(uid: int) -> list[psutil.Process]:
 class SandboxSession:
     """One stateful interpreter; replaced transparently (and said so) after a crash."""
 
-    def __init__(self, pool: "SandboxPool"):
+    def __init__(self, pool: SandboxPool):
         self.pool = pool
         self._worker: _Worker | None = pool._take()
 
@@ -277,6 +424,10 @@ class SandboxSession:
         result.restarted = result.restarted or restarted
         return result
 
+    def describe(self) -> dict:
+        """The isolation level this session's interpreter runs under (for ``episode.meta``)."""
+        return self.pool.chosen.describe()
+
     @property
     def capabilities(self) -> dict:
         return dict(self._worker.wait_ready().get("caps", {})) if self._worker else {}
@@ -286,10 +437,10 @@ class SandboxSession:
             self._worker.close()
             self._worker = None
 
-    def __deepcopy__(self, memo: dict) -> "SandboxSession":
+    def __deepcopy__(self, memo: dict) -> SandboxSession:
         return self  # a live process cannot be copied; copies of an env share its interpreter
 
-    def __enter__(self) -> "SandboxSession":
+    def __enter__(self) -> SandboxSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -304,17 +455,27 @@ class SandboxSession:
 
 @dataclass
 class SandboxPool:
-    """Keeps ``size`` workers started in advance; ``session()`` hands one out and refills."""
+    """Keeps ``size`` workers started in advance; ``session()`` hands one out and refills.
+
+    ``isolation``: ``"auto"`` (the strongest level the machine allows, with a loud warning
+    when bubblewrap cannot run) or one of ``sandbox_isolation.LEVELS`` (an error when the
+    machine cannot provide it). Starting a pool also removes sandbox folders and cgroups
+    left by hosts that were killed.
+    """
 
     size: int = 2
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     preload: tuple[str, ...] = ("math", "fractions", "decimal", "itertools", "functools", "collections",
                                 "statistics", "random", "re", "cmath", "numpy", "sympy")
+    isolation: str = "auto"
 
     def __post_init__(self) -> None:
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
         self._closed = False
+        iso.clean_stale_state()
+        iso.host_state()  # its exit clean-up is registered before this pool's, so it runs after
+        self.chosen = choose_isolation(self.isolation)
         atexit.register(self.close)  # idle workers' directories are removed on a normal exit too
         self._refill()
 
@@ -325,7 +486,7 @@ class SandboxPool:
         with self._lock:
             worker = self._idle.pop(0) if self._idle else None
         if worker is None:
-            worker = _Worker(self.limits, self.preload)
+            worker = _Worker(self.limits, self.preload, self.chosen)
         threading.Thread(target=self._refill, daemon=True).start()
         worker.wait_ready()
         return worker
@@ -335,12 +496,25 @@ class SandboxPool:
             with self._lock:
                 if len(self._idle) >= self.size:
                     return
-            worker = _Worker(self.limits, self.preload)
+            worker = _Worker(self.limits, self.preload, self.chosen)
             with self._lock:
                 if self._closed:
                     worker.kill()
                     return
                 self._idle.append(worker)
+
+    def wait_warm(self, timeout_s: float = 120.0) -> None:
+        """Block until ``size`` idle workers are started and ready (e.g. before timing cells)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                idle = list(self._idle)
+            if len(idle) >= self.size:
+                for w in idle:
+                    w.wait_ready()
+                return
+            time.sleep(0.05)
+        raise SandboxError(f"the pool did not warm up within {timeout_s:g} s")
 
     def close(self) -> None:
         self._closed = True
@@ -349,14 +523,15 @@ class SandboxPool:
         for w in idle:
             w.close()
 
-    def __deepcopy__(self, memo: dict) -> "SandboxPool":
+    def __deepcopy__(self, memo: dict) -> SandboxPool:
         return self  # a pool of processes is a shared resource, not state to copy
 
-    def __enter__(self) -> "SandboxPool":
+    def __enter__(self) -> SandboxPool:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def describe(self) -> dict:
-        return {"size": self.size, "limits": asdict(self.limits)}
+        """What an episode records in ``meta["sandbox"]``: the isolation level that ran, and the limits."""
+        return {**self.chosen.describe(), "size": self.size, "limits": asdict(self.limits)}

@@ -1,0 +1,493 @@
+"""Kernel isolation probes (issue: cells touched the host through symlinks, subprocesses,
+ctypes, a host unix socket, /tmp, child processes, /proc, nested user namespaces, same-uid
+kills and forged protocol frames). Each probe runs real Python cells in a bubblewrap worker,
+gets an error result or is contained, the next cell works, and nothing outside the sandbox
+changes (canary folders, sockets, other sessions' state).
+
+These tests need bubblewrap. They fail (not skip) where it is missing or cannot run, unless
+the tests run without root and bwrap is not installed (then set-up could not install it).
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from turngym.envs import sandbox_isolation as iso
+from turngym.envs.math_code import MathCodeEnv
+from turngym.envs.sandbox import SandboxLimits, SandboxPool
+
+LIMITS = SandboxLimits(wall_s=5.0, cpu_s=5.0, memory_bytes=768 << 20, processes=32, max_output=4000,
+                       tree_memory_bytes=512 << 20, disk_bytes=32 << 20)
+
+
+def _require_bubblewrap() -> None:
+    if os.geteuid() != 0 and iso.bwrap_path() is None:
+        pytest.skip("bubblewrap is not installed and set-up could not install it without root")
+    bwrap = iso.bwrap_path()
+    why = "bwrap is not installed (scripts/setup.sh installs it as root)" if bwrap is None else iso.bwrap_probe(bwrap)
+    if why:
+        pytest.fail(f"bubblewrap cannot run here: {why}")
+
+
+@pytest.fixture(scope="module")
+def pool():
+    _require_bubblewrap()
+    p = SandboxPool(size=2, limits=LIMITS, preload=("math",), isolation="auto")
+    assert p.chosen.level in (iso.BUBBLEWRAP_CGROUP, iso.BUBBLEWRAP)
+    if os.geteuid() == 0 and p.chosen.level != iso.BUBBLEWRAP_CGROUP:
+        print(f"note: no cgroup here: {p.chosen.note}")
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def host_dir(tmp_path):
+    """A host folder outside the sandbox holding a canary file."""
+    d = tmp_path / "host"
+    d.mkdir()
+    (d / "canary.txt").write_text("canary")
+    return d
+
+
+def _snapshot(d: Path) -> dict:
+    return {p.name: (p.is_symlink(), p.stat().st_size if p.exists() else None) for p in sorted(d.iterdir())}
+
+
+def _assert_next_cell_works(s) -> None:
+    r = s.run("print('next', 6 * 7)")
+    assert r.ok and r.stdout == "next 42\n", r.render()
+
+
+def test_links_and_fifos_to_a_host_folder_do_not_reach_it(pool, host_dir):
+    before = _snapshot(host_dir)
+    with pool.session() as s:
+        for call in (f"os.symlink('/etc/passwd', {str(host_dir / 'ln')!r})",
+                     f"os.link({str(host_dir / 'canary.txt')!r}, {str(host_dir / 'hard')!r})",
+                     f"os.mkfifo({str(host_dir / 'fifo')!r})",
+                     f"open({str(host_dir / 'canary.txt')!r}, 'w').write('pwned')"):
+            r = s.run(f"import os\n{call}")
+            assert r.status == "error" and ("FileNotFoundError" in r.error or "PermissionError" in r.error
+                                            or "Read-only" in r.error), (call, r.render())
+        # inside its own folder it may link and fifo freely; none of it is the host's
+        r = s.run("import os\nos.symlink('/etc', 'etc_link')\nos.mkfifo('f')\nprint(sorted(os.listdir('.')))")
+        assert r.ok and "etc_link" in r.stdout
+        _assert_next_cell_works(s)
+    assert _snapshot(host_dir) == before and (host_dir / "canary.txt").read_text() == "canary"
+
+
+def test_subprocess_and_ctypes_cannot_write_to_the_host(pool, host_dir):
+    before = _snapshot(host_dir)
+    with pool.session() as s:
+        r = s.run(textwrap.dedent(f"""
+            import subprocess
+            p = subprocess.run(['sh', '-c', 'echo pwned > {host_dir}/sub.txt; echo pwned > /usr/pwned; '
+                                'touch /etc/pwned'], capture_output=True, text=True)
+            print(p.returncode)
+            print(p.stderr)
+        """))
+        assert r.ok and r.stdout.split()[0] != "0", r.render()
+        assert "Read-only file system" in r.stdout and "/etc/pwned" in r.stdout, r.stdout
+        r = s.run(textwrap.dedent(f"""
+            import ctypes, os
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.open({str(host_dir / 'ctypes.txt').encode()!r}, os.O_WRONLY | os.O_CREAT, 0o644)
+            mnt = libc.mount(b'none', b'/usr', b'tmpfs', 0, None)
+            chroot = libc.chroot(b'/')
+            print(fd, mnt, chroot)
+        """))
+        assert r.ok and r.stdout.split() == ["-1", "-1", "-1"], r.render()
+        _assert_next_cell_works(s)
+    assert _snapshot(host_dir) == before
+    assert not os.path.exists("/usr/pwned") and not os.path.exists("/etc/pwned")
+
+
+def test_host_unix_sockets_are_out_of_reach(pool, tmp_path):
+    path = tmp_path / "host.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(4)
+    server.setblocking(False)
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind(f"\0turngym-probe-{os.getpid()}")
+    abstract.listen(4)
+    abstract.setblocking(False)
+    try:
+        with pool.session() as s:
+            r = s.run(f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({str(path)!r})")
+            assert r.status == "error" and ("FileNotFoundError" in r.error or "refused" in r.error), r.render()
+            r = s.run(f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('\\0turngym-probe-{os.getpid()}')")
+            assert r.status == "error" and "refused" in r.error, r.render()
+            r = s.run("import os\nprint([p for p in ('/run', '/var/run', '/var', '/run/user') if os.path.exists(p)])")
+            assert r.ok and r.stdout == "[]\n"
+            _assert_next_cell_works(s)
+        for srv in (server, abstract):
+            with pytest.raises(BlockingIOError):
+                srv.accept()
+    finally:
+        server.close()
+        abstract.close()
+
+
+def test_writing_384_mib_to_tmp_stops_at_the_private_tmpfs(pool):
+    host_tmp = set(os.listdir("/tmp"))
+    with pool.session() as s:
+        r = s.run("f = open('/tmp/fill.bin', 'wb')\nfor _ in range(384):\n    f.write(b'0' * (1 << 20))")
+        assert r.status == "error" and ("No space left" in r.error or "File too large" in r.error), r.render()
+        r = s.run("f = open('/dev/shm/fill.bin', 'wb')\nfor _ in range(384):\n    f.write(b'0' * (1 << 20))")
+        assert r.status == "error" and ("No space left" in r.error or "File too large" in r.error), r.render()
+        r = s.run("import os\nprint(os.statvfs('/tmp').f_blocks * os.statvfs('/tmp').f_frsize)")
+        assert r.ok and int(r.stdout) <= LIMITS.disk_bytes
+        _assert_next_cell_works(s)
+    assert "fill.bin" not in set(os.listdir("/tmp")) - host_tmp
+
+
+def test_memory_of_the_whole_cell_tree_is_capped(pool):
+    """Four children of 256 MiB each (1 GiB in all) against a 512 MiB cap for the tree."""
+    if pool.chosen.level != iso.BUBBLEWRAP_CGROUP:
+        pytest.skip(f"this machine lets no cgroup be created, so the tree cap is per process here: {pool.chosen.note}")
+    with pool.session() as s:
+        worker = s._worker
+        r = s.run(textwrap.dedent("""
+            import subprocess, sys
+            code = "b = bytearray(256 << 20)\\nfor i in range(0, len(b), 4096): b[i] = 1\\nimport time; time.sleep(1)"
+            kids = [subprocess.Popen([sys.executable, '-c', code]) for _ in range(4)]
+            print([k.wait() for k in kids])
+        """))
+        assert r.status in ("ok", "crashed", "error", "timeout"), r.render()  # timeout: a slow, loaded machine
+        if r.ok:
+            codes = json.loads(r.stdout)
+            assert any(c == -signal.SIGKILL for c in codes), codes  # the OOM killer took some of them
+        peak = worker.cgroup.peak_memory() if worker.cgroup.final_peak is None else worker.cgroup.final_peak
+        assert peak is not None and peak <= LIMITS.tree_memory_bytes + (8 << 20), peak
+        _assert_next_cell_works(s)
+
+
+def test_fork_bomb_is_capped_for_the_tree(pool):
+    host_procs = len(psutil.pids())
+    with pool.session() as s:
+        r = s.run("import os, time\nkids = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(30)\n"
+                  "            os._exit(0)\n        kids += 1\nexcept OSError as e:\n    print(kids, type(e).__name__)")
+        assert r.ok and "BlockingIOError" in r.stdout, r.render()
+        assert int(r.stdout.split()[0]) < LIMITS.processes
+        _assert_next_cell_works(s)
+    assert len(psutil.pids()) < host_procs + LIMITS.processes * 2
+
+
+def test_proc_shows_only_the_sandbox(pool):
+    me = os.getpid()
+    with pool.session() as s:
+        r = s.run(textwrap.dedent("""
+            import os
+            pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+            cmds = []
+            for p in pids:
+                try:
+                    cmds.append(open(f'/proc/{p}/cmdline', 'rb').read().replace(b'\\0', b' ').decode()[:80])
+                except OSError:
+                    cmds.append(None)
+            print(len(pids), max(pids))
+            print(cmds)
+        """))
+        assert r.ok, r.render()
+        count, top = map(int, r.stdout.splitlines()[0].split())
+        assert count <= 4 and top < 100, r.stdout  # bwrap's init, the supervisor, the interpreter
+        assert "pytest" not in r.stdout and str(me) not in r.stdout.splitlines()[0]
+        r = s.run(f"print(open('/proc/{me}/cmdline').read())")
+        assert r.status == "error" and "FileNotFoundError" in r.error
+        r = s.run("import os\nprint(os.path.exists('/sys'), os.path.exists('/root/.ssh'), os.path.exists('/home'))")
+        assert r.stdout == "False False False\n"
+        _assert_next_cell_works(s)
+
+
+def test_no_new_namespaces_and_no_capabilities(pool):
+    with pool.session() as s:
+        r = s.run(textwrap.dedent("""
+            import ctypes, os
+            libc = ctypes.CDLL(None, use_errno=True)
+            out = []
+            for flag in (0x10000000, 0x40000000, 0x00020000, 0x20000000):  # user, net, mount, pid
+                out.append((libc.unshare(flag), ctypes.get_errno()))
+            print(out)
+            print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])
+            print(open('/proc/sys/user/max_user_namespaces').read().strip())
+        """))
+        assert r.ok, r.render()
+        lines = r.stdout.splitlines()
+        assert all(rc == -1 for rc, _ in eval(lines[0])), lines[0]
+        assert int(lines[1], 16) == 0
+        if shutil.which("unshare"):
+            r = s.run("import subprocess\nprint(subprocess.run(['unshare', '-U', 'true']).returncode)")
+            assert r.ok and r.stdout.strip() != "0"
+        _assert_next_cell_works(s)
+
+
+def test_no_session_can_kill_another(pool):
+    """A cell that signals every pid it can name, and kill(-1), reaches only its own sandbox; the
+    host killing one session leaves the other's interpreter and variables alive."""
+    a, b = pool.session(), pool.session()
+    try:
+        assert b.run("state = 'kept'").ok
+        b_pids = [p.pid for p in psutil.Process(b._worker.proc.pid).children(recursive=True)] + [b._worker.proc.pid]
+        r = a.run(textwrap.dedent(f"""
+            import os, signal
+            hit = []
+            for pid in {b_pids!r}:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    hit.append(pid)
+                except OSError:
+                    pass
+            print(hit)
+        """))
+        assert r.ok and json.loads(r.stdout) == [], r.render()  # none of b's host pids exist in a's namespace
+        r = a.run("import os, signal\nos.kill(-1, signal.SIGKILL)\nimport time; time.sleep(1)")
+        assert r.status in ("crashed", "error", "timeout") and r.restarted, r.render()
+        assert b.run("print(state)").stdout == "kept\n"
+        a.close()  # the host-side kill of a
+        time.sleep(0.2)
+        assert b.run("print(state)").stdout == "kept\n"
+        assert all(psutil.pid_exists(p) for p in b_pids)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_host_channel_is_out_of_reach(pool):
+    """The interpreter holds neither host descriptor, and cannot open the supervisor's through /proc
+    (it is non-dumpable and the sandbox has no capabilities)."""
+    with pool.session() as s:
+        r = s.run(textwrap.dedent("""
+            import os, stat
+            pipes = []
+            for fd in sorted(int(f) for f in os.listdir('/proc/self/fd')):
+                try:
+                    if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                        pipes.append(fd)
+                except OSError:  # the descriptor listdir itself used
+                    pass
+            print(len(pipes))
+            opened = 0
+            try:
+                names = os.listdir(f'/proc/{os.getppid()}/fd')
+            except OSError:
+                names = []
+            for n in names:
+                try:
+                    open(f'/proc/{os.getppid()}/fd/{n}', 'wb')
+                    opened += 1
+                except OSError:
+                    pass
+            print(opened)
+            try:
+                open(f'/proc/{os.getppid()}/mem', 'rb')
+            except OSError as e:
+                print(type(e).__name__)
+        """))
+        assert r.ok, r.render()
+        pipes, fd_list, mem = r.stdout.splitlines()
+        assert int(pipes) == 2  # its own code and status pipes to the supervisor
+        assert fd_list == "0" and mem == "PermissionError"
+        _assert_next_cell_works(s)
+
+
+FORGERIES = {
+    "empty frame": "b''",
+    "not json": "b'{not json'",
+    "wrong fields": "json.dumps({'status': 'ok'}).encode()",
+    "bad status": "json.dumps({'seq': 1, 'status': 'pwned', 'error': None, 'elapsed_s': 0}).encode()",
+    "stale sequence": "json.dumps({'seq': -5, 'status': 'ok', 'error': None, 'elapsed_s': 0}).encode()",
+    "oversize length": None,
+}
+
+
+def _forge_cell(kind: str) -> str:
+    """A cell writing one bad frame on every pipe it holds (its channel to the supervisor)."""
+    if kind == "oversize length":
+        frame = "frame = struct.pack('>I', 1 << 30) + b'x' * 16"
+    else:
+        frame = f"data = {FORGERIES[kind]}\nframe = struct.pack('>I', len(data)) + data"
+    return "import json, os, stat, struct\n" + frame + textwrap.dedent("""
+        for fd in sorted(int(f) for f in os.listdir('/proc/self/fd')):
+            try:
+                if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, frame)
+            except OSError:
+                pass
+        print('forged')
+    """)
+
+
+@pytest.mark.parametrize("kind", sorted(FORGERIES))
+def test_forged_frames_end_the_session_with_an_error_and_a_fresh_worker(pool, kind):
+    with pool.session() as s:
+        assert s.run("marker = 1").ok
+        results = [s.run(_forge_cell(kind)), s.run("print('after')")]
+        assert any(r.restarted and r.status in ("error", "crashed", "timeout") for r in results), \
+            [r.render() for r in results]
+        bad = next(r for r in results if r.restarted)
+        assert "Sandbox" in bad.render() or "Timeout" in bad.render(), bad.render()
+        _assert_next_cell_works(s)
+        assert s.run("print(marker)").status == "error"  # a fresh interpreter: the old state is gone
+
+
+def test_a_valid_forged_frame_cannot_shift_later_outputs(pool):
+    """A cell that reads its own sequence number and forges a correct status frame only chooses
+    its own output (as print could); the genuine frame that follows is caught, and no later
+    cell ever gets an earlier cell's output."""
+    forge = textwrap.dedent("""
+        import json, os, stat, struct, sys
+        f, seq = sys._getframe(), None
+        while f is not None and seq is None:
+            seq = (f.f_locals.get('msg') or {}).get('seq') if isinstance(f.f_locals.get('msg'), dict) else None
+            f = f.f_back
+        data = json.dumps({'seq': seq, 'status': 'ok', 'error': None, 'elapsed_s': 0.0}).encode()
+        for fd in sorted(int(x) for x in os.listdir('/proc/self/fd')):
+            try:
+                if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, struct.pack('>I', len(data)) + data)
+            except OSError:
+                pass
+        print('genuine')
+    """)
+    with pool.session() as s:
+        outs = [s.run(forge), s.run("print('second')"), s.run("print('third')"), s.run("print('fourth')")]
+        stdouts = [r.stdout for r in outs]
+        assert "genuine\n" not in stdouts[1:], stdouts  # never shifted onto a later cell
+        assert any(r.restarted and "SandboxProtocolError" in (r.error or "") for r in outs[:2]), [r.render() for r in outs]
+        assert outs[-1].stdout == "fourth\n"
+
+
+def test_mathcode_episode_survives_forged_frames_and_records_isolation(pool):
+    env = MathCodeEnv(dataset="gsm8k", sandbox=pool, max_turns=4)
+    env.reset(options={"index": 0})
+    obs, *_ = env.step("```python\n" + _forge_cell("not json") + "```")
+    assert "SandboxProtocolError" in obs and "restarted" in obs
+    obs, *_ = env.step("```python\nprint(6 * 7)\n```")
+    assert "42" in obs
+    assert env.unwrapped.episode.meta["sandbox"]["isolation"] == pool.chosen.level
+    env.close()
+
+
+def test_rlimits_only_workers_never_share_a_uid():
+    if os.geteuid() != 0:
+        pytest.skip("throwaway uids are used only as root")
+    claims = [iso.UidClaim() for _ in range(130)]
+    try:
+        assert len({c.uid for c in claims}) == 130
+    finally:
+        for c in claims:
+            c.release()
+
+
+def test_rlimits_only_sessions_cannot_kill_each_other():
+    """The fallback level too: each live worker has its own uid, so a cell's raw kill(2) of another
+    session's processes is refused by the kernel, and the host killing one session spares the other."""
+    if os.geteuid() != 0:
+        pytest.skip("throwaway uids are used only as root")
+    with SandboxPool(size=0, limits=LIMITS, preload=(), isolation="rlimits-only") as weak:
+        a, b = weak.session(), weak.session()
+        try:
+            assert a.capabilities["dropped_uid"] != b.capabilities["dropped_uid"]
+            assert b.run("state = 'kept'").ok
+            b_pids = [p.pid for p in psutil.Process(b._worker.proc.pid).children(recursive=True)] + [b._worker.proc.pid]
+            r = a.run(textwrap.dedent(f"""
+                import ctypes
+                libc = ctypes.CDLL(None, use_errno=True)
+                print([libc.kill(pid, 9) for pid in {b_pids!r}])
+            """))
+            assert r.ok and set(json.loads(r.stdout)) == {-1}, r.render()
+            a.close()
+            assert b.run("print(state)").stdout == "kept\n"
+        finally:
+            a.close()
+            b.close()
+
+
+def test_state_of_a_killed_host_is_removed_at_the_next_start(tmp_path):
+    """A host process killed with live workers (both levels) leaves folders and cgroups; the next
+    pool start removes them."""
+    _require_bubblewrap()
+    script = textwrap.dedent("""
+        import json, sys, time
+        from turngym.envs import sandbox_isolation as iso
+        from turngym.envs.sandbox import SandboxPool
+        a = SandboxPool(size=1, preload=(), isolation='auto')
+        b = SandboxPool(size=1, preload=(), isolation='rlimits-only')
+        sa, sb = a.session(), b.session()
+        sb.run("open('left.txt', 'w').write('x')")
+        cg = [str(d) for d in sa._worker.cgroup.dirs] if sa._worker.cgroup else []
+        print(json.dumps({"state": str(iso.host_state().dir), "workdir": sb._worker.workdir, "cgroups": cg}), flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        left = json.loads(proc.stdout.readline())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert Path(left["workdir"]).exists() and Path(left["state"]).exists()
+    assert all(Path(d).exists() for d in left["cgroups"])
+    removed = iso.clean_stale_state()
+    assert left["state"] in removed
+    assert not Path(left["state"]).exists() and not Path(left["workdir"]).exists()
+    assert not any(Path(d).exists() for d in left["cgroups"])
+    assert str(iso.host_state().dir) not in removed  # a live host's state stays
+
+
+def test_a_stalled_partial_frame_is_a_protocol_error_not_a_hang(pool):
+    """A header promising more bytes than ever come is caught within about a second."""
+    cell = textwrap.dedent("""
+        import os, stat, struct
+        for fd in sorted(int(f) for f in os.listdir('/proc/self/fd')):
+            try:
+                if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, struct.pack('>I', 100000) + b'{')
+            except OSError:
+                pass
+    """)
+    with pool.session() as s:
+        start = time.monotonic()
+        r = s.run(cell)
+        assert r.restarted and "SandboxProtocolError" in r.error and "incomplete" in r.error, r.render()
+        assert time.monotonic() - start < LIMITS.wall_s
+        _assert_next_cell_works(s)
+
+
+def test_an_oom_kill_of_the_interpreter_says_so(pool):
+    if pool.chosen.level != iso.BUBBLEWRAP_CGROUP:
+        pytest.skip(f"no cgroup here: {pool.chosen.note}")
+    with pool.session() as s:
+        # below the per-process address-space cap, above the tree's memory cap
+        r = s.run("chunks = []\nfor _ in range(700):\n    chunks.append(bytearray(1 << 20))")
+        assert r.status == "crashed" and "memory cap" in r.error, r.render()
+        _assert_next_cell_works(s)
+
+
+def test_nothing_a_cell_writes_reaches_the_interpreter_or_the_next_session(pool):
+    """Planting code in the interpreter's own trees fails (read-only), and files a session leaves in
+    its /tmp or working directory are not there for the next session."""
+    import numpy  # noqa: F401  (any installed package: its folder is in the sandbox, read-only)
+
+    site = str(Path(numpy.__file__).parent.parent)
+    with pool.session() as a:
+        r = a.run(f"open({site + '/sitecustomize.py'!r}, 'w').write('print(1)')")
+        assert r.status == "error" and "Read-only file system" in r.error, r.render()
+        r = a.run(f"open({sys.prefix + '/pwned.pth'!r}, 'w')")
+        assert r.status == "error", r.render()
+        assert a.run("open('/tmp/left', 'w').write('x'); open('left', 'w').write('x')").ok
+    with pool.session() as b:
+        r = b.run("import os\nprint(os.path.exists('/tmp/left'), os.path.exists('left'), sorted(os.environ))")
+        assert r.stdout.startswith("False False"), r.render()
+        assert "PYTHONPATH" not in r.stdout and "TOKEN" not in r.stdout
+    assert not os.path.exists(site + "/sitecustomize.py") and not os.path.exists(sys.prefix + "/pwned.pth")

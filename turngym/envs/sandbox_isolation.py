@@ -1,0 +1,402 @@
+"""How sandbox workers are confined by the kernel: bubblewrap namespaces, one cgroup per worker,
+and the clean-up of what a killed host left behind.
+
+Levels, strongest first (recorded in every MathCode episode's ``meta["sandbox"]``):
+
+- ``bubblewrap+cgroup``: each worker runs under ``bwrap`` in fresh user, PID, network, IPC,
+  UTS, mount and cgroup namespaces with no way to create more (``--disable-userns``), a
+  read-only view of only the interpreter's trees and system libraries, a private ``/proc``,
+  size-capped tmpfs working directory, ``/tmp`` and ``/dev/shm``, no capabilities, and one
+  cgroup per worker capping memory (tmpfs pages included) and process count for the whole
+  cell tree.
+- ``bubblewrap``: the same without the cgroup (the machine lets us create none); per-process
+  rlimits and the tmpfs sizes remain.
+- ``rlimits-only``: bubblewrap cannot run here; the worker confines itself (rlimits, and as
+  root a network namespace, private ``/tmp`` and a throwaway uid). Chosen only with a loud
+  warning.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import functools
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+BUBBLEWRAP_CGROUP = "bubblewrap+cgroup"
+BUBBLEWRAP = "bubblewrap"
+RLIMITS_ONLY = "rlimits-only"
+LEVELS = (BUBBLEWRAP_CGROUP, BUBBLEWRAP, RLIMITS_ONLY)
+
+SANDBOX_WORKDIR = "/sandbox"
+SANDBOX_UID = 1000
+STATE_ROOT = Path(tempfile.gettempdir()) / f"turngym-sandbox-{os.geteuid()}"
+
+
+# ---------------------------------------------------------------- bubblewrap
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+@functools.cache
+def interpreter_trees(python: str = sys.executable) -> tuple[str, ...]:
+    """The directories the worker's interpreter reads: its prefixes and the import path it has
+    when started as the worker is (``-I``: no PYTHONPATH, no script folder), nested ones folded."""
+    probe = ("import json, os, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, "
+             "sys.base_exec_prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))] + sys.path))")
+    out = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    paths = [p for p in json.loads(out.stdout) if p and os.path.isdir(p)]
+    real = sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})
+    trees: list[str] = []
+    for p in real:
+        if p != "/" and not any(p == q or p.startswith(q.rstrip("/") + "/") for q in trees):
+            trees.append(p)
+    return tuple(trees)
+
+
+def bwrap_command(bwrap: str, disk_bytes: int) -> list[str]:
+    """The ``bwrap`` prefix for one worker: namespaces, a read-only system, private tmpfs mounts."""
+    args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+            "--die-with-parent", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
+    for top in ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
+        if os.path.exists(etc):
+            args += ["--ro-bind", etc, etc]
+    for tree in interpreter_trees():
+        if not tree.startswith(("/usr/", "/lib")):
+            args += ["--ro-bind", tree, tree]
+    size = str(int(disk_bytes))
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", SANDBOX_WORKDIR,
+             "--remount-ro", "/", "--chdir", SANDBOX_WORKDIR, "--"]
+    return args
+
+
+@functools.cache
+def bwrap_probe(bwrap: str) -> str | None:
+    """None when bubblewrap can start the interpreter here, else why not."""
+    cmd = bwrap_command(bwrap, 1 << 20) + [sys.executable, "-I", "-c", "import os; print(os.getuid())"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if out.returncode != 0 or out.stdout.strip() != str(SANDBOX_UID):
+        return (out.stderr.strip() or f"exit status {out.returncode}").splitlines()[-1]
+    return None
+
+
+# ---------------------------------------------------------------- cgroups
+
+
+@dataclass(frozen=True)
+class CgroupParents:
+    """Where this process may create worker cgroups: one directory (v2) or one per controller (v1)."""
+
+    version: str  # "v2" | "v1"
+    memory: Path
+    pids: Path
+
+
+def _own_cgroup_paths() -> dict[str, str]:
+    out = {}
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for c in controllers.split(",") if controllers else [""]:
+                out[c] = path
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _enable_v2_controllers(parent: Path) -> str | None:
+    """Enable memory and pids for the children of ``parent``; None on success, else why not."""
+    try:
+        available = (parent / "cgroup.controllers").read_text().split()
+        enabled = (parent / "cgroup.subtree_control").read_text().split()
+    except OSError as exc:
+        return f"cgroup v2: cannot read {parent}: {exc.strerror}"
+    for ctl in ("memory", "pids"):
+        if ctl in enabled:
+            continue
+        if ctl not in available:
+            return f"cgroup v2: the {ctl} controller is not available in {parent}"
+        try:
+            (parent / "cgroup.subtree_control").write_text(f"+{ctl}")
+        except OSError as exc:
+            return f"cgroup v2: cannot enable the {ctl} controller in {parent}: {exc.strerror}"
+    return None
+
+
+def _try_mkdir(parent: Path) -> str | None:
+    probe = parent / f"turngym-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+        return None
+    except OSError as exc:
+        return f"cannot create a cgroup under {parent}: {exc.strerror}"
+
+
+@functools.cache
+def cgroup_parents() -> tuple[CgroupParents | None, str]:
+    """Find writable memory and pids cgroups below this process's own; (None, reason) if none."""
+    root = Path("/sys/fs/cgroup")
+    own = _own_cgroup_paths()
+    if (root / "cgroup.controllers").exists():  # unified hierarchy
+        own_dir = root / own.get("", "/").lstrip("/")
+        why = "cgroup v2: no cgroup to create workers under"
+        # our own cgroup first; its parent (workers as siblings of this process's cgroup) where the
+        # no-internal-processes rule forbids enabling controllers in a cgroup that holds us
+        for parent in (own_dir, own_dir.parent):
+            if parent != root and root not in parent.parents:
+                continue
+            why = _enable_v2_controllers(parent) or _try_mkdir(parent)
+            if why is None:
+                where = "below this process's cgroup" if parent == own_dir else "beside this process's cgroup"
+                return CgroupParents("v2", parent, parent), f"cgroup v2 (memory, pids), {where}"
+        return None, why
+    mem, pids = root / "memory", root / "pids"
+    if not ((mem / "cgroup.procs").exists() and (pids / "cgroup.procs").exists()):
+        return None, "no cgroup v2 memory+pids controllers and no cgroup v1 memory and pids hierarchies"
+    mem_parent = mem / own.get("memory", "/").lstrip("/")
+    pids_parent = pids / own.get("pids", "/").lstrip("/")
+    for parent in (mem_parent, pids_parent):
+        why = _try_mkdir(parent)
+        if why:
+            return None, why
+    return CgroupParents("v1", mem_parent, pids_parent), "cgroup v1 (memory, pids)"
+
+
+class WorkerCgroup:
+    """One cgroup (v2) or pair (v1) for one worker's whole process tree."""
+
+    def __init__(self, parents: CgroupParents, name: str, memory_bytes: int, processes: int):
+        self.version = parents.version
+        self.final_peak: int | None = None
+        self.dirs = [parents.memory / name] if parents.version == "v2" else [parents.memory / name, parents.pids / name]
+        try:
+            self._create(memory_bytes, processes)
+        except OSError:
+            remove_cgroup_dirs(self.dirs)
+            raise
+
+    def _create(self, memory_bytes: int, processes: int) -> None:
+        for d in self.dirs:
+            d.mkdir()
+        mem, pids = self.dirs[0], self.dirs[-1]
+        if self.version == "v2":
+            (mem / "memory.max").write_text(str(memory_bytes))
+            if (mem / "memory.swap.max").exists():
+                (mem / "memory.swap.max").write_text("0")
+        else:
+            (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
+            if (mem / "memory.memsw.limit_in_bytes").exists():
+                try:
+                    (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+                except OSError:
+                    pass
+        (pids / "pids.max").write_text(str(processes))
+
+    @property
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def peak_memory(self) -> int | None:
+        name = "memory.peak" if self.version == "v2" else "memory.max_usage_in_bytes"
+        try:
+            return int((self.dirs[0] / name).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def oom_kills(self) -> int:
+        try:
+            if self.version == "v2":
+                text = (self.dirs[0] / "memory.events").read_text()
+                return int(dict(line.split() for line in text.splitlines()).get("oom_kill", 0))
+            text = (self.dirs[0] / "memory.oom_control").read_text()
+            return int(dict(line.split() for line in text.splitlines()).get("oom_kill", 0))
+        except (OSError, ValueError):
+            return 0
+
+    def kill_and_remove(self) -> None:
+        """Kill what is left in it and remove it; its peak memory stays readable as ``final_peak``."""
+        self.final_peak = self.peak_memory()
+        remove_cgroup_dirs(self.dirs)
+
+
+def remove_cgroup_dirs(dirs: list[Path]) -> None:
+    """SIGKILL every process left in these cgroups, then remove them."""
+    for _ in range(100):
+        left = False
+        for d in dirs:
+            if not d.exists():
+                continue
+            if (d / "cgroup.kill").exists():
+                try:
+                    (d / "cgroup.kill").write_text("1")
+                except OSError:
+                    pass
+            try:
+                pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                pids = []
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            try:
+                d.rmdir()
+            except OSError:
+                left = True
+        if not left:
+            return
+        time.sleep(0.02)
+
+
+# ---------------------------------------------------------------- per-host state and stale clean-up
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        return int(psutil.Process(pid).create_time() * 100)
+    except psutil.Error:
+        return None
+
+
+class HostState:
+    """This process's folder of sandbox state: fallback working directories and a list of the
+    cgroups it created. Named after the host's pid and start time, so the next start can tell
+    a folder whose owner is gone (killed without clean-up) and remove what it lists."""
+
+    def __init__(self) -> None:
+        pid = os.getpid()
+        self.dir = private_state_root() / f"host-{pid}-{_start_ticks(pid)}"
+        self.dir.mkdir(mode=0o700, exist_ok=True)
+        self._cgroups = self.dir / "cgroups"
+        atexit.register(self.remove)  # registered before any pool's close, so it runs after them
+
+    def remove(self) -> None:
+        """At exit: whatever workers are still alive go, with their cgroups and this folder."""
+        if os.getpid() == int(self.dir.name.split("-")[1]):
+            _remove_state_dir(self.dir)
+
+    def record_cgroup(self, dirs: list[Path]) -> None:
+        with open(self._cgroups, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            fh.writelines(f"{d}\n" for d in dirs)
+
+    def workdir(self) -> str:
+        return tempfile.mkdtemp(prefix="work-", dir=self.dir)
+
+
+def private_state_root(root: Path = STATE_ROOT) -> Path:
+    """The per-user state folder, refused unless it is a real folder that only we own (in a
+    shared temp folder another user could have planted a link there)."""
+    root.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(root)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"{root} is not a private folder of this user; remove it and retry")
+    return root
+
+
+_HOST_STATE: dict[int, HostState] = {}
+
+
+def host_state() -> HostState:
+    """The state folder of this process (a forked child gets its own)."""
+    pid = os.getpid()
+    if pid not in _HOST_STATE:
+        _HOST_STATE[pid] = HostState()
+    return _HOST_STATE[pid]
+
+
+def clean_stale_state(root: Path = STATE_ROOT) -> list[str]:
+    """Remove the sandbox folders and cgroups of hosts that are gone; returns what was removed."""
+    removed: list[str] = []
+    if not root.is_dir():
+        return removed
+    for entry in sorted(private_state_root(root).iterdir()):
+        parts = entry.name.split("-")
+        if len(parts) != 3 or parts[0] != "host" or not parts[1].isdigit():
+            continue
+        pid, ticks = int(parts[1]), parts[2]
+        if str(_start_ticks(pid)) == ticks:
+            continue  # its owner still runs
+        removed += _remove_state_dir(entry)
+    return removed
+
+
+def _remove_state_dir(entry: Path) -> list[str]:
+    removed = []
+    cgroups = entry / "cgroups"
+    if cgroups.exists():
+        dirs = [Path(line) for line in cgroups.read_text().splitlines() if line.strip()]
+        remove_cgroup_dirs([d for d in dirs if d.exists()])
+        removed += [str(d) for d in dirs]
+    _make_writable(entry)
+    shutil.rmtree(entry, ignore_errors=True)
+    return removed + [str(entry)]
+
+
+def _make_writable(tree: Path) -> None:
+    """A cell may have left read-only folders; the owner of the tree (root or us) can fix that."""
+    for dirpath, dirnames, _ in os.walk(tree):
+        for d in dirnames:
+            try:
+                os.chmod(os.path.join(dirpath, d), 0o700)
+            except OSError:
+                pass
+
+
+# ---------------------------------------------------------------- fallback identities
+
+
+class UidClaim:
+    """A throwaway uid held by one live worker (rlimits-only level, as root): claimed by an
+    exclusive lock on a file, so no two live workers on this machine, in any process, share one;
+    the kernel drops the lock when its holder dies."""
+
+    BASE = 200000
+    SPAN = 1 << 16
+
+    def __init__(self) -> None:
+        lock_dir = private_state_root() / "uids"
+        lock_dir.mkdir(mode=0o700, exist_ok=True)
+        start = (os.getpid() * 97 + time.monotonic_ns()) % self.SPAN
+        for k in range(self.SPAN):
+            uid = self.BASE + (start + k) % self.SPAN
+            fd = os.open(lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self.uid, self._fd = uid, fd
+            return
+        raise RuntimeError("no free sandbox uid")
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
