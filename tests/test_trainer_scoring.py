@@ -18,13 +18,13 @@ from turngym.rewards import get_reward  # noqa: E402
 from turngym.rewards.base import GroupScores  # noqa: E402
 
 
-def make_trainer(tmp_path, reward, **kw):
+def make_trainer(tmp_path, reward, max_completion_length=16, **kw):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     d = str(tiny_model_dir(chat=True))
     torch.manual_seed(0)
     args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
-                      max_completion_length=16, max_steps=1, logging_steps=1, report_to="none", use_cpu=True,
+                      max_completion_length=max_completion_length, max_steps=1, logging_steps=1, report_to="none", use_cpu=True,
                       learning_rate=1e-3, save_strategy="no", seed=0, temperature=1.0)
     return TurnGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(d), processing_class=AutoTokenizer.from_pretrained(d),
                            env_factory=lambda: CalculatorEnv(max_turns=3), reward=reward, args=args,
@@ -58,7 +58,7 @@ def test_trainer_uses_each_estimators_own_eps_unless_told(tmp_path):
 
 def test_scorer_policy_scores_with_the_live_policy(tmp_path):
     reward = get_reward("igpo", scorer="policy")
-    tr = make_trainer(tmp_path, reward, estimator="igpo_separate")
+    tr = make_trainer(tmp_path, reward, max_completion_length=40, estimator="igpo_separate", stop=(" ",))
     assert reward._scorer.model is tr.model and reward._scorer.tokenizer is tr.processing_class
     tr.train()
     assert tr.state.global_step == 1
