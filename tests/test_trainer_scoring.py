@@ -58,7 +58,7 @@ def test_trainer_uses_each_estimators_own_eps_unless_told(tmp_path):
 
 def test_scorer_policy_scores_with_the_live_policy(tmp_path):
     reward = get_reward("igpo", scorer="policy")
-    tr = make_trainer(tmp_path, reward, max_completion_length=40, estimator="igpo_separate", stop=(" ",))
+    tr = make_trainer(tmp_path, reward, max_completion_length=64, estimator="igpo_separate", stop=(" ",))
     assert reward._scorer.model is tr.model and reward._scorer.tokenizer is tr.processing_class
     tr.train()
     assert tr.state.global_step == 1
