@@ -238,3 +238,30 @@ def test_tree_scoring_with_sliding_window_layers_equals_naive(tiny_chat_policy):
     naive = HFSupportScorer(model, tok, method="naive").mean_logprobs(points, conts)
     for a, b in zip(tree, naive):
         assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_ablate_scorer_spec_local_model_and_server(tiny_chat_policy, episodes, tmp_path):
+    import json
+
+    from turngym.agents.tiny import tiny_model_dir
+    from turngym.episode import EpisodeWriter
+    from turngym.evals.ablate import run_ablation
+
+    for e, ans in zip(episodes, ["413", "413", "12", None]):
+        e.final_answer = ans
+    path = tmp_path / "episodes.jsonl"
+    writer = EpisodeWriter(path)
+    for e in episodes:
+        writer.write(e)
+    writer.close()
+    local = run_ablation(path, ["siop", "igpo"], tmp_path / "a", scorer=json.dumps({"model": str(tiny_model_dir(chat=True))}))
+    assert local["errors"] == {} and set(local["rewards"]) == {"siop", "igpo"}
+    server = FakeVLLMServer()
+    try:
+        spec = {"base_url": server.url, "model": "served", "tokenizer": str(tiny_model_dir(chat=True)), "tokens": "text"}
+        remote = run_ablation(path, ["siop"], tmp_path / "b", scorer=json.dumps(spec))
+        assert remote["errors"] == {} and server.requests
+    finally:
+        server.close()
+    with pytest.raises(ValueError, match="JSON"):
+        run_ablation(path, ["siop"], tmp_path / "c", scorer="{not json")
