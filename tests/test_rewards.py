@@ -206,6 +206,8 @@ def test_igpo_hand_computed_official_defaults():
     assert res.rewards[4] == pytest.approx([0.0, 0.0 - 2.0])  # <think> never closed: format penalty
     # official IGPO scores after the observation
     assert scorer.calls[0][0] == [[1000], [1000, 1, 2, 3], [1000, 1, 2, 3, 4]]
+    # one assistant turn: the F1 alone, nothing scored (the fake has no table for episode 5)
+    assert get_reward("igpo", scorer=scorer).score_group([make_ep(5, "Paris", [])]).rewards == [[1.0]]
 
 
 def test_igpo_options_reproduce_the_earlier_variant_and_the_repo_reward_placement():
