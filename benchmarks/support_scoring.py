@@ -1,9 +1,13 @@
-"""SIOP support scoring for one group: K=4 episodes x 4 turns x 3 references, scored with the
-cached scorer (one KV cache per episode, only cue + reference run per (point, reference)) vs
-one full forward per (point, reference). Goal >= 3x. Peak memory of each arm is measured in a
-fresh subprocess (resident memory sampled while it runs, above the level before it).
+"""SIOP support scoring for one group, with the extra scoring point τ_T: K=4 episodes x 4 turns
+(5 scoring points: τ_0..τ_4) x 3 references in the official pseudo-answer, scored with the
+tree scorer (the longest prefix once, then every (point, reference) continuation in one
+forward under a tree-shaped attention mask) vs one full forward per (point, reference).
+Goal >= 4x (issue 13) / >= 5x (issue 17), same scores within 1e-4. The two arms are timed
+interleaved in one process (medians). Also reported: the scores of a bf16 scorer against
+the fp32 ones (the scorer ``dtype`` option), and peak memory of each arm in a fresh
+subprocess (resident memory sampled while it runs, above the level before it).
 
-Usage: python benchmarks/support_scoring.py [--model tiny|default|DIR] [--repeats 3]
+Usage: python benchmarks/support_scoring.py [--model tiny|default|DIR] [--repeats 3] [--no-memory]
 """
 
 from __future__ import annotations
@@ -17,40 +21,50 @@ import time
 
 import numpy as np
 
+REFERENCES = ["Paris", "the city of Paris", "Lyon"]
 
-def load(model: str):
+
+def load(model: str, dtype: str = "float32"):
     from turngym.agents.loading import load_hf_policy
     from turngym.agents.tiny import tiny_model_dir
 
     if model == "tiny":
-        return load_hf_policy(str(tiny_model_dir(chat=True, hidden_size=256, num_layers=4)), dtype="float32", device="cpu")
-    return load_hf_policy(model, dtype="float32", device="cpu")
+        return load_hf_policy(str(tiny_model_dir(chat=True, hidden_size=256, num_layers=4)), dtype=dtype, device="cpu")
+    return load_hf_policy(model, dtype=dtype, device="cpu")
 
 
 def workload(tokenizer, k=4, turns=4, prompt_len=200, action_len=40, obs_len=150, seed=0):
+    """Scoring points of K episodes (τ_0..τ_T, T = ``turns``) and the references' continuations."""
+    from turngym.rewards.support import PseudoAnswer, continuation, end_of_turn_text
+
     rng = np.random.default_rng(seed)
     vocab = min(len(tokenizer), 30000)
     prompt = rng.integers(10, vocab, prompt_len).tolist()
     groups = []
     for _ in range(k):
         ids, points = list(prompt), [list(prompt)]
-        for _ in range(turns - 1):
-            ids += rng.integers(10, vocab, action_len + obs_len).tolist()
-            points.append(list(ids))
+        for t in range(turns):
+            ids += rng.integers(10, vocab, action_len).tolist()
+            points.append(list(ids))  # before the observation (official SIOP); the last is τ_T
+            if t < turns - 1:
+                ids += rng.integers(10, vocab, obs_len).tolist()
         groups.append(points)
-    cue = tokenizer("<answer>", add_special_tokens=False)["input_ids"]
-    refs = [tokenizer(r, add_special_tokens=False)["input_ids"] for r in ["Paris", "the city of Paris", "Lyon"]]
-    return groups, cue, refs
+    eot = end_of_turn_text(tokenizer)
+    conts = [continuation(tokenizer, PseudoAnswer(), r, eot) for r in REFERENCES]
+    return groups, conts
 
 
-def run_arm(policy, cached: bool, groups, cue, refs) -> float:
+def run_arm(model, tokenizer, method: str, groups, conts) -> tuple[float, list]:
     from turngym.rewards.support import HFSupportScorer
 
-    scorer = HFSupportScorer(policy.model, policy.tokenizer, cached=cached)
+    scorer = HFSupportScorer(model, tokenizer, method=method)
     start = time.perf_counter()
-    for points in groups:
-        scorer.mean_logprobs(points, cue, refs)
-    return time.perf_counter() - start
+    scores = [scorer.mean_logprobs(points, conts) for points in groups]
+    return time.perf_counter() - start, scores
+
+
+def max_diff(a, b) -> float:
+    return max(abs(x - y) for ga, gb in zip(a, b) for ra, rb in zip(ga, gb) for x, y in zip(ra, rb))
 
 
 def child(model: str, arm: str) -> None:
@@ -60,7 +74,7 @@ def child(model: str, arm: str) -> None:
     import psutil
 
     policy = load(model)
-    groups, cue, refs = workload(policy.tokenizer)
+    groups, conts = workload(policy.tokenizer)
     proc = psutil.Process()
     base = proc.memory_info().rss
     peak = [base]
@@ -73,7 +87,7 @@ def child(model: str, arm: str) -> None:
 
     t = threading.Thread(target=sample)
     t.start()
-    run_arm(policy, arm == "cached", groups, cue, refs)
+    run_arm(policy.model, policy.tokenizer, arm, groups, conts)
     done.set()
     t.join()
     print(json.dumps({"extra_peak_mib": (peak[0] - base) / 2**20, "peak_mib": peak[0] / 2**20}))
@@ -83,21 +97,38 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--child", choices=["cached", "naive"])
+    ap.add_argument("--child", choices=["tree", "naive"])
+    ap.add_argument("--no-memory", action="store_true")
     args = ap.parse_args()
     if args.child:
         return child(args.model, args.child)
+
     policy = load(args.model)
-    groups, cue, refs = workload(policy.tokenizer)
-    run_arm(policy, True, groups[:1], cue, refs)  # warm-up
-    cached, naive = [], []
+    groups, conts = workload(policy.tokenizer)
+    run_arm(policy.model, policy.tokenizer, "tree", groups[:1], conts)  # warm-up
+    tree_t, naive_t = [], []
     for _ in range(args.repeats):  # interleaved so machine noise hits both arms
-        cached.append(run_arm(policy, True, groups, cue, refs))
-        naive.append(run_arm(policy, False, groups, cue, refs))
-    c, n = statistics.median(cached), statistics.median(naive)
-    print(f"model={args.model}: K=4 x 4 points x 3 references, prompt 200 + 3 x 190 tokens per episode")
-    print(f"cached (shared prefix): {c:.3f} s   one forward per (point, ref): {n:.3f} s   speed-up {n / c:.2f}x")
-    for arm in ("cached", "naive"):
+        t, tree_scores = run_arm(policy.model, policy.tokenizer, "tree", groups, conts)
+        tree_t.append(t)
+        t, naive_scores = run_arm(policy.model, policy.tokenizer, "naive", groups, conts)
+        naive_t.append(t)
+    c, n = statistics.median(tree_t), statistics.median(naive_t)
+    lens = [len(p) for p in groups[0]]
+    print(f"model={args.model}: K={len(groups)} episodes x {len(groups[0])} scoring points (τ_0..τ_T, "
+          f"{lens[0]}..{lens[-1]} tokens) x {len(conts)} references, official pseudo-answer, fp32")
+    print(f"tree (prefix once + one masked forward): {c:.3f} s   one forward per (point, ref): {n:.3f} s   "
+          f"speed-up {n / c:.2f}x (medians of {args.repeats})")
+    print(f"max |score difference| tree vs naive (fp32): {max_diff(tree_scores, naive_scores):.2e} nats")
+    bf16 = load(args.model, dtype="bfloat16")
+    _, bf16_tree = run_arm(bf16.model, bf16.tokenizer, "tree", groups, conts)
+    _, bf16_naive = run_arm(bf16.model, bf16.tokenizer, "naive", groups, conts)
+    print(f"dtype=bfloat16 vs float32: max |score difference| {max_diff(bf16_tree, naive_scores):.3f} nats (tree), "
+          f"{max_diff(bf16_naive, naive_scores):.3f} nats (naive); bf16 tree vs bf16 naive "
+          f"{max_diff(bf16_tree, bf16_naive):.3f} nats")
+    del bf16
+    if args.no_memory:
+        return
+    for arm in ("tree", "naive"):
         out = subprocess.run([sys.executable, __file__, "--model", args.model, "--child", arm],
                              capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
         mem = json.loads(out)

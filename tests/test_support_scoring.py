@@ -1,5 +1,7 @@
-"""The real support scorers: the cached transformers scorer equals one full forward per
-(point, reference); SIOP runs end to end on rollouts from a real (tiny) model."""
+"""The real support scorers: the tree-mask transformers scorer equals one full forward per
+(point, reference); SIOP and IGPO run end to end on rollouts from a real (tiny) model and
+equal a hand computation from that model's own log-probs; a scorer whose tokenizer differs
+from the episode's is refused; the vLLM-shaped server path is checked against a fake server."""
 
 import math
 
@@ -9,7 +11,8 @@ from turngym.agents.policy import SamplingParams
 from turngym.agents.runner import RolloutRunner
 from turngym.envs.calculator import CalculatorEnv
 from turngym.rewards import get_reward
-from turngym.rewards.support import HFSupportScorer, OpenAISupportScorer, episode_prefix_ids
+from turngym.rewards.support import (HFSupportScorer, OpenAISupportScorer, PseudoAnswer, continuation,
+                                     end_of_turn_text, make_scorer, scoring_points)
 from turngym.rewards.wrappers import TurnRewardWrapper
 
 from conftest import FakeJSONServer
@@ -21,47 +24,134 @@ def episodes(tiny_chat_policy):
     return runner.run([0])
 
 
-def test_cached_scoring_equals_naive_forwards(tiny_chat_policy, episodes):
+def conts_for(tok, refs):
+    return [continuation(tok, PseudoAnswer(), r, end_of_turn_text(tok)) for r in refs]
+
+
+def test_tree_scoring_equals_naive_forwards(tiny_chat_policy, episodes):
     tok = tiny_chat_policy.tokenizer
     ep = max(episodes, key=lambda e: len(e.turns))
-    points = episode_prefix_ids(ep, tok)
-    assert len(points) == len(ep.turns) and all(b[: len(a)] == a for a, b in zip(points, points[1:]))
-    cue = tok("<answer>", add_special_tokens=False)["input_ids"]
-    refs = [tok(r, add_special_tokens=False)["input_ids"] for r in ["413", "12", "forty"]]
-    cached = HFSupportScorer(tiny_chat_policy.model, tok, cached=True)
-    naive = HFSupportScorer(tiny_chat_policy.model, tok, cached=False)
-    a, b = cached.mean_logprobs(points, cue, refs), naive.mean_logprobs(points, cue, refs)
+    points = scoring_points(ep, tok)
+    assert len(points) == len(ep.turns) + 1 and all(b[: len(a)] == a for a, b in zip(points, points[1:]))
+    conts = conts_for(tok, ["413", "12", "forty"])
+    tree = HFSupportScorer(tiny_chat_policy.model, tok)
+    naive = HFSupportScorer(tiny_chat_policy.model, tok, method="naive")
+    a, b = tree.mean_logprobs(points, conts), naive.mean_logprobs(points, conts)
     for ra, rb in zip(a, b):
         assert ra == pytest.approx(rb, abs=1e-4)
     assert all(x < 0 for row in a for x in row)
-    assert cached.stats["tokens"] < naive.stats["tokens"]
+    assert tree.stats["forwards"] == 2 and tree.stats["tokens"] < naive.stats["tokens"]
 
 
-def test_prefix_mode_moves_the_observation(tiny_chat_policy, episodes):
+def test_scoring_points_follow_the_episode_ids(tiny_chat_policy, episodes):
     ep = max(episodes, key=lambda e: len(e.turns))
-    after = episode_prefix_ids(ep, tiny_chat_policy.tokenizer, "after_observation")
-    before = episode_prefix_ids(ep, tiny_chat_policy.tokenizer, "before_observation")
-    assert after[0] == before[0]
-    t0 = ep.turns[0]
+    before = scoring_points(ep, tiny_chat_policy.tokenizer, "before_observation")
+    after = scoring_points(ep, tiny_chat_policy.tokenizer, "after_observation")
+    t0, last = ep.turns[0], ep.turns[-1]
+    assert before[0] == after[0] == ep.prompt_ids
     assert before[1] == ep.prompt_ids + t0.action_ids
     assert after[1] == ep.prompt_ids + t0.action_ids + t0.observation_ids
+    assert before[-1] == after[-1] and before[-1][-len(last.action_ids):] == last.action_ids
     with pytest.raises(ValueError, match="prefix"):
-        episode_prefix_ids(ep, tiny_chat_policy.tokenizer, "sideways")
+        scoring_points(ep, tiny_chat_policy.tokenizer, "sideways")
 
 
-def test_siop_and_igpo_end_to_end_with_the_real_scorer(tiny_chat_policy, episodes):
+def test_reference_tokens_found_by_offsets_in_the_one_string_tokenisation(tiny_chat_policy):
+    tok = tiny_chat_policy.tokenizer
+    [c] = conts_for(tok, ["forty two"])
+    text = "\nNow there's enough information to answer\n</think>\n<answer>\nforty two\n</answer><|im_end|>"
+    assert list(c.ids) == tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(list(c.ids[c.start:c.end])).strip() == "forty two"
+
+
+def test_siop_and_igpo_equal_a_hand_computation_from_the_real_model(tiny_chat_policy, episodes):
+    import torch
+
+    model, tok = tiny_chat_policy.model, tiny_chat_policy.tokenizer
     for e, ans in zip(episodes, ["413", "413", "12", None]):  # give the group answers to cluster
         e.final_answer = ans
-    scorer = HFSupportScorer(tiny_chat_policy.model, tiny_chat_policy.tokenizer)
-    siop = get_reward("siop", scorer=scorer).score_group(episodes)
+    multi = [e for e in episodes if len(e.turns) > 1]
+    assert multi, "need a multi-turn episode"
+    scorer = HFSupportScorer(model, tok)
+    lam, eps = 0.5, 1e-8
+    siop = get_reward("siop", scorer=scorer, lam=lam, eps=eps).score_group(episodes)
     igpo = get_reward("igpo", scorer=scorer).score_group(episodes)
-    for res in (siop, igpo):
-        assert [len(r) for r in res.rewards] == [len(e.turns) for e in episodes]
-        assert all(math.isfinite(x) for r in res.rewards for x in r)
-    assert siop.rewards[3] == [0.0] * len(episodes[3].turns)
-    for rewards, phi in zip(siop.rewards, siop.diagnostics["potentials"]):
-        if phi:
-            assert sum(rewards[:-1]) == pytest.approx(phi[-1] - phi[0], abs=1e-9)
+
+    def p_ref(prefix_ids, ref):  # exp(mean log p(ref tokens)), computed here with a plain forward
+        text_ids = tok("\nNow there's enough information to answer\n</think>\n<answer>\n" + ref + "\n</answer><|im_end|>",
+                       add_special_tokens=False, return_offsets_mapping=True)
+        a = len("\nNow there's enough information to answer\n</think>\n<answer>\n")
+        span = [i for i, (s, e) in enumerate(text_ids["offset_mapping"]) if e > a and s < a + len(ref)]
+        seq = list(prefix_ids) + text_ids["input_ids"][: span[-1] + 1]
+        with torch.no_grad():
+            lp = torch.log_softmax(model(input_ids=torch.tensor([seq])).logits[0].float(), -1)
+        n = len(prefix_ids)
+        vals = [lp[n + i - 1, text_ids["input_ids"][i]].item() for i in span]
+        return math.exp(sum(vals) / len(vals))
+
+    d = siop.diagnostics
+    for i, e in enumerate(episodes):
+        T = len(e.turns)
+        if e.final_answer is None:
+            assert siop.rewards[i] == [0.0] * T
+            continue
+        q = d["q"][d["clusters"]["labels"][i]]
+        refs = d["references"][d["clusters"]["labels"][i]]
+        if T == 1:
+            assert siop.rewards[i] == pytest.approx([(1 - lam) * q])
+            continue
+        # τ_t ends with assistant turn t (before its observation); τ_T ends with the final turn
+        ids, pts = list(e.prompt_ids), [list(e.prompt_ids)]
+        for t in e.turns:
+            ids += t.action_ids
+            pts.append(list(ids))
+            ids += t.observation_ids or []
+        sup = [sum(p_ref(pt, r) for r in refs) / len(refs) for pt in pts]
+        phi = [q * math.log(s + eps) for s in sup]
+        want = [phi[t + 1] - phi[t] for t in range(T)]
+        want[-1] += (1 - lam) * q
+        assert siop.rewards[i] == pytest.approx(want, abs=1e-4)
+    e = max(episodes, key=lambda x: len(x.turns))  # IGPO: after the observation, probability gain, F1
+    gold = e.task["answers"][0]
+    ids, pts = list(e.prompt_ids), [list(e.prompt_ids)]
+    for t in e.turns[:-1]:
+        ids += t.action_ids + (t.observation_ids or [])
+        pts.append(list(ids))
+    pts.append(list(ids) + e.turns[-1].action_ids)
+    p = [p_ref(pt, gold) for pt in pts]
+    i = episodes.index(e)
+    want = [p[t + 1] - p[t] for t in range(len(e.turns))]
+    want[-1] += igpo.diagnostics["outcome"][i]
+    assert igpo.rewards[i] == pytest.approx(want, abs=1e-5)
+
+
+def test_a_scorer_with_another_tokenizer_is_refused_and_text_mode_retokenises(episodes):
+    from turngym.agents.loading import load_hf_policy
+    from turngym.agents.tiny import tiny_model_dir
+
+    other = load_hf_policy(str(tiny_model_dir(chat=True, vocab_size=400)), dtype="float32", device="cpu")
+    g = [e for e in episodes]
+    for e, ans in zip(g, ["413", "413", "12", None]):
+        e.final_answer = ans
+    scorer = HFSupportScorer(other.model, other.tokenizer)
+    with pytest.raises(ValueError, match="tokenizer differs"):
+        get_reward("siop", scorer=scorer).score_group(g)
+    res = get_reward("siop", scorer=scorer, tokens="text").score_group(g)
+    assert all(math.isfinite(x) for r in res.rewards for x in r)
+    multi = next(e for e in g if len(e.turns) > 1 and e.final_answer)
+    pts = scoring_points(multi, other.tokenizer, tokens="text")
+    text = other.tokenizer.apply_chat_template(multi.prompt, add_generation_prompt=True, tokenize=False)
+    assert pts[0] == other.tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert len(pts) == len(multi.turns) + 1 and pts[1][len(pts[0]):] == other.tokenizer(
+        multi.turns[0].action, add_special_tokens=False)["input_ids"]
+    unrecorded = [e for e in g]
+    saved = [e.meta.pop("tokenizer") for e in unrecorded]
+    try:
+        with pytest.raises(ValueError, match="does not record which tokenizer"):
+            get_reward("siop", scorer=scorer).score_group(unrecorded)
+    finally:
+        for e, fp in zip(unrecorded, saved):
+            e.meta["tokenizer"] = fp
 
 
 def test_outcome_reward_as_a_gymnasium_wrapper():
@@ -86,10 +176,13 @@ def FakeVLLMServer():
 
 
 def test_openai_prompt_logprobs_scorer_reads_the_reference_span():
+    from turngym.rewards.support import Continuation
+
     server = FakeVLLMServer()
     try:
         scorer = OpenAISupportScorer(model="m", base_url=server.url, tokenizer=None)
-        table = scorer.mean_logprobs([[1, 2], [1, 2, 3]], [7], [[10, 20], [30]])
+        conts = [Continuation((7, 10, 20, 99), 1, 3), Continuation((7, 30), 1, 2)]
+        table = scorer.mean_logprobs([[1, 2], [1, 2, 3]], conts)
         assert table == [[pytest.approx(-0.15), pytest.approx(-0.30)], [pytest.approx(-0.15), pytest.approx(-0.30)]]
         [(_, body)] = server.requests
         assert body["prompt"] == [[1, 2, 7, 10, 20], [1, 2, 7, 30], [1, 2, 3, 7, 10, 20], [1, 2, 3, 7, 30]]
@@ -98,8 +191,36 @@ def test_openai_prompt_logprobs_scorer_reads_the_reference_span():
         server.close()
 
 
-def test_cached_scoring_with_sliding_window_layers_equals_naive(tiny_chat_policy):
-    """Gemma-3-style caches (sliding-window layers, which cannot be cropped) take the grow-per-point path."""
+def test_siop_through_a_server_scorer_spec_equals_the_local_scorer_on_the_fake(tiny_chat_policy, episodes):
+    """A ``{base_url, model, tokenizer}`` scorer spec builds the server scorer; against the fake
+    server its rewards equal the local scorer's given the same fake log-probs."""
+    from turngym.agents.tiny import tiny_model_dir
+
+    server = FakeVLLMServer()
+    try:
+        spec = {"base_url": server.url, "model": "served", "tokenizer": str(tiny_model_dir(chat=True))}
+        scorer = make_scorer(spec)
+        assert isinstance(scorer, OpenAISupportScorer)
+        for e, ans in zip(episodes, ["413", "413", "12", None]):
+            e.final_answer = ans
+        res = get_reward("siop", scorer=spec).score_group(episodes)
+        assert all(math.isfinite(x) for r in res.rewards for x in r)
+        [c] = conts_for(scorer.tokenizer, ["413"])
+        lp = sum(-t / 100 for t in c.ids[c.start:c.end]) / (c.end - c.start)
+        e = next(i for i, x in enumerate(episodes) if len(x.turns) > 1 and x.final_answer == "413")
+        # the fake's log-probs do not depend on the prefix: every ΔΦ is 0, the final turn keeps (1 − λ)q
+        assert res.diagnostics["support"][e][0] == pytest.approx(math.exp(lp))
+        assert res.rewards[e][:-1] == pytest.approx([0.0] * (len(episodes[e].turns) - 1))
+    finally:
+        server.close()
+    with pytest.raises(ValueError, match="policy"):
+        make_scorer("policy")
+    with pytest.raises(ValueError, match="scorer mapping"):
+        make_scorer({"base_url": "http://x"})
+
+
+def test_tree_scoring_with_sliding_window_layers_equals_naive(tiny_chat_policy):
+    """Gemma-3-style models (sliding-window layers): the windowed tree mask equals plain forwards."""
     import torch
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
@@ -112,9 +233,35 @@ def test_cached_scoring_with_sliding_window_layers_equals_naive(tiny_chat_policy
     model = Gemma3ForCausalLM(cfg).eval()
     ids = tok("What is 12 * 34 + 5? <calc>12 * 34</calc> <result>408</result> then add five", add_special_tokens=False)["input_ids"]
     points = [ids[:6], ids[:15], ids]  # later points run past the sliding window
-    cue = tok("<answer>", add_special_tokens=False)["input_ids"]
-    refs = [tok(r, add_special_tokens=False)["input_ids"] for r in ["413", "forty"]]
-    cached = HFSupportScorer(model, tok).mean_logprobs(points, cue, refs)
-    naive = HFSupportScorer(model, tok, cached=False).mean_logprobs(points, cue, refs)
-    for a, b in zip(cached, naive):
+    conts = conts_for(tok, ["413", "forty"])
+    tree = HFSupportScorer(model, tok).mean_logprobs(points, conts)
+    naive = HFSupportScorer(model, tok, method="naive").mean_logprobs(points, conts)
+    for a, b in zip(tree, naive):
         assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_ablate_scorer_spec_local_model_and_server(tiny_chat_policy, episodes, tmp_path):
+    import json
+
+    from turngym.agents.tiny import tiny_model_dir
+    from turngym.episode import EpisodeWriter
+    from turngym.evals.ablate import run_ablation
+
+    for e, ans in zip(episodes, ["413", "413", "12", None]):
+        e.final_answer = ans
+    path = tmp_path / "episodes.jsonl"
+    writer = EpisodeWriter(path)
+    for e in episodes:
+        writer.write(e)
+    writer.close()
+    local = run_ablation(path, ["siop", "igpo"], tmp_path / "a", scorer=json.dumps({"model": str(tiny_model_dir(chat=True))}))
+    assert local["errors"] == {} and set(local["rewards"]) == {"siop", "igpo"}
+    server = FakeVLLMServer()
+    try:
+        spec = {"base_url": server.url, "model": "served", "tokenizer": str(tiny_model_dir(chat=True)), "tokens": "text"}
+        remote = run_ablation(path, ["siop"], tmp_path / "b", scorer=json.dumps(spec))
+        assert remote["errors"] == {} and server.requests
+    finally:
+        server.close()
+    with pytest.raises(ValueError, match="JSON"):
+        run_ablation(path, ["siop"], tmp_path / "c", scorer="{not json")

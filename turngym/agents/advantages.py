@@ -10,7 +10,8 @@ turn t's action tokens only.
   z-scored separately within the group, then summed backwards as in ``turn`` (IGPO).
 
 Normalisation: unbiased std; a std below 1e-6 counts as 1; a group with a single reward gets 0;
-``eps`` is added to the std (TRL uses 1e-4, so ``eps=1e-4`` reproduces its GRPO advantages).
+``eps`` is added to the std. Defaults: ``grpo`` 1e-4 (TRL's, so it reproduces TRL's GRPO
+advantages); ``turn`` and ``igpo_separate`` 1e-6 (the official SIOP / IGPO code).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from turngym.agents.policy import Generation, GenerationRequest, Policy, SamplingParams
-from turngym.agents.tokenization import ConversationTokenizer
+from turngym.agents.tokenization import ConversationTokenizer, tokenizer_fingerprint
 from turngym.episode import Episode, EpisodeWriter, written_ids
 from turngym._version import __version__ as _VERSION
 from turngym.envs.base import TextEnv
@@ -75,6 +75,7 @@ class RolloutRunner:
             raise ValueError("k and concurrency must be >= 1")
         tok = getattr(self.policy, "tokenizer", None)
         self.tokens = ConversationTokenizer(tok, self.use_chat_template) if tok is not None else None
+        self.tokenizer_id = tokenizer_fingerprint(tok) if tok is not None else None  # recorded with the ids
         self._free_envs: list[Any] = []
 
     # ------------------------------------------------------------------ ids
@@ -162,6 +163,7 @@ class RolloutRunner:
         if self.tokens is not None:
             ids = self.tokens.prompt_ids(ep.prompt, tools=ep.tools)
             ep.prompt_ids = list(ids)
+            ep.meta["tokenizer"] = self.tokenizer_id
         return _Slot(env=env, episode=ep, ids=ids, started=time.perf_counter())
 
     def _budget(self, slot: _Slot) -> int | None:

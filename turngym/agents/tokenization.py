@@ -101,3 +101,20 @@ class ConversationTokenizer:
                 raise ValueError("this chat template re-renders earlier turns; multi-turn token ids would not be stable")
             self._deltas[role] = after[len(before):]
         return self._deltas[role].replace(marker, content, 1)
+
+
+TOKENIZER_PROBE = "Probe: <answer>Paris, 1889</answer>\n\t12*34 = 408; ünïcödé 東京 — done."
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> dict[str, Any]:
+    """What identifies a tokenizer's ids: vocabulary size, a digest of the vocabulary (sampled
+    evenly, so it stays cheap for 262k-entry vocabularies) and the encoding of a probe text.
+    Episodes record it so a scorer can refuse ids from a different tokenizer."""
+    import hashlib
+
+    size = len(tokenizer)
+    step = max(1, size // 4096)
+    sample = tokenizer.convert_ids_to_tokens(list(range(0, size, step)))
+    digest = hashlib.sha256("\x00".join(map(str, sample)).encode()).hexdigest()[:16]
+    probe = list(tokenizer(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"])
+    return {"vocab_size": size, "vocab_sha256": digest, "probe": probe}

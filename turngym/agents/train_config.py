@@ -7,7 +7,9 @@ Example (``configs/train_calculator.yaml``)::
     env: {id: turngym/Calculator-v0, kwargs: {max_turns: 3}}
     data: {indices: [0, 256]}           # [start, stop) of the env's dataset, file order
     reward: {name: outcome}              # any turngym.rewards name, with its config
-    estimator: {name: turn, gamma: 1.0}
+    # siop / igpo take scorer: policy (the live policy), a local model ('default', a directory,
+    # {model, dtype, method}) or an OpenAI-compatible server ({base_url, model, tokenizer})
+    estimator: {name: turn, gamma: 1.0}  # eps: grpo 1e-4 (TRL), turn / igpo_separate 1e-6
     model: {name_or_path: default}       # 'default', a directory, a .gguf file, or a hub id
     peft: {r: 16, lora_alpha: 32, target_modules: all-linear}   # optional LoRA
     trl: {output_dir: runs/calc, num_generations: 4, per_device_train_batch_size: 4, max_steps: 100}
@@ -98,5 +100,5 @@ def build_trainer(cfg: TrainConfig) -> Any:
     est = dict(cfg.estimator)
     return TurnGRPOTrainer(model=model, processing_class=tok, env_factory=env_factory, reward=reward, args=args,
                            train_dataset=task_dataset(indices), estimator=est.pop("name", "turn"),
-                           gamma=est.pop("gamma", 1.0), advantage_eps=est.pop("eps", 1e-4),
+                           gamma=est.pop("gamma", 1.0), advantage_eps=est.pop("eps", None),
                            max_episode_tokens=cfg.max_episode_tokens, stop=cfg.stop, peft_config=peft_config)

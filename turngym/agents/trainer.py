@@ -135,25 +135,39 @@ class TurnGRPOTrainer(GRPOTrainer):
         reward: a reward wrapper (``turngym.rewards.get_reward(...)``) scoring query groups.
         estimator: ``grpo`` | ``turn`` | ``igpo_separate``.
         gamma: discount for the backward sum of turn advantages.
-        advantage_eps: added to the group std (1e-4 reproduces TRL's GRPO advantages).
+        advantage_eps: added to the group std; None: the estimator's own default (``grpo``
+            1e-4 as TRL, ``turn`` and ``igpo_separate`` 1e-6 as the official SIOP / IGPO code).
         max_turns_tokens: per-episode budget for action + observation tokens (default:
             ``args.max_completion_length``).
     """
 
     def __init__(self, *, model: Any, env_factory: Callable[[], Any], reward: Any, args: GRPOConfig,
-                 train_dataset: Any, estimator: str = "turn", gamma: float = 1.0, advantage_eps: float = 1e-4,
+                 train_dataset: Any, estimator: str = "turn", gamma: float = 1.0, advantage_eps: float | None = None,
                  max_episode_tokens: int | None = None, stop: Sequence[str] | None = None, **kwargs: Any):
         self.env_factory = env_factory
         self.reward = reward
         self.estimator_name = estimator
         self.estimator = get_estimator(estimator)
-        self.gamma, self.advantage_eps = float(gamma), float(advantage_eps)
+        self.gamma = float(gamma)
+        self.advantage_eps = None if advantage_eps is None else float(advantage_eps)
         self.max_episode_tokens = max_episode_tokens or args.max_completion_length
         self._stop = tuple(stop) if stop is not None else tuple(env_factory().unwrapped.stop)
         self._batch_episodes: list[Episode] = []
         self._rollout_calls = 0
         super().__init__(model=model, reward_funcs=[_outcome_for_logging], args=args, train_dataset=train_dataset,
                          rollout_func=self._rollout, **kwargs)
+        if getattr(reward, "scorer", None) == "policy":
+            self._bind_policy_scorer()
+
+    def _bind_policy_scorer(self) -> None:
+        """``scorer: policy`` (official IGPO): support is scored by the live policy, in fp32 logits."""
+        from turngym.rewards.support import HFSupportScorer
+
+        ds = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        if ds is not None and getattr(ds, "zero_stage", 0) == 3:
+            raise ValueError("scorer: policy needs the whole model on every process (each scores only its own "
+                             "groups); with ZeRO-3 give a separate scorer model instead")
+        self.reward.bind_scorer(HFSupportScorer(self.model, self.processing_class))
 
     # ------------------------------------------------------------------ rollouts
 
@@ -192,17 +206,37 @@ class TurnGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ advantages
 
-    def turn_advantages(self, episodes: Sequence[Episode], group_size: int) -> tuple[list[list[float]], list[list[float]]]:
-        """Per-turn rewards and advantages for ``episodes`` (consecutive groups of ``group_size``)."""
+    def turn_advantages(self, episodes: Sequence[Episode], group_size: int,
+                        groups: Sequence[int] | None = None) -> tuple[list[list[float]], list[list[float]]]:
+        """Per-turn rewards and advantages for ``episodes`` (consecutive groups of ``group_size``),
+        or for the groups numbered in ``groups`` only."""
         if len(episodes) % group_size:
             raise ValueError(f"{len(episodes)} episodes do not split into groups of {group_size}")
+        eps_kw = {} if self.advantage_eps is None else {"eps": self.advantage_eps}
         rewards, advantages = [], []
-        for g in range(0, len(episodes), group_size):
-            group = list(episodes[g:g + group_size])
+        for g in (range(len(episodes) // group_size) if groups is None else groups):
+            group = list(episodes[g * group_size:(g + 1) * group_size])
             scores = self.reward.score_group(group)
             rewards += scores.rewards
-            advantages += self.estimator(scores.rewards, gamma=self.gamma, eps=self.advantage_eps)
+            advantages += self.estimator(scores.rewards, gamma=self.gamma, **eps_kw)
         return rewards, advantages
+
+    def _score_shared(self, everyone: Sequence[Episode], group_size: int) -> tuple[list[list[float]], list[list[float]]]:
+        """Each process scores only its share of the batch's groups (group g on process g mod n),
+        once; the per-turn results are then gathered so every process has all of them."""
+        from accelerate.utils import gather_object
+
+        n, me = self.accelerator.num_processes, self.accelerator.process_index
+        if n == 1:
+            return self.turn_advantages(everyone, group_size)
+        if len(everyone) % group_size:
+            raise ValueError(f"{len(everyone)} episodes do not split into groups of {group_size}")
+        mine = list(range(me, len(everyone) // group_size, n))
+        rewards, advs = self.turn_advantages(everyone, group_size, mine)
+        rows = [(g * group_size + i, rewards[j * group_size + i], advs[j * group_size + i])
+                for j, g in enumerate(mine) for i in range(group_size)]
+        table = {pos: (r, a) for pos, r, a in gather_object(rows)}
+        return [table[i][0] for i in range(len(everyone))], [table[i][1] for i in range(len(everyone))]
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         from accelerate.utils import gather_object
@@ -212,7 +246,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         k = self.num_generations if mode == "train" else self.num_generations_eval
         local = self._batch_episodes
         everyone = gather_object(local)  # groups may span processes; score them whole
-        rewards, advs = self.turn_advantages(everyone, k)
+        rewards, advs = self._score_shared(everyone, k)
         observe = getattr(self.reward, "observe", None)  # e.g. SCRIBE's library refresh every N steps
         if observe is not None and mode == "train":
             observe(self.state.global_step, everyone)

@@ -142,23 +142,40 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
         print(f"warning: skipped {len(report.errors)} corrupt line(s) in {episodes_file} (first: {report.errors[0]})")
     if not report.episodes:
         raise ValueError(f"no valid episodes in {episodes_file}")
+    scorer_spec, tokens = _scorer_spec(scorer)
     wrappers = {}
     for name in names:
         cfg: dict[str, Any] = {}
         if name in ("siop", "igpo"):
-            if scorer is None:
+            if scorer_spec is None:
                 raise ValueError(f"{name} needs --scorer (a model that scores support, e.g. 'default' or a directory)")
-            cfg["scorer"] = scorer
+            cfg.update(scorer=scorer_spec, tokens=tokens)
         if name == "scribe":
             cfg.update(llm=scribe_llm, library=scribe_library, llm_base_url=scribe_base_url)
         wrappers[name] = get_reward(name, **cfg)
         if name == "scribe" and scribe_library is None:  # no library given: build one from these episodes
             wrappers[name].fit(report.episodes)
-    if scorer is not None:  # one loaded model shared by siop and igpo
+    if scorer_spec is not None and any(hasattr(w, "bind_scorer") for w in wrappers.values()):
         from turngym.rewards.support import make_scorer
 
-        shared = make_scorer(scorer)
+        shared = make_scorer(scorer_spec)  # one loaded model (or server client) shared by siop and igpo
         for w in wrappers.values():
-            if hasattr(w, "_scorer"):
-                w._scorer = shared
+            if hasattr(w, "bind_scorer"):
+                w.bind_scorer(shared)
     return ablate(report.episodes, wrappers, out_dir)
+
+
+def _scorer_spec(scorer: str | None) -> tuple[Any, str]:
+    """``--scorer``: a local model ('default', a directory, a hub id), or a JSON mapping: a local
+    model ``{"model", "dtype", "method"}`` or an OpenAI-compatible server ``{"base_url", "model",
+    "tokenizer"}``; ``"tokens": "text"`` in the mapping re-tokenises episodes for a scorer of
+    another model family."""
+    if scorer is None or not scorer.strip().startswith("{"):
+        return scorer, "ids"
+    try:
+        spec = json.loads(scorer)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--scorer looks like JSON but does not parse: {exc}") from None
+    if not isinstance(spec, dict):
+        raise ValueError("--scorer JSON must be a mapping")
+    return spec, str(spec.pop("tokens", "ids"))

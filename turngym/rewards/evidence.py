@@ -1,7 +1,10 @@
-"""Evidence backends: how much a rollout's tool observations support an answer, in [0, 1].
+"""Evidence backends: how much a rollout's tool results support an answer, in [0, 1].
 
-r(c) for a cluster is the mean, over its members that have observations, of the mean
-observation score for the cluster's answer (0 when no member has any observation).
+Official SIOP: only tool results count (search results, code output, function results),
+each cut to its first 2,000 characters; not invalid-action messages, tool errors or user
+turns. r(c) for a cluster is the mean, over its members that have tool results, of the
+mean score of their tool results for the cluster's answer (0 when no member has any).
+``source="observations"`` counts every observation instead (the earlier turngym variant).
 """
 
 from __future__ import annotations
@@ -9,8 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
-from turngym.episode import Episode
+from turngym.episode import Episode, Turn
 from turngym.evals.qa_metrics import normalize_answer
+
+PREMISE_CHARS = 2000
+EVIDENCE_SOURCES = ("tool_results", "observations")
 
 
 class Evidence(Protocol):
@@ -22,7 +28,7 @@ class Evidence(Protocol):
 
 @dataclass
 class AnswerInEvidence:
-    """Offline default: 1 if the normalised answer occurs (as whole words) in the observation."""
+    """Offline default: 1 if the normalised answer occurs (as whole words) in the tool result."""
 
     name: str = "answer_in_evidence"
 
@@ -35,29 +41,52 @@ class AnswerInEvidence:
 
 @dataclass
 class NLIEvidence:
-    """Reference setting: P(observation entails "question answer")."""
+    """Reference setting: P(tool result entails the answer).
+
+    ``hypothesis="answer"`` (official SIOP) uses the answer alone; ``"question_answer"``
+    the question followed by the answer (the earlier turngym variant).
+    """
 
     nli: Any
+    hypothesis: str = "answer"
     name: str = "nli"
 
+    def __post_init__(self) -> None:
+        if self.hypothesis not in ("answer", "question_answer"):
+            raise ValueError(f"hypothesis must be 'answer' or 'question_answer', got {self.hypothesis!r}")
+
     @classmethod
-    def load(cls, model_id_or_path: str, **kwargs: Any) -> "NLIEvidence":
+    def load(cls, model_id_or_path: str, hypothesis: str = "answer", **kwargs: Any) -> "NLIEvidence":
         from turngym.rewards.nli import NLIModel
 
-        return cls(NLIModel.load(model_id_or_path, **kwargs))
+        return cls(NLIModel.load(model_id_or_path, **kwargs), hypothesis=hypothesis)
 
     def scores(self, question: str, answer: str, observations: Sequence[str]) -> list[float]:
-        return self.nli.entailment([(o, f"{question} {answer}") for o in observations]) if observations else []
+        hyp = answer if self.hypothesis == "answer" else f"{question} {answer}"
+        return self.nli.entailment([(o, hyp) for o in observations]) if observations else []
 
 
-def observations_of(episode: Episode) -> list[str]:
-    return [t.observation for t in episode.turns if t.observation]
+def is_tool_result(turn: Turn) -> bool:
+    """The turn ran a tool and its observation is that tool's output (not an error or a user message)."""
+    if not turn.observation or not turn.tool_calls or turn.parse_error:
+        return False
+    m = turn.metrics
+    return not (m.get("retrieval_error") or m.get("tool_ok") is False or m.get("exec_ok") is False)
 
 
-def cluster_evidence(evidence: Evidence, question: str, answer: str, members: Sequence[Episode]) -> float:
+def evidence_texts(episode: Episode, source: str = "tool_results", premise_chars: int | None = PREMISE_CHARS) -> list[str]:
+    if source not in EVIDENCE_SOURCES:
+        raise ValueError(f"evidence source must be one of {EVIDENCE_SOURCES}, got {source!r}")
+    texts = [t.observation for t in episode.turns
+             if t.observation and (source == "observations" or is_tool_result(t))]
+    return [x[:premise_chars] for x in texts] if premise_chars is not None else texts
+
+
+def cluster_evidence(evidence: Evidence, question: str, answer: str, members: Sequence[Episode],
+                     source: str = "tool_results", premise_chars: int | None = PREMISE_CHARS) -> float:
     per_member = []
     for ep in members:
-        obs = observations_of(ep)
+        obs = evidence_texts(ep, source, premise_chars)
         if obs:
             s = evidence.scores(question, answer, obs)
             per_member.append(sum(s) / len(s))
@@ -65,6 +94,7 @@ def cluster_evidence(evidence: Evidence, question: str, answer: str, members: Se
 
 
 def make_evidence(spec: Any) -> Evidence:
+    """``answer_in_evidence`` (``auto``), ``nli:<model>`` (hypothesis = the answer), or an object."""
     if not isinstance(spec, str):
         return spec
     if spec in ("auto", "answer_in_evidence"):

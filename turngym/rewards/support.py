@@ -1,83 +1,180 @@
-"""Support scoring: p(y | τ≤t), the policy's belief in a reference answer y after a trajectory prefix.
+"""Support scoring: p(y | τ≤t), a model's belief in a reference answer y after a trajectory prefix.
 
-p(y | τ≤t) = exp(mean log-probability of y's tokens) after the prefix τ≤t followed by a
-pseudo-answer cue (``<answer>``, ``\\boxed{`` ...). Scoring points for an episode with
-turns 0..T-1 are t = 0 (prompt only) and one after each non-final turn, so turn i's
-process reward is Φ_{i+1} − Φ_i and the final (answer) turn gets none.
+p(y | τ≤t) = exp(mean log-probability of y's own tokens) in the pseudo-answer
+``prefix + y + suffix`` appended to τ≤t, the pseudo-answer tokenised as one string and
+y's tokens found by character offsets (official SIOP / IGPO). Scoring points for an
+episode with assistant turns 1..T are τ_0 (the prompt), τ_t for t = 1..T-1, and τ_T, the
+prefix ending with the final assistant turn.
 
-``prefix="after_observation"`` (default) scores after turn i's tool output, so the turn
-whose call fetched useful evidence gets the credit; ``"before_observation"`` scores right
-after the action, which moves that credit to the next turn.
+``prefix="before_observation"`` (official SIOP) ends τ_t with assistant turn t;
+``"after_observation"`` (official IGPO) ends it after turn t's tool output. τ_T ends with
+the final assistant turn in both.
 
-The local scorer builds each episode's KV cache once, growing it point by point, and at
-every point runs the cue and all references in one small batch on a copy of that cache. Scoring runs in fp32 by default (bf16 scores
-drift by up to 0.7 nats between code paths).
+Token ids: ``tokens="ids"`` scores the exact ids the policy saw and refuses a scorer
+whose tokenizer differs from the one that produced them (vocabulary and a probe
+encoding); ``tokens="text"`` re-tokenises the episode's text with the scorer's tokenizer
+(a scorer of another model family).
+
+The local scorer (``method="tree"``) runs the longest prefix once and then every
+(point, reference) continuation of the episode in one more forward, each continuation
+attending to its own point's prefix through a tree-shaped attention mask (sliding-window
+layers get a windowed copy of the mask). ``method="naive"`` runs one full forward per
+(point, reference): the baseline, and the reference the tree path is tested against.
 """
 
 from __future__ import annotations
 
-import copy
-import inspect
+import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from turngym.episode import Episode
 
-PREFIX_MODES = ("after_observation", "before_observation")
+PREFIX_MODES = ("before_observation", "after_observation")
+TOKEN_MODES = ("ids", "text")
+
+OFFICIAL_PREFIX = "\nNow there's enough information to answer\n</think>\n<answer>\n"
+OFFICIAL_SUFFIX = "\n</answer>"
 
 
-def default_pseudo_answer(env_id: str) -> str:
-    if "MathCode" in env_id:
-        return "\nThe final answer is \\boxed{"
-    if "SearchQA" in env_id or "Calculator" in env_id:
-        return "<answer>"
-    return "\nAnswer: "
+@dataclass(frozen=True)
+class PseudoAnswer:
+    """The text a reference is scored in: ``prefix + reference + suffix`` (+ end-of-turn token).
+
+    ``official`` is the SIOP / IGPO pseudo-answer; ``boxed`` a math cue (``\\boxed{y}``).
+    """
+
+    prefix: str = OFFICIAL_PREFIX
+    suffix: str = OFFICIAL_SUFFIX
+    end_of_turn: bool = True
+
+    @classmethod
+    def make(cls, spec: Any, env_id: str = "") -> "PseudoAnswer":
+        if isinstance(spec, PseudoAnswer):
+            return spec
+        if isinstance(spec, dict):
+            return cls(**spec)
+        if spec == "official":
+            return cls()
+        if spec == "boxed":
+            return cls(prefix="\nNow there's enough information to answer\n</think>\nThe final answer is \\boxed{",
+                       suffix="}")
+        if spec == "auto":  # per env: math envs answer in \boxed{}, the rest in <answer> tags
+            return cls.make("boxed" if "MathCode" in env_id else "official")
+        raise ValueError(f"pseudo_answer must be 'official', 'boxed', 'auto' or {{prefix, suffix, end_of_turn}}; got {spec!r}")
 
 
-def episode_prefix_ids(episode: Episode, tokenizer: Any, mode: str = "after_observation") -> list[list[int]]:
-    """Token ids of τ≤t for every scoring point (each a prefix of the next)."""
+@dataclass(frozen=True)
+class Continuation:
+    """Token ids appended to a scoring point; ``ids[start:end]`` are the scored (reference) tokens."""
+
+    ids: tuple[int, ...]
+    start: int
+    end: int
+
+
+def end_of_turn_text(tokenizer: Any) -> str:
+    """The token that closes an assistant turn: from the chat template, else the EOS token."""
+    if getattr(tokenizer, "chat_template", None):
+        from turngym.agents.tokenization import ConversationTokenizer
+
+        close = ConversationTokenizer(tokenizer)._assistant_close.strip()
+        if close:
+            return close
+    return getattr(tokenizer, "eos_token", None) or ""
+
+
+def continuation(tokenizer: Any, pseudo: PseudoAnswer, reference: str, end_of_turn: str = "") -> Continuation:
+    """The pseudo-answer for ``reference`` tokenised as one string; the reference's tokens by offsets."""
+    text = pseudo.prefix + reference + pseudo.suffix + (end_of_turn if pseudo.end_of_turn else "")
+    a, b = len(pseudo.prefix), len(pseudo.prefix) + len(reference)
+    try:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    except (NotImplementedError, TypeError, ValueError) as exc:
+        raise ValueError(f"support scoring needs a tokenizer with offset mappings (a fast tokenizer): {exc}") from None
+    ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
+    inside = [i for i, (s, e) in enumerate(offsets) if e > a and s < b and e > s]
+    if not inside:
+        raise ValueError(f"the reference {reference!r} tokenised to nothing")
+    return Continuation(tuple(ids), inside[0], inside[-1] + 1)
+
+
+def scoring_points(episode: Episode, tokenizer: Any, mode: str = "before_observation", tokens: str = "ids") -> list[list[int]]:
+    """Token ids of τ_0..τ_T (each a prefix of the next); an episode with T turns gives T + 1."""
     if mode not in PREFIX_MODES:
         raise ValueError(f"prefix must be one of {PREFIX_MODES}, got {mode!r}")
-    if episode.prompt_ids is not None and all(t.action_ids is not None for t in episode.turns):
+    if tokens not in TOKEN_MODES:
+        raise ValueError(f"tokens must be one of {TOKEN_MODES}, got {tokens!r}")
+    have_ids = episode.prompt_ids is not None and all(t.action_ids is not None for t in episode.turns)
+    if tokens == "ids" and have_ids:
         ids = list(episode.prompt_ids)
         acts = [list(t.action_ids) for t in episode.turns]
         obs = [list(t.observation_ids or []) for t in episode.turns]
-    else:  # text-only episodes: tokenise the rendered text piece by piece
+    else:  # re-tokenise the rendered text piece by piece with this tokenizer
         from turngym.agents.tokenization import ConversationTokenizer
 
         ct = ConversationTokenizer(tokenizer)
-        ids = ct.prompt_ids(episode.prompt)
+        ids = ct.prompt_ids(episode.prompt, tools=episode.tools)
         acts = [ct.encode(t.action) for t in episode.turns]
-        obs = [ct.encode(t.observation or "") for t in episode.turns]
+        obs = [ct.observation_ids(t.observation, t.observation_role, a) if t.observation else []
+               for t, a in zip(episode.turns, acts)]
     points = [list(ids)]
-    for i in range(len(episode.turns) - 1):
+    for i in range(len(episode.turns)):
         ids += acts[i]
-        if mode == "before_observation":
-            points.append(list(ids))
-            ids += obs[i]
-        else:
-            ids += obs[i]
+        if mode == "before_observation" or i == len(episode.turns) - 1:
+            points.append(list(ids))  # τ_T always ends with the final assistant turn
+        ids += obs[i]
+        if mode == "after_observation" and i < len(episode.turns) - 1:
             points.append(list(ids))
     return points
+
+
+def check_tokenizer(episode: Episode, tokenizer: Any, fingerprint: dict[str, Any]) -> None:
+    """Refuse to score ``episode``'s ids with a tokenizer other than the one that produced them."""
+    recorded = episode.meta.get("tokenizer")
+    if recorded is None:
+        raise ValueError(f"episode {episode.id} does not record which tokenizer produced its token ids, so "
+                         "they cannot be checked against the scorer's; score with tokens='text' "
+                         "(re-tokenises the episode's text with the scorer's tokenizer)")
+    diffs = [k for k in ("vocab_size", "vocab_sha256", "probe") if recorded.get(k) != fingerprint.get(k)]
+    if diffs:
+        raise ValueError(f"the scorer's tokenizer differs from the one that produced episode {episode.id}'s token ids "
+                         f"({', '.join(diffs)} differ: vocab_size {recorded.get('vocab_size')} vs "
+                         f"{fingerprint.get('vocab_size')}); use a scorer of the same model family, or tokens='text' "
+                         "to re-tokenise the episode's text for this scorer")
 
 
 class SupportScorer(Protocol):
     tokenizer: Any
 
-    def mean_logprobs(self, points: Sequence[Sequence[int]], cue: Sequence[int],
-                      references: Sequence[Sequence[int]]) -> list[list[float]]:
-        """``[point][reference]`` mean log p of each reference's tokens after ``point + cue``."""
+    def mean_logprobs(self, points: Sequence[Sequence[int]], continuations: Sequence[Continuation]) -> list[list[float]]:
+        """``[point][continuation]``: mean log p of ``ids[start:end]`` after ``point + ids[:start]``."""
         ...
+
+
+def _validate(points: Sequence[Sequence[int]], conts: Sequence[Continuation]) -> None:
+    if any(len(p) == 0 for p in points):
+        raise ValueError("a scoring point is empty (the prompt tokenised to nothing)")
+    for a, b in zip(points, points[1:]):
+        if list(b[: len(a)]) != list(a):
+            raise ValueError("scoring points must be nested prefixes")
+    for c in conts:
+        if not 0 <= c.start < c.end <= len(c.ids):
+            raise ValueError(f"bad continuation span [{c.start}, {c.end}) of {len(c.ids)} ids")
 
 
 @dataclass
 class HFSupportScorer:
-    """A local transformers causal LM (the current policy or a frozen copy)."""
+    """A local transformers causal LM (the live policy or a frozen copy)."""
 
     model: Any
     tokenizer: Any
-    cached: bool = True  # False: one full forward per (point, reference), the naive baseline
+    method: str = "tree"  # "tree": two forwards per episode; "naive": one per (point, reference)
     stats: dict[str, int] = field(default_factory=lambda: {"forwards": 0, "tokens": 0})
+
+    def __post_init__(self) -> None:
+        if self.method not in ("tree", "naive"):
+            raise ValueError(f"method must be 'tree' or 'naive', got {self.method!r}")
 
     @classmethod
     def load(cls, model: str, dtype: str = "float32", device: str | None = None, **kwargs: Any) -> "HFSupportScorer":
@@ -86,100 +183,154 @@ class HFSupportScorer:
         policy = load_hf_policy(model, dtype=dtype, device=device)
         return cls(policy.model, policy.tokenizer, **kwargs)
 
-    def mean_logprobs(self, points, cue, references):
+    def mean_logprobs(self, points, continuations):
         import torch
 
-        if not points:
-            return []
-        for a, b in zip(points, points[1:]):
-            if list(b[: len(a)]) != list(a):
-                raise ValueError("scoring points must be nested prefixes")
-        if any(len(r) == 0 for r in references):
-            raise ValueError("a reference answer tokenised to nothing")
-        with torch.inference_mode():
-            return self._cached(points, cue, references) if self.cached else self._naive(points, cue, references)
+        if not points or not continuations:
+            return [[] for _ in points]
+        _validate(points, continuations)
+        was_training = self.model.training
+        self.model.eval()  # no dropout while scoring the live policy
+        try:
+            with torch.inference_mode():
+                if self.method == "naive":
+                    return self._naive(points, continuations)
+                return self._tree(points, continuations)
+        finally:
+            self.model.train(was_training)
 
-    def _forward(self, ids: list[int] | list[list[int]], past: Any = None, keep: int = 1):
+    # ------------------------------------------------------------------ naive
+
+    def _naive(self, points, conts):
         import torch
 
         device = next(self.model.parameters()).device
-        batch = ids if ids and isinstance(ids[0], list) else [ids]
-        self.stats["forwards"] += 1
-        self.stats["tokens"] += sum(len(row) for row in batch)
-        # newer transformers 5.x name the cache argument ``cache``; earlier ones ``past_key_values``
-        cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-        return self.model(input_ids=torch.tensor(batch, device=device), **{cache_kw: past},
-                          use_cache=past is not None, logits_to_keep=keep)
-
-    @staticmethod
-    def _mean_lp(logits: Any, targets: Sequence[int]) -> float:
-        import torch
-
-        lp = torch.log_softmax(logits.float(), dim=-1)
-        idx = torch.tensor(list(targets), device=lp.device)
-        return float(lp[torch.arange(len(targets), device=lp.device), idx].mean())
-
-    def _naive(self, points, cue, references):
         out = []
         for point in points:
             row = []
-            for ref in references:
-                seq = list(point) + list(cue) + list(ref)
-                logits = self._forward(seq, keep=len(ref) + 1).logits[0, :-1]
-                row.append(self._mean_lp(logits, ref))
+            for c in conts:
+                seq = list(point) + list(c.ids[: c.end])
+                keep = c.end - c.start + 1
+                self.stats["forwards"] += 1
+                self.stats["tokens"] += len(seq)
+                logits = self.model(input_ids=torch.tensor([seq], device=device), use_cache=False,
+                                    logits_to_keep=keep).logits[0, :-1]
+                row.append(_mean_lp(logits, c.ids[c.start:c.end]))
             out.append(row)
         return out
 
-    def _cached(self, points, cue, references):
-        """Prefix KV computed once; every point scores all references in one small batch.
+    # ------------------------------------------------------------------ tree
 
-        Full-attention caches are filled with the longest prefix in one forward and cropped
-        back per point; caches with sliding-window layers (which cannot be cropped back) are
-        grown point by point instead.
-        """
+    def _layer_kinds(self) -> tuple[list[str], int | None]:
+        cfg = getattr(self.model, "config", None)
+        cfg = getattr(cfg, "text_config", None) or cfg
+        kinds = list(getattr(cfg, "layer_types", None) or [])
+        unknown = set(kinds) - {"full_attention", "sliding_attention"}
+        if unknown:
+            raise ValueError(f"tree scoring supports full and sliding-window attention, not {sorted(unknown)}; "
+                             "use method='naive'")
+        window = getattr(cfg, "sliding_window", None) if "sliding_attention" in kinds else None
+        return kinds, window
+
+    def _mask(self, allowed: Any, positions_q: Any, positions_k: Any, window: int | None) -> Any:
+        import torch
+
+        impl = getattr(self.model.config, "_attn_implementation", "sdpa") or "sdpa"
+        if impl not in ("sdpa", "eager"):
+            raise ValueError(f"tree scoring needs sdpa or eager attention, the model uses {impl!r}; use method='naive'")
+        m = allowed
+        if window is not None:
+            m = m & ((positions_q[:, None] - positions_k[None, :]) < window)
+        m = m[None, None]
+        if impl == "eager":
+            dtype = next(self.model.parameters()).dtype
+            return torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, torch.finfo(dtype).min)
+        return m
+
+    def _tree(self, points, conts):
+        """The longest point runs once (KV kept for every layer); then all (point, continuation)
+        inputs run in one forward, each attending to its point's prefix and to itself."""
+        import torch
         from transformers import DynamicCache
 
-        cache = DynamicCache(config=self.model.config)
-        layers = getattr(cache, "layers", None) or []
-        longest = list(points[-1][:-1])
-        croppable = bool(layers) and bool(longest) and all(type(x).__name__ == "DynamicLayer" for x in layers)
-        if croppable:
-            self._forward(longest, past=cache)
-        fed = len(longest) if croppable else 0
-        out = []
-        for point in points:
-            upto = len(point) - 1  # the point's last token is fed with each continuation
-            if croppable:
-                past = copy.deepcopy(cache)
-                if fed > upto:
-                    past.crop(-(fed - upto))
+        device = next(self.model.parameters()).device
+        kinds, window = self._layer_kinds()
+        main = list(points[-1])
+        n_main = len(main)
+        # branch inputs: for (p, c), c.ids[:end-1] at positions len(p) ...; token c.ids[k] is
+        # predicted by the output at position len(p) + k - 1 (the point's last token when k = 0)
+        tokens, pos, segs = [], [], []
+        for pi, pt in enumerate(points):
+            lp = len(pt)
+            for c in conts:
+                n_in = c.end - 1
+                segs.append((len(tokens), n_in, lp))
+                tokens += c.ids[:n_in]
+                pos += range(lp, lp + n_in)
+        n_b = len(tokens)
+        want = []  # (source, index, target): source 0 = main forward, 1 = branch forward
+        for (start, _, lp), c in zip(segs, [c for _ in points for c in conts]):
+            for k in range(c.start, c.end):
+                want.append((0, lp - 1, c.ids[k]) if k == 0 else (1, start + k - 1, c.ids[k]))
+        main_idx = sorted({i for s, i, _ in want if s == 0})
+        cache = DynamicCache()  # full layers only: every point's prefix must stay visible
+        self.stats["forwards"] += 1
+        self.stats["tokens"] += n_main
+        out_main = self.model(input_ids=torch.tensor([main], device=device), cache=cache, use_cache=True,
+                              logits_to_keep=torch.tensor(main_idx or [n_main - 1], device=device))
+        logp: dict[tuple[int, int], Any] = {}
+        if main_idx:
+            lp_main = torch.log_softmax(out_main.logits[0].float(), dim=-1)
+            for j, i in enumerate(main_idx):
+                logp[(0, i)] = lp_main[j]
+        if n_b:
+            pos_b = torch.tensor(pos, device=device)
+            allowed = torch.zeros((n_b, n_main + n_b), dtype=torch.bool, device=device)
+            for start, n_in, lp in segs:
+                allowed[start:start + n_in, :lp] = True
+                allowed[start:start + n_in, n_main + start:n_main + start + n_in] = torch.tril(
+                    torch.ones((n_in, n_in), dtype=torch.bool, device=device))
+            pos_k = torch.cat([torch.arange(n_main, device=device), pos_b])
+            if "sliding_attention" in kinds:
+                mask: Any = {"full_attention": self._mask(allowed, pos_b, pos_k, None),
+                             "sliding_attention": self._mask(allowed, pos_b, pos_k, window)}
             else:
-                if upto > fed:
-                    self._forward(list(point[fed:upto]), past=cache)
-                    fed = upto
-                past = copy.deepcopy(cache)
-            out.append(self._score_point(past, point[-1], cue, references))
+                mask = self._mask(allowed, pos_b, pos_k, None)
+            branch_idx = sorted({i for s, i, _ in want if s == 1})
+            self.stats["forwards"] += 1
+            self.stats["tokens"] += n_b
+            out_b = self.model(input_ids=torch.tensor([tokens], device=device), position_ids=pos_b[None],
+                               attention_mask=mask, cache=cache, use_cache=True,
+                               logits_to_keep=torch.tensor(branch_idx, device=device))
+            lp_b = torch.log_softmax(out_b.logits[0].float(), dim=-1)
+            for j, i in enumerate(branch_idx):
+                logp[(1, i)] = lp_b[j]
+        vals = [float(logp[(s, i)][t]) for s, i, t in want]
+        out, w = [], 0
+        for _ in points:
+            row = []
+            for c in conts:
+                n = c.end - c.start
+                row.append(sum(vals[w:w + n]) / n)
+                w += n
+            out.append(row)
         return out
 
-    def _score_point(self, past: Any, last: int, cue: Sequence[int], references: Sequence[Sequence[int]]) -> list[float]:
-        # all references at once, right-padded: with causal attention the padding comes after
-        # every scored position, so it changes nothing that is read
-        tails = [[last] + list(cue) + list(ref) for ref in references]
-        width = max(len(t) for t in tails)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        if len(tails) > 1:
-            past.batch_repeat_interleave(len(tails))
-        logits = self._forward([t + [pad] * (width - len(t)) for t in tails], past=past, keep=width).logits
-        c = len(cue)
-        return [self._mean_lp(logits[j, c:c + len(ref)], ref) for j, ref in enumerate(references)]
+
+def _mean_lp(logits: Any, targets: Sequence[int]) -> float:
+    import torch
+
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    idx = torch.tensor(list(targets), device=lp.device)
+    return float(lp[torch.arange(len(targets), device=lp.device), idx].mean())
 
 
 @dataclass
 class OpenAISupportScorer:
-    """vLLM's ``prompt_logprobs`` through its OpenAI-compatible ``/completions`` endpoint.
+    """``prompt_logprobs`` as vLLM serves them through its OpenAI-compatible ``/completions``.
 
-    All (point, reference) prompts of an episode go in one request; the tokenizer must be
-    the served model's.
+    All (point, continuation) prompts of an episode go in one request as token ids; the
+    tokenizer must be the served model's (``tokenizer`` names it: a directory or hub id).
     """
 
     model: str
@@ -189,37 +340,70 @@ class OpenAISupportScorer:
     timeout_s: float = 120.0
     retries: int = 3
 
-    def mean_logprobs(self, points, cue, references):
+    def mean_logprobs(self, points, continuations):
         from turngym.agents.openai_compat import OpenAICompatPolicy
 
+        if not points or not continuations:
+            return [[] for _ in points]
+        _validate(points, continuations)
         client = OpenAICompatPolicy(model=self.model, base_url=self.base_url, api_key=self.api_key,
                                     timeout_s=self.timeout_s, retries=self.retries)
         prompts, spans = [], []
         for point in points:
-            for ref in references:
-                seq = list(point) + list(cue) + list(ref)
-                prompts.append(seq)
-                spans.append((len(seq) - len(ref), list(ref)))
+            for c in continuations:
+                prompts.append(list(point) + list(c.ids[: c.end]))
+                spans.append((len(point) + c.start, list(c.ids[c.start:c.end])))
         data = client._post("/completions", {"model": self.model, "prompt": prompts, "max_tokens": 1,
                                              "temperature": 0.0, "prompt_logprobs": 0})
-        choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
+        choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
         if len(choices) != len(prompts):
             raise RuntimeError(f"server returned {len(choices)} choices for {len(prompts)} prompts")
         flat = []
         for choice, (start, ref) in zip(choices, spans):
             plp = choice.get("prompt_logprobs")
             if not plp:
-                raise RuntimeError("server gave no prompt_logprobs (is it vLLM with prompt_logprobs support?)")
+                raise RuntimeError("the server gave no prompt_logprobs (a vLLM server serves them; others may not)")
             vals = [float(plp[start + k][str(tok)]["logprob"]) for k, tok in enumerate(ref)]
             flat.append(sum(vals) / len(vals))
-        n = len(references)
+        n = len(continuations)
         return [flat[i * n:(i + 1) * n] for i in range(len(points))]
 
 
+SCORER_KEYS = {"model", "base_url", "tokenizer", "api_key", "dtype", "device", "method"}
+
+
 def make_scorer(spec: Any) -> SupportScorer:
-    """A scorer object, a local model (directory / hub id / ``default``), or None (error)."""
+    """A scorer from its configuration.
+
+    - a scorer object: used as is;
+    - a string: a local model (``default``, a directory, a ``.gguf`` file or a hub id), fp32;
+    - a mapping: ``{model, dtype, device, method}`` for a local model, or
+      ``{base_url, model, tokenizer, api_key}`` for an OpenAI-compatible (vLLM) server;
+    - ``policy``: the live policy, bound by the trainer (``turngym train``).
+    """
     if spec is None:
-        raise ValueError("this reward needs a support scorer: pass scorer=<model path or id> or a scorer object")
+        raise ValueError("this reward needs a support scorer: scorer=<model path or id>, "
+                         "{base_url, model, tokenizer} for a server, or a scorer object")
+    if spec == "policy":
+        raise ValueError("scorer 'policy' scores with the live policy: only the trainer can bind it "
+                         "(outside training give a model, e.g. scorer='default')")
     if isinstance(spec, str):
+        if spec.startswith("{"):
+            return make_scorer(json.loads(spec))
         return HFSupportScorer.load(spec)
+    if isinstance(spec, dict):
+        unknown = set(spec) - SCORER_KEYS
+        if unknown or "model" not in spec:
+            raise ValueError(f"scorer mapping needs 'model' and takes only {sorted(SCORER_KEYS)}; got {sorted(spec)}")
+        if spec.get("base_url"):
+            from transformers import AutoTokenizer
+
+            from turngym.agents.loading import resolve_model_dir
+
+            tok_name = str(spec.get("tokenizer") or spec["model"])
+            tok = AutoTokenizer.from_pretrained(resolve_model_dir(tok_name))
+            return OpenAISupportScorer(model=str(spec["model"]), base_url=str(spec["base_url"]), tokenizer=tok,
+                                       api_key=spec.get("api_key"))
+        extra = {k: spec[k] for k in ("dtype", "device", "method") if k in spec}
+        return HFSupportScorer.load(str(spec["model"]), **extra)
     return spec
