@@ -15,3 +15,12 @@ fi
 # its runtime needs are in turngym's own dependencies. See turngym/envs/bfcl/upstream.py.
 .venv/bin/python -c "import importlib.metadata as m; assert m.version('bfcl-eval') == '2026.3.23'" 2>/dev/null || \
   .venv/bin/python -m pip install --quiet --no-deps "bfcl-eval==2026.3.23"
+# The viewer's browser test (tests/test_viewer.py) drives the system Chromium with Playwright
+# (`playwright install` downloads browsers from a CDN; the Debian package needs no such download).
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+  else
+    echo "setup: Chromium is missing, so the browser tests will skip; install it with: sudo apt-get install -y chromium" >&2
+  fi
+fi
