@@ -7,6 +7,7 @@
   const state = { env: "", ds: "", oc: "", cl: "", q: "", wrapper: "", est: D.estimators[0] || "", page: 0 };
   let haystacks = null; // lower-cased searchable text per episode, built on the first search
   let visible = []; // [groupIndex, [episodeIndex...]] after filtering
+  let renders = 0;
 
   const $ = (id) => document.getElementById(id);
   function el(tag, attrs, ...kids) {
@@ -235,6 +236,8 @@
       for (const i of eps) card.append(renderEpisode(i));
       main.append(card);
     }
+    renders += 1; // for tests and benchmarks: a render has finished
+    document.body.setAttribute("data-renders", String(renders));
     document.body.setAttribute("data-ready", "1");
   }
 
