@@ -97,6 +97,19 @@ def test_viewer_embeds_exactly_the_files_turns_and_rewards(viewer_files):
     assert HOSTILE not in out.read_text()  # no raw </script> from the data reaches the page
 
 
+def test_any_string_and_non_finite_metrics_reach_the_page_as_valid_json(tmp_path):
+    from turngym.evals.viewer import render_viewer
+
+    ep = hand_made()[0]
+    ep.turns[0].action = "lone \ud800 surrogate, emoji \U0001F600, nul \x00, " + HOSTILE
+    ep.turns[0].metrics["score"] = float("nan")
+    ep.outcome["f1"] = float("inf")
+    d = payload(render_viewer([ep], tmp_path / "v.html"))
+    assert d["eps"][0]["t"][0]["a"] == ep.turns[0].action
+    assert d["eps"][0]["t"][0]["m"]["score"] == "nan" and d["eps"][0]["out"]["f1"] == "inf"
+    (tmp_path / "v.html").read_text(encoding="utf-8")  # the file is valid UTF-8
+
+
 def test_scores_errors_are_clear(tmp_path, viewer_files):
     eps, _ = viewer_files
     ep_path = tmp_path / "episodes.jsonl"
