@@ -206,7 +206,7 @@
     sec.append(head);
     const prompt = D.prompts[e.p] || [];
     if (prompt.length) {
-      const d = el("details", { class: "prompt" }, el("summary", {}, `prompt (${prompt.length} messages)`));
+      const d = el("details", { class: "prompt" }, el("summary", {}, `prompt (${prompt.length} message${prompt.length === 1 ? "" : "s"})`));
       for (const m of prompt) d.append(el("pre", { text: `[${m.role}] ${m.content}` }));
       sec.append(d);
     }
