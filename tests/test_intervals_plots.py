@@ -74,3 +74,13 @@ def test_comparison_and_credit_maps_draw_all_zero_values(tmp_path):
     credit_heatmap({"a": [[0.0, 0.0], [0.0]], "b": [[1.0, -2.0], [0.5]]}, tmp_path / "maps.png")
     credit_heatmap({"a": [[0.0]]}, tmp_path / "one.png")
     assert (tmp_path / "maps.png").exists() and (tmp_path / "one.png").exists()
+
+
+def test_report_names_the_model_that_played_the_episodes(tmp_path):
+    eps = episodes([1, 0])
+    for e in eps:
+        e.meta["model"] = "org/some-model-7b"
+    res = summarise(eps, EvalSpec(env_id="turngym/MathCode-v0"), {"dataset": "d"}, 1.0)
+    assert res["model"] == "org/some-model-7b"  # not the spec's "default" when a policy object played
+    write_results(res, eps, tmp_path)
+    assert "model: `org/some-model-7b`" in (tmp_path / "report.md").read_text()

@@ -115,15 +115,20 @@ def render_eval_report(results: dict[str, Any], episodes: Sequence[Episode], out
     if episodes:
         fig, axes = plt.subplots(1, 2, figsize=(7, 2.8))
         turns = [len(e.turns) for e in episodes]
-        axes[0].hist(turns, bins=range(min(turns), max(turns) + 2), align="left", color="#55a868", edgecolor="black",
+        lo, hi = min(turns), max(turns)
+        axes[0].hist(turns, bins=range(lo, hi + 2), align="left", rwidth=0.8, color="#55a868", edgecolor="black",
                      linewidth=0.5)
+        axes[0].set_xlim(lo - 0.7, hi + 0.7)
         axes[0].set_xlabel("turns per episode")
         axes[1].hist([e.meta.get("wall_ms", 0.0) / 1000 for e in episodes], bins=20, color="#c44e52")
         axes[1].set_xlabel("episode wall time (s)")
         for ax in axes:
             ax.set_ylabel("episodes")
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
+        if hi - lo <= 15:
+            axes[0].set_xticks(range(lo, hi + 1))
+        else:
+            axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
         fig.tight_layout()
         fig.savefig(out / "behaviour.png", dpi=110)
         plt.close(fig)
