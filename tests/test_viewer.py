@@ -252,3 +252,40 @@ def test_browser_renders_turns_chips_and_filters(browser, viewer_files):
     assert "no token ids" in page.locator("section.episode[data-id='s0'] .tokens").inner_text()
     assert problems == []
     page.close()
+
+
+def test_browser_pages_through_groups_and_shows_trained_and_masked_tokens(browser, tmp_path):
+    from transformers import AutoTokenizer
+
+    from turngym.agents.tiny import tiny_model_dir
+
+    model = str(tiny_model_dir(chat=True))
+    tok = AutoTokenizer.from_pretrained(model)
+    eps = [search_episode(i, f"g{i}", "Paris", [i % 2 == 0]) for i in range(45)]
+    for ep in eps:
+        ep.meta["model"] = model
+        ep.prompt_ids = tok(ep.prompt[0]["content"], add_special_tokens=False)["input_ids"]
+        for t in ep.turns:
+            t.action_ids = tok(t.action, add_special_tokens=False)["input_ids"]
+            t.observation_ids = tok(t.observation, add_special_tokens=False)["input_ids"] if t.observation else None
+    path = tmp_path / "e.jsonl"
+    with EpisodeWriter(path) as w:
+        w.write_all(eps)
+    page, problems = open_page(browser, write_viewer(path, tmp_path / "v.html"))
+    assert page.locator("#page").inner_text() == "page 1 of 3" and page.locator("article.group").count() == 20
+    page.click("#next")
+    page.click("#next")
+    assert page.locator("#page").inner_text() == "page 3 of 3"
+    assert page.locator("article.group").evaluate_all("gs => gs.map(g => g.dataset.group)") == [f"g{i}" for i in range(40, 45)]
+    page.click("#prev")
+    assert page.locator("article.group").first.get_attribute("data-group") == "g20"
+    sec = page.locator("section.episode[data-id='s20']")
+    sec.locator(".tokbtn").click()
+    ep = eps[20]
+    assert sec.locator(".tokens .tok-prompt[title]").count() == len(ep.prompt_ids)
+    assert sec.locator(".tokens .tok-action[title]").count() == sum(len(t.action_ids) for t in ep.turns)
+    assert sec.locator(".tokens .tok-obs[title]").count() == sum(len(t.observation_ids or []) for t in ep.turns)
+    shown = "".join(sec.locator(".tokens .tok-action[title]").all_inner_texts())
+    assert shown.replace(" ", "") == "".join(tok.decode(t.action_ids) for t in ep.turns).replace(" ", "")
+    assert problems == []
+    page.close()
