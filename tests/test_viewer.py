@@ -185,13 +185,17 @@ def chromium_path():
 
 @pytest.fixture(scope="module")
 def browser():
+    must_run = os.geteuid() == 0 or bool(os.environ.get("CI"))  # CI runs as root, and set-up installs both
     path = chromium_path()
     if path is None:
-        if os.geteuid() == 0 or os.environ.get("CI"):
+        if must_run:
             pytest.fail("no Chromium found: scripts/setup.sh installs the Debian package `chromium` (run it as root)")
         pytest.skip("no Chromium and not root: install it with `sudo apt-get install -y chromium`, then rerun")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright missing: pip install -e '.[test]'")
-    with sync_api.sync_playwright() as pw:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        (pytest.fail if must_run else pytest.skip)("Playwright is missing: pip install -e '.[test]'")
+    with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=path, args=["--no-sandbox"])
         yield b
         b.close()
