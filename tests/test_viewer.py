@@ -111,7 +111,6 @@ def test_any_string_and_non_finite_metrics_reach_the_page_as_valid_json(tmp_path
 
 
 def test_scores_errors_are_clear(tmp_path, viewer_files):
-    eps, _ = viewer_files
     ep_path = tmp_path / "episodes.jsonl"
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"episode_id": "s0", "reward": "x", "turn_rewards": [1.0]}) + "\n")

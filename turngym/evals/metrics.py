@@ -63,7 +63,7 @@ def wilson(successes: float, n: int) -> Estimate:
         return Estimate(NAN, NAN, NAN, 0, "no data")
     from scipy.stats import binomtest
 
-    k = int(round(successes))
+    k = round(successes)
     if abs(successes - k) > 1e-9 or not 0 <= k <= n:
         raise ValueError(f"wilson needs a whole number of successes in [0, {n}], got {successes}")
     ci = binomtest(k, n).proportion_ci(confidence_level=CONFIDENCE, method="wilson")

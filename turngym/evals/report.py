@@ -157,8 +157,8 @@ def render_eval_report(results: dict[str, Any], episodes: Sequence[Episode], out
             lines.append(f"| {ds} | " + " | ".join(_fmt(m.get(n, "")) for n in names) + " |")
     if "bfcl" in results:
         lines += bfcl_lines(results["bfcl"])
-    lines += ["", "Intervals: Wilson for rates whose units all score 0 or 1, BCa bootstrap otherwise; "
-              "none where the sample has no spread (see docs/viewer.md).", ""]
+    lines += ["", ("Intervals: Wilson for rates whose units all score 0 or 1, BCa bootstrap otherwise; "
+                   "none where the sample has no spread (turngym docs/viewer.md)."), ""]
     if names:
         lines += ["![metrics](metrics.png)", ""]
     if episodes:

@@ -74,8 +74,9 @@ def read_scores(path: str | Path) -> list[ScoreRecord]:
         estimator = d.get("estimator")
         if estimator is not None and estimator not in ESTIMATORS:
             raise ScoresFileError(f"{where}: unknown estimator {estimator!r}; known: {sorted(ESTIMATORS)}")
-        records.append(ScoreRecord(d["episode_id"], d["reward"], _numbers(d.get("turn_rewards"), f"{where} turn_rewards"),
-                                   {str(k): _numbers(v, f"{where} advantages[{k}]") for k, v in adv.items()}, estimator))
+        rewards = _numbers(d.get("turn_rewards"), f"{where} turn_rewards")
+        advantages = {str(k): _numbers(v, f"{where} advantages[{k}]") for k, v in adv.items()}
+        records.append(ScoreRecord(d["episode_id"], d["reward"], rewards, advantages, estimator))
     return records
 
 
