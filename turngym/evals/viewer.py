@@ -74,6 +74,7 @@ def render_viewer(episodes: Sequence[Episode], out_path: str | Path, records: Se
 def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], source: str,
                   notes: Sequence[str] = ()) -> dict[str, Any]:
     from turngym.evals.ablate import turn_truth
+    from turngym.evals.report import model_name
 
     index = {ep.id: i for i, ep in enumerate(episodes)}
     rewards, advantages = _scores(episodes, index, records)
@@ -104,7 +105,7 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
     return {
         "title": f"turngym episodes · {source}" if source else "turngym episodes",
         "source": source, "turngym": __version__, "notes": list(notes),
-        "models": sorted({str(ep.meta.get("model")) for ep in episodes if ep.meta.get("model")}),
+        "models": sorted({model_name(str(ep.meta["model"])) for ep in episodes if ep.meta.get("model")}),
         "wrappers": wrappers, "estimators": estimators,
         "scale": _limit(v for w in rewards.values() for r in w if r for v in r),
         "adv_scale": _limit(v for w in advantages.values() for e in w.values() for r in e if r for v in r),
