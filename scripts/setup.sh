@@ -24,3 +24,13 @@ if ! command -v bwrap >/dev/null 2>&1; then
          "will run with rlimits only. Install it with: sudo apt-get install bubblewrap" >&2
   fi
 fi
+# The viewer's browser test (tests/test_viewer.py) drives the system Chromium with Playwright
+# (`playwright install` downloads browsers from a CDN; the Debian package needs no such download).
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
+      echo "setup: could not install the Debian package chromium; the browser tests will fail until it is installed" >&2
+  else
+    echo "setup: Chromium is missing, so the browser tests will skip; install it with: sudo apt-get install -y chromium" >&2
+  fi
+fi

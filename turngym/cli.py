@@ -442,6 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", default="comparison.md")
     rp.set_defaults(func=cmd_report)
 
+    from turngym.evals.viewer import add_view_command
+
+    add_view_command(sub)
+
     from turngym.rewards.scribe.cli import add_scribe_commands
 
     add_scribe_commands(sub)

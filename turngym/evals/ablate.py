@@ -90,7 +90,16 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
         (out / "ablation.json").write_text(json.dumps({**summary, "per_turn_rewards": per_turn}, indent=1))
         if per_turn:
             credit_heatmap(per_turn, out / "credit_maps.png")
-        (out / "ablation.md").write_text(_markdown(summary))
+        # per-turn rewards and group advantages by episode id (format: turngym.evals.scores), and the viewer
+        from turngym.evals.scores import records_for, write_scores
+        from turngym.evals.viewer import render_viewer
+
+        records = records_for(ordered, per_turn)
+        write_scores(out / "scores.jsonl", records)
+        render_viewer(ordered, out / "view.html", records, source="ablation")
+        (out / "ablation.md").write_text(_markdown(summary) + "\nBrowse each episode turn by turn with every wrapper's "
+                                         "per-turn rewards and advantages: [view.html](view.html) "
+                                         "(rewards by episode id in `scores.jsonl`).\n")
     return summary
 
 

@@ -2,7 +2,7 @@
 
 Outputs in ``--out``: ``episodes.jsonl`` (appended as episodes finish; a rerun plays only
 what is missing), ``results.json`` (metrics with 95% intervals, the exact subset, the model),
-``report.md`` and PNG plots. Results are always recomputed from everything in
+``report.md``, PNG plots and ``view.html`` (the episode viewer). Results are always recomputed from everything in
 ``episodes.jsonl`` that belongs to the requested subset.
 """
 
@@ -190,7 +190,7 @@ def summarise(episodes: Sequence[Episode], spec: EvalSpec, subset: dict[str, Any
         "turngym": __version__,
         "env": spec.env_id,
         "env_kwargs": spec.env_kwargs,
-        "model": spec.model if not spec.base_url else f"{spec.model} @ {spec.base_url}",
+        "model": _model_name(episodes, spec),
         "k": spec.k,
         "sampling": {"temperature": spec.temperature, "max_new_tokens": spec.max_new_tokens, "seed": spec.seed},
         "subset": subset,
@@ -203,10 +203,20 @@ def summarise(episodes: Sequence[Episode], spec: EvalSpec, subset: dict[str, Any
     }
 
 
+def _model_name(episodes: Sequence[Episode], spec: EvalSpec) -> str:
+    """The model the episodes were played by (a policy passed in code may differ from ``spec.model``)."""
+    played = {str(e.meta["model"]) for e in episodes if e.meta.get("model")}
+    name = played.pop() if len(played) == 1 else spec.model
+    return name if not spec.base_url else f"{name} @ {spec.base_url}"
+
+
 def write_results(results: dict[str, Any], episodes: Sequence[Episode], out: Path) -> None:
     from turngym.evals.report import render_eval_report
 
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(results, indent=1))
     tmp.replace(out / "results.json")
+    from turngym.evals.viewer import render_viewer  # the episodes turn by turn; report.md links it
+
+    render_viewer(episodes, out / "view.html", source="episodes.jsonl")
     render_eval_report(results, episodes, out)

@@ -1,13 +1,26 @@
-"""Benchmark metrics over episodes, with confidence intervals.
+"""Benchmark metrics over episodes, with 95% confidence intervals.
 
-Binary outcomes get Wilson 95% intervals; means of continuous scores (F1) and pass@k get
-percentile bootstrap intervals over tasks (seeded, so a report is reproducible). pass@k uses
-the unbiased estimator 1 − C(n−c, k)/C(n, k) per task (Chen et al., 2021).
+One rule decides every interval (documented in docs/viewer.md, "Intervals"):
+
+- **Rates** (accuracy, EM, F1, pass@k, BFCL accuracy, truncated/answered rate): the mean of
+  per-unit scores in [0, 1]. When every unit scores exactly 0 or 1 it is a binomial
+  proportion and gets the Wilson score interval (``scipy.stats.binomtest(k, n)
+  .proportion_ci(method="wilson")``), which is defined for k = 0, k = n and n = 1.
+  Otherwise (F1, pass@k over several samples per task) it gets the BCa bootstrap interval
+  of the mean (``scipy.stats.bootstrap``, 2,000 resamples, seeded: reports are reproducible).
+- **Means of counts** (turns, tool calls, parse errors per episode): always the bootstrap.
+- A bootstrap needs at least two units that differ. With one unit, or all units equal, the
+  sample says nothing about spread: the interval is *undefined* (NaN bounds, ``ci`` says
+  why) rather than a false zero width. An empty sample has value NaN.
+
+Units are episodes, except pass@k, whose unit is the task (the K samples of one query).
+pass@k uses the unbiased estimator 1 − C(n−c, k)/C(n, k) per task (Chen et al., 2021).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -16,38 +29,77 @@ import numpy as np
 
 from turngym.episode import Episode
 
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+NAN = float("nan")
+
 
 @dataclass
 class Estimate:
+    """A point value, its 95% interval and how the interval was made (``ci``)."""
+
     value: float
     low: float
     high: float
     n: int
+    ci: str = "wilson"
 
-    def to_dict(self) -> dict[str, float]:
-        return {"value": self.value, "ci95": [self.low, self.high], "n": self.n}
+    @property
+    def has_interval(self) -> bool:
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "ci95": [self.low, self.high], "n": self.n, "ci": self.ci}
 
     def __str__(self) -> str:
+        if not self.has_interval:
+            return f"{self.value:.3f} (n={self.n}; {self.ci})"
         return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] (n={self.n})"
 
 
-def wilson(successes: float, n: int, z: float = 1.959964) -> Estimate:
+def wilson(successes: float, n: int) -> Estimate:
+    """Wilson score interval for ``successes`` out of ``n`` (a whole number of successes)."""
     if n == 0:
-        return Estimate(float("nan"), float("nan"), float("nan"), 0)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Estimate(p, max(0.0, centre - half), min(1.0, centre + half), n)
+        return Estimate(NAN, NAN, NAN, 0, "no data")
+    from scipy.stats import binomtest
+
+    k = round(successes)
+    if abs(successes - k) > 1e-9 or not 0 <= k <= n:
+        raise ValueError(f"wilson needs a whole number of successes in [0, {n}], got {successes}")
+    ci = binomtest(k, n).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
+    p = k / n
+    # the bounds are computed in floating point: keep them on the right side of p (k = 0 or n gave 1e-19 overshoots)
+    return Estimate(p, min(float(ci.low), p), max(float(ci.high), p), n, "wilson")
 
 
-def bootstrap_mean(values: Sequence[float], reps: int = 2000, seed: int = 0) -> Estimate:
+def bootstrap_mean(values: Sequence[float], reps: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> Estimate:
+    """BCa bootstrap interval of the mean; undefined (NaN bounds) where the sample has no spread."""
     arr = np.asarray(values, dtype=float)
     if arr.size == 0:
-        return Estimate(float("nan"), float("nan"), float("nan"), 0)
-    rng = np.random.default_rng(seed)
-    means = arr[rng.integers(0, arr.size, size=(reps, arr.size))].mean(axis=1)
-    return Estimate(float(arr.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)), int(arr.size))
+        return Estimate(NAN, NAN, NAN, 0, "no data")
+    mean = float(arr.mean())
+    if arr.size == 1:
+        return Estimate(mean, NAN, NAN, 1, "no interval: one unit")
+    if np.all(arr == arr[0]):
+        return Estimate(mean, NAN, NAN, int(arr.size), "no interval: all values equal")
+    from scipy.stats import bootstrap
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # degenerate resamples are handled below, not printed
+        res = bootstrap((arr,), np.mean, confidence_level=CONFIDENCE, n_resamples=reps, method="BCa",
+                        rng=np.random.default_rng(seed), batch=max(1, min(reps, 2_000_000 // arr.size)))
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return Estimate(mean, NAN, NAN, int(arr.size), "no interval: degenerate bootstrap")
+    return Estimate(mean, lo, hi, int(arr.size), "bootstrap BCa")
+
+
+def rate(values: Sequence[float]) -> Estimate:
+    """A rate in [0, 1] over units: Wilson when every unit is 0 or 1, else the bootstrap (the module's rule)."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size and np.all((arr == 0.0) | (arr == 1.0)):
+        return wilson(float(arr.sum()), int(arr.size))
+    return bootstrap_mean(arr)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -77,22 +129,17 @@ def outcome_metrics(episodes: Sequence[Episode], k: int = 1) -> dict[str, Any]:
         return out
     keys = set().union(*(e.outcome.keys() for e in episodes))
     if "correct" in keys:
-        values = [float(e.outcome.get("correct") or 0.0) for e in episodes]
-        if all(v in (0.0, 1.0) for v in values):
-            out["accuracy"] = wilson(sum(values), len(values)).to_dict()
-        else:
-            out["accuracy"] = bootstrap_mean(values).to_dict()
+        out["accuracy"] = rate([float(e.outcome.get("correct") or 0.0) for e in episodes]).to_dict()
         tasks = group_by_task(episodes)
         per_task_c = [(len(g), sum(_binary(e, "correct") for e in g)) for g in tasks.values()]
-        out["pass@1"] = bootstrap_mean([c / n for n, c in per_task_c]).to_dict()
-        for kk in sorted({1, k}):
-            if kk > 1 and all(n >= kk for n, _ in per_task_c):
-                out[f"pass@{kk}"] = bootstrap_mean([pass_at_k(n, int(c), kk) for n, c in per_task_c]).to_dict()
+        out["pass@1"] = rate([c / n for n, c in per_task_c]).to_dict()
+        if k > 1 and all(n >= k for n, _ in per_task_c):
+            out[f"pass@{k}"] = rate([pass_at_k(n, int(c), k) for n, c in per_task_c]).to_dict()
     for key in ("em", "f1"):
         if key in keys:
-            out[key] = bootstrap_mean([float(e.outcome.get(key) or 0.0) for e in episodes]).to_dict()
+            out[key] = rate([float(e.outcome.get(key) or 0.0) for e in episodes]).to_dict()
     if "bfcl_valid" in keys:
-        out["bfcl_accuracy"] = wilson(sum(_binary(e, "bfcl_valid") for e in episodes), len(episodes)).to_dict()
+        out["bfcl_accuracy"] = rate([_binary(e, "bfcl_valid") for e in episodes]).to_dict()
     return out
 
 
@@ -110,8 +157,8 @@ def behaviour_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
         "turns_per_episode": bootstrap_mean(turns).to_dict(),
         "tool_calls_per_episode": bootstrap_mean(calls).to_dict(),
         "parse_errors_per_episode": bootstrap_mean(errors).to_dict(),
-        "truncated_rate": wilson(sum(e.truncated for e in episodes), len(episodes)).to_dict(),
-        "answered_rate": wilson(sum(e.final_answer is not None for e in episodes), len(episodes)).to_dict(),
+        "truncated_rate": rate([float(e.truncated) for e in episodes]).to_dict(),
+        "answered_rate": rate([float(e.final_answer is not None) for e in episodes]).to_dict(),
         "latency_ms": {"generate_mean": float(np.mean(gen)), "tool_mean": float(np.mean(tool)),
                        "episode_p50": float(np.percentile([e.meta.get("wall_ms", 0.0) for e in episodes], 50)),
                        "episode_p95": float(np.percentile([e.meta.get("wall_ms", 0.0) for e in episodes], 95))},

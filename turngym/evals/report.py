@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,49 +23,130 @@ def _plt():
 def _fmt(m: Any) -> str:
     if isinstance(m, dict) and "value" in m:
         lo, hi = m["ci95"]
+        if not (math.isfinite(m["value"])):
+            return "– (no data)"
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return f"{m['value']:.3f} ({m.get('ci', 'no interval')})"
         return f"{m['value']:.3f} [{lo:.3f}, {hi:.3f}]"
     if isinstance(m, float):
         return f"{m:.3f}"
     return str(m)
 
 
+def model_name(model: str) -> str:
+    """The model as a reader knows it: ``default`` is shown by what it is."""
+    from turngym.agents.loading import DEFAULT_MODEL, DEFAULT_MODEL_DESCRIPTION
+
+    return DEFAULT_MODEL_DESCRIPTION if model == DEFAULT_MODEL else model
+
+
+def rate_bars(ax: Any, metric_names: Sequence[str], runs: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """Grouped bars of rates in [0, 1] with their 95% intervals and value labels.
+
+    A zero value still shows (a dash at 0 in the bar's colour, the axis starts just below 0);
+    a metric without an interval gets no error bar and says so in its label.
+    """
+    from matplotlib.patches import Patch
+
+    width = 0.8 / max(1, len(runs))
+    colours = [f"C{i % 10}" for i in range(len(runs))]
+    crowded = len(runs) * len(metric_names) > 8
+    for i, (label, metrics) in enumerate(runs):
+        xs = [j - 0.4 + width * (i + 0.5) for j in range(len(metric_names))]
+        for x, name in zip(xs, metric_names):
+            m = metrics.get(name)
+            if not isinstance(m, dict) or not math.isfinite(m.get("value", math.nan)):
+                continue
+            v = float(m["value"])
+            lo, hi = m["ci95"]
+            has_ci = math.isfinite(lo) and math.isfinite(hi)
+            ax.bar(x, v, width=width * 0.9, color=colours[i], alpha=0.85, edgecolor="black", linewidth=0.6)
+            ax.plot([x - width * 0.4, x + width * 0.4], [v, v], color=colours[i], linewidth=2.5, solid_capstyle="butt")
+            top = v
+            if has_ci:
+                err = [[max(0.0, v - lo)], [max(0.0, hi - v)]]
+                ax.errorbar(x, v, yerr=err, fmt="none", ecolor="black", capsize=3, linewidth=0.9)
+                top = max(v, hi)
+            text = f"{v:.3f}" if has_ci else f"{v:.3f}\n(no CI)"
+            ax.annotate(text, (x, top), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom",
+                        fontsize=6.5, rotation=90 if crowded else 0)
+    ax.set_xticks(range(len(metric_names)), metric_names, rotation=30 if len(metric_names) > 4 else 0,
+                  ha="right" if len(metric_names) > 4 else "center")
+    ax.set_xlim(-0.6, len(metric_names) - 0.4)
+    ax.set_ylim(-0.03, 1.32 if crowded else 1.15)
+    ax.set_yticks([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    ax.axhline(0, color="grey", linewidth=0.6)
+    ax.set_ylabel("value (bars: 95% CI)")
+    if len(runs) > 1:
+        handles = [Patch(color=c, label=n) for c, (n, _) in zip(colours, runs)]
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+
+
+def _subset_line(sub: dict[str, Any]) -> str:
+    """The evaluated subset, naming only the fields the run recorded."""
+    count = sub.get("count", len(sub.get("indices", [])))
+    parts = [f"{count} items"]
+    if sub.get("dataset"):
+        parts.append(f"dataset `{sub['dataset']}`")
+    if sub.get("split"):
+        parts.append(f"split `{sub['split']}`")
+    if sub.get("source"):
+        parts.append(f"from `{sub['source']}`")
+    if sub.get("sha256"):
+        parts.append(f"sha256 `{str(sub['sha256'])[:16]}`")
+    ids = "item ids" if sub.get("item_ids") else "indices"
+    return "- subset: " + ", ".join(parts) + f"; {ids} in `results.json`"
+
+
 def render_eval_report(results: dict[str, Any], episodes: Sequence[Episode], out: Path) -> Path:
+    from matplotlib.ticker import MaxNLocator
+
     plt = _plt()
     metrics = results["metrics"]
+    model = model_name(results["model"])
     names = [k for k, v in metrics.items() if isinstance(v, dict) and "value" in v]
     if names:
-        fig, ax = plt.subplots(figsize=(max(3, 1.2 * len(names)), 3))
-        vals = [metrics[n]["value"] for n in names]
-        err = [[v - metrics[n]["ci95"][0] for n, v in zip(names, vals)], [metrics[n]["ci95"][1] - v for n, v in zip(names, vals)]]
-        ax.bar(names, vals, yerr=err, capsize=4, color="#4c72b0")
-        ax.set_ylim(0, 1)
-        ax.set_title(f"{results['env']} · {results['model']}", fontsize=9)
+        fig, ax = plt.subplots(figsize=(max(4.5, 0.9 * len(names) + 1.5), 3.4))
+        rate_bars(ax, names, [(model, metrics)])
+        ax.set_title("\n".join([results["env"], *textwrap.wrap(model, 60)]), fontsize=8)
         fig.tight_layout()
         fig.savefig(out / "metrics.png", dpi=110)
         plt.close(fig)
     if episodes:
         fig, axes = plt.subplots(1, 2, figsize=(7, 2.8))
         turns = [len(e.turns) for e in episodes]
-        axes[0].hist(turns, bins=range(1, max(turns) + 2), align="left", color="#55a868")
+        lo, hi = min(turns), max(turns)
+        axes[0].hist(turns, bins=range(lo, hi + 2), align="left", rwidth=0.8, color="#55a868", edgecolor="black",
+                     linewidth=0.5)
+        axes[0].set_xlim(lo - 0.7, hi + 0.7)
         axes[0].set_xlabel("turns per episode")
         axes[1].hist([e.meta.get("wall_ms", 0.0) / 1000 for e in episodes], bins=20, color="#c44e52")
         axes[1].set_xlabel("episode wall time (s)")
+        for ax in axes:
+            ax.set_ylabel("episodes")
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        if hi - lo <= 15:
+            axes[0].set_xticks(range(lo, hi + 1))
+        else:
+            axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
         fig.tight_layout()
         fig.savefig(out / "behaviour.png", dpi=110)
         plt.close(fig)
-    sub = results["subset"]
     lines = [
         f"# Evaluation: {results['env']}",
         "",
-        f"- model: `{results['model']}`; k = {results['k']}; sampling: {results['sampling']}",
-        f"- subset: dataset `{sub.get('dataset')}` split `{sub.get('split', '')}`, {sub.get('count', len(sub.get('indices', [])))} items"
-        f" from `{sub.get('source', '')}` (sha256 `{str(sub.get('sha256', ''))[:16]}`); item ids in `results.json`",
+        f"- model: `{model}`; k = {results['k']}; sampling: {results['sampling']}",
+        _subset_line(results["subset"]),
         f"- episodes: {results['episodes']}; turngym {results['turngym']}",
-        "",
-        "| metric | value [95% CI] |",
-        "| --- | --- |",
     ]
-    lines += [f"| {k} | {_fmt(v)} |" for k, v in metrics.items()]
+    if (out / "view.html").exists():
+        lines.append("- browse the episodes turn by turn: [view.html](view.html)")
+    lines += [
+        "",
+        "| metric | value [95% CI] | interval |",
+        "| --- | --- | --- |",
+    ]
+    lines += [f"| {k} | {_fmt(v)} | {v.get('ci', '') if isinstance(v, dict) else ''} |" for k, v in metrics.items()]
     beh = results["behaviour"]
     lines += ["", "| behaviour | value |", "| --- | --- |"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in beh.items() if k != "latency_ms"]
@@ -74,7 +157,12 @@ def render_eval_report(results: dict[str, Any], episodes: Sequence[Episode], out
             lines.append(f"| {ds} | " + " | ".join(_fmt(m.get(n, "")) for n in names) + " |")
     if "bfcl" in results:
         lines += bfcl_lines(results["bfcl"])
-    lines += ["", "![metrics](metrics.png)", "", "![behaviour](behaviour.png)", ""]
+    lines += ["", ("Intervals: Wilson for rates whose units all score 0 or 1, BCa bootstrap otherwise; "
+                   "none where the sample has no spread (turngym docs/viewer.md)."), ""]
+    if names:
+        lines += ["![metrics](metrics.png)", ""]
+    if episodes:
+        lines += ["![behaviour](behaviour.png)", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
@@ -112,17 +200,11 @@ def compare_runs(dirs: Sequence[str | Path], out: str | Path) -> Path:
         turns = r["behaviour"].get("turns_per_episode", {}).get("value", float("nan"))
         cells = [_fmt(r["metrics"].get(n, "–")) for n in names]
         items = r["subset"].get("count", len(r["subset"].get("indices", [])))
-        lines.append(f"| {name} | {r['env']} | {r['model']} | {items} | {r['k']} | "
+        lines.append(f"| {name} | {r['env']} | {model_name(r['model'])} | {items} | {r['k']} | "
                      + " | ".join(cells) + f" | {turns:.2f} |")
     if names:
-        fig, ax = plt.subplots(figsize=(max(4, 1.5 * len(names) * len(runs) / 2), 3))
-        width = 0.8 / len(runs)
-        for i, (name, r) in enumerate(runs):
-            xs = [j + i * width for j in range(len(names))]
-            vals = [r["metrics"].get(n, {}).get("value", 0.0) for n in names]
-            ax.bar(xs, vals, width=width, label=name)
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(names))], names)
-        ax.legend(fontsize=7)
+        fig, ax = plt.subplots(figsize=(max(4.5, 0.6 * len(names) * max(2, len(runs)) + 2.5), 3.4))
+        rate_bars(ax, names, [(name, r["metrics"]) for name, r in runs])
         fig.tight_layout()
         png = out.with_suffix(".png")
         fig.savefig(png, dpi=110)
@@ -145,23 +227,43 @@ def compare_runs(dirs: Sequence[str | Path], out: str | Path) -> Path:
 
 
 def credit_heatmap(rewards: dict[str, list[list[float]]], out: Path, max_rows: int = 32) -> None:
-    """Per-turn credit maps: one panel per reward wrapper, rows are episodes, columns turns."""
+    """Per-turn credit maps: one panel per reward wrapper (rows: episodes, columns: turns, both numbered
+    from 1), all on one diverging scale centred on 0 with one labelled colour bar."""
     import numpy as np
+    from matplotlib.colors import TwoSlopeNorm
+    from matplotlib.patches import Rectangle
+    from matplotlib.ticker import MaxNLocator
 
     plt = _plt()
     names = list(rewards)
-    width = max((len(r) for rs in rewards.values() for r in rs), default=1)
-    fig, axes = plt.subplots(1, len(names), figsize=(2.2 * len(names) + 1, 4), squeeze=False)
-    for ax, name in zip(axes[0], names):
+    width = max((len(r) for rs in rewards.values() for r in rs), default=1) or 1
+    grids = {}
+    for name in names:
         rows = rewards[name][:max_rows]
-        grid = np.full((len(rows), width), np.nan)
+        grid = np.full((max(1, len(rows)), width), np.nan)
         for i, r in enumerate(rows):
             grid[i, : len(r)] = r
-        lim = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
-        ax.imshow(grid, aspect="auto", cmap="coolwarm", vmin=-lim or -1, vmax=lim or 1)
+        grids[name] = grid
+    finite = [np.abs(g[np.isfinite(g)]) for g in grids.values()]
+    lim = max((float(f.max()) for f in finite if f.size), default=0.0) or 1.0
+    norm = TwoSlopeNorm(vcenter=0.0, vmin=-lim, vmax=lim)
+    cmap = plt.get_cmap("RdBu_r").with_extremes(bad=(0, 0, 0, 0))
+    fig, axes = plt.subplots(1, len(names), figsize=(2.3 * len(names) + 2.0, 4), squeeze=False, layout="constrained")
+    image = None
+    for ax, name in zip(axes[0], names):
+        grid = grids[name]
+        extent = (0.5, width + 0.5, grid.shape[0] + 0.5, 0.5)
+        ax.add_patch(Rectangle((0.5, 0.5), width, grid.shape[0], hatch="///", fill=False, edgecolor="#bbbbbb",
+                               linewidth=0, zorder=0))
+        image = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", cmap=cmap, norm=norm, interpolation="nearest",
+                          extent=extent, zorder=1)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("turn")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=min(width, 8)))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=min(grid.shape[0], 10)))
     axes[0][0].set_ylabel("episode")
-    fig.tight_layout()
+    if image is not None:
+        bar = fig.colorbar(image, ax=axes[0].tolist(), shrink=0.85)
+        bar.set_label("per-turn reward (one scale; hatched: no turn)", fontsize=8)
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -1,0 +1,143 @@
+"""Viewer cost at 10,000 episodes: generation time and HTML size, and time to first render and to filter
+in headless Chromium.
+
+Episodes are synthetic but shaped like SearchQA rollouts (K = 4 per query, 1–4 turns, ~1.5 kB
+observations, token ids from a real tokenizer) with three reward wrappers scored on them
+(rewards plus three estimators' advantages each, as ``turngym ablate`` saves them). Baseline, in
+the same process: reading the same episodes file with ``read_episodes``.
+
+    python benchmarks/viewer.py [--episodes 10000] [--no-browser]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from turngym.agents.tiny import tiny_model_dir
+from turngym.episode import Episode, EpisodeWriter, Turn, read_episodes
+from turngym.evals.scores import records_for, write_scores
+from turngym.evals.viewer import write_viewer
+
+WORDS = ("the capital river season album director born founded population league county city war "
+         "museum island author novel film bridge mountain university").split()
+
+
+def text(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def make_episodes(n: int, tok, model: str) -> list[Episode]:
+    rng = random.Random(0)
+    eps = []
+    for g in range(n // 4):
+        question = f"Q{g}: which {text(rng, 8)}?"
+        prompt = [{"role": "system", "content": "Answer with <search>query</search> then <answer>…</answer>."},
+                  {"role": "user", "content": question}]
+        prompt_ids = tok(prompt[0]["content"] + question, add_special_tokens=False)["input_ids"]
+        for k in range(4):
+            turns = []
+            for t in range(rng.randint(1, 4)):
+                last = t == 3 or rng.random() < 0.3
+                action = f"<answer>{rng.choice(WORDS)}</answer>" if last else f"<search>{text(rng, 6)}</search>"
+                obs = None if last else "<information>" + " ".join(f"Doc {d}(Title: {text(rng, 3)}) {text(rng, 80)}"
+                                                                  for d in range(3)) + "</information>"
+                turns.append(Turn(index=t, action=action, observation=obs,
+                                  metrics={} if last else {"retrieval_hit": rng.random() < 0.4},
+                                  action_ids=tok(action, add_special_tokens=False)["input_ids"],
+                                  observation_ids=tok(obs, add_special_tokens=False)["input_ids"] if obs else None))
+                if last:
+                    break
+            answer = turns[-1].action[8:-9] if turns[-1].action.startswith("<answer>") else None
+            em = float(answer == "city")
+            eps.append(Episode(id=f"q{g}#{k}", env_id="turngym/SearchQA-v0", group=f"q{g}",
+                               task={"question": question, "answers": ["city"], "dataset": rng.choice(["nq", "hotpotqa"])},
+                               prompt=prompt, prompt_ids=prompt_ids, turns=turns, final_answer=answer,
+                               outcome={"em": em, "f1": em}, terminated=answer is not None,
+                               truncated=answer is None, meta={"model": model}))
+    return eps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--episodes", type=int, default=10_000)
+    ap.add_argument("--no-browser", action="store_true")
+    args = ap.parse_args()
+    from transformers import AutoTokenizer
+
+    model = str(tiny_model_dir(chat=True))
+    tok = AutoTokenizer.from_pretrained(model)
+    work = Path(tempfile.mkdtemp(prefix="turngym-viewer-bench-"))
+    try:
+        eps = make_episodes(args.episodes, tok, model)
+        path = work / "episodes.jsonl"
+        with EpisodeWriter(path, fsync=False) as w:
+            w.write_all(eps)
+        rng = random.Random(1)
+        per_turn = {"outcome": [[0.0] * (len(e.turns) - 1) + [e.outcome["em"]] for e in eps],
+                    "ttrl": [[0.0] * (len(e.turns) - 1) + [float(rng.random() < 0.5)] for e in eps],
+                    "siop": [[rng.gauss(0, 0.3) for _ in e.turns] for e in eps]}
+        ablation = work / "ablation"
+        ablation.mkdir()
+        write_scores(ablation / "scores.jsonl", records_for(eps, per_turn))
+
+        t0 = time.perf_counter()
+        read_episodes(path)
+        t_read = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        html = write_viewer(path, work / "view.html", ablation_dir=ablation)
+        t_gen = time.perf_counter() - t0
+        jsonl_mb, html_mb = path.stat().st_size / 1e6, html.stat().st_size / 1e6
+        turns = sum(len(e.turns) for e in eps)
+        print(f"{len(eps)} episodes, {turns} turns, 3 wrappers x (rewards + 3 estimators' advantages)")
+        print(f"baseline read_episodes: {t_read:.2f} s; write_viewer: {t_gen:.2f} s ({t_gen / t_read:.1f}x the read)")
+        print(f"episodes.jsonl {jsonl_mb:.1f} MB; view.html {html_mb:.1f} MB ({html_mb / jsonl_mb:.2f}x)")
+        if not args.no_browser:
+            browser_figures(html)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def timed(page, action) -> float:
+    """Seconds from an action to the end of the render it causes."""
+    n = int(page.locator("body").get_attribute("data-renders"))
+    t0 = time.perf_counter()
+    action()
+    page.wait_for_selector(f"body[data-renders='{n + 1}']", timeout=120_000)
+    return time.perf_counter() - t0
+
+
+def browser_figures(html: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        print("no chromium: browser figures skipped (apt-get install -y chromium)")
+        return
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        for run in range(2):  # the first run includes a cold browser cache
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            t0 = time.perf_counter()
+            page.goto(html.as_uri())
+            page.wait_for_selector("body[data-ready='1']", timeout=120_000)
+            first = time.perf_counter() - t0
+            in_page = page.evaluate("performance.now()")
+            t_filter = timed(page, lambda: page.select_option("#f-oc", "correct"))
+            t_search = timed(page, lambda: page.fill("#f-q", "museum bridge")) - 0.15  # minus the input debounce
+            status = page.locator("#status").inner_text()
+            print(f"chromium run {run + 1}: first render {first:.2f} s (page clock {in_page / 1000:.2f} s); "
+                  f"outcome filter {t_filter * 1000:.0f} ms; first text search {t_search * 1000:.0f} ms "
+                  f"({status}); page errors: {len(errors)}")
+            page.close()
+        browser.close()
+
+
+if __name__ == "__main__":
+    main()

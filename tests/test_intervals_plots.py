@@ -1,0 +1,86 @@
+"""Intervals and report plots on edge values: 0, 1, n = 1, n = 10,000, all-zero comparisons."""
+
+import json
+import math
+
+import pytest
+
+from turngym.episode import Episode, Turn
+from turngym.evals.harness import EvalSpec, summarise, write_results
+from turngym.evals.metrics import bootstrap_mean, outcome_metrics, rate, wilson
+from turngym.evals.report import compare_runs, credit_heatmap
+
+
+def episodes(correct, k=1, turns=2):
+    return [Episode(id=f"e{i}", env_id="turngym/MathCode-v0", group=f"q{i // k}", task={"dataset": "d"},
+                    turns=[Turn(index=t, action="x") for t in range(turns)], final_answer="1",
+                    outcome={"correct": float(c)}, meta={"wall_ms": 10.0}) for i, c in enumerate(correct)]
+
+
+@pytest.mark.parametrize("k,n", [(0, 1), (1, 1), (0, 2), (0, 300), (300, 300), (0, 10_000), (10_000, 10_000), (3, 7)])
+def test_wilson_matches_scipy_and_contains_the_value(k, n):
+    from scipy.stats import binomtest
+
+    est = wilson(k, n)
+    ref = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    assert est.low <= est.value <= est.high and est.high > est.low  # never zero-width: n >= 1 always leaves doubt
+    assert est.low == pytest.approx(ref.low, abs=1e-12) and est.high == pytest.approx(ref.high, abs=1e-12)
+    assert (est.low == 0.0) == (k == 0) and (est.high == 1.0) == (k == n)
+
+
+def test_one_rule_for_rates_and_undefined_rather_than_false_zero_width():
+    two_failures = outcome_metrics(episodes([0, 0]))
+    # accuracy and pass@1 are the same quantity here, so they get the same interval
+    assert two_failures["accuracy"]["ci95"] == two_failures["pass@1"]["ci95"]
+    assert two_failures["accuracy"]["ci95"][1] == pytest.approx(0.6576, abs=1e-3)
+    k4 = outcome_metrics(episodes([1, 0, 0, 0, 1, 1, 0, 1], k=4), k=2)
+    assert k4["pass@1"]["ci"] == "bootstrap BCa" and k4["pass@2"]["n"] == 2
+    one = bootstrap_mean([0.5])
+    assert one.n == 1 and math.isnan(one.low) and "one unit" in one.ci
+    flat = bootstrap_mean([2.0] * 50)
+    assert math.isnan(flat.high) and "all values equal" in flat.ci
+    assert rate([0.5, 0.5]).ci.startswith("no interval") and rate([1.0]).ci == "wilson"
+    spread = bootstrap_mean([0.1, 0.9, 0.4, 0.7])
+    assert spread.low < spread.value < spread.high
+    assert math.isnan(rate([]).value)
+    with pytest.raises(ValueError, match="whole number"):
+        wilson(1.5, 3)
+
+
+@pytest.mark.parametrize("correct", [[0] * 300, [1] * 300, [1], [0], [1, 0] * 5000])
+def test_eval_report_is_written_on_edge_values(tmp_path, correct):
+    eps = episodes(correct)
+    res = summarise(eps, EvalSpec(env_id="turngym/MathCode-v0"), {"dataset": "d", "indices": list(range(len(eps)))}, 1.0)
+    write_results(res, eps, tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    assert "Gemma 3 270M" in text and "split ``" not in text and "sha256 ``" not in text
+    assert (tmp_path / "metrics.png").stat().st_size > 0 and (tmp_path / "behaviour.png").stat().st_size > 0
+    acc = json.loads((tmp_path / "results.json").read_text())["metrics"]["accuracy"]
+    assert acc["ci95"][0] <= acc["value"] <= acc["ci95"][1]
+
+
+def test_comparison_and_credit_maps_draw_all_zero_values(tmp_path):
+    import matplotlib.image as mpimg
+
+    for name, correct in (("zero", [0, 0, 0]), ("one", [1, 1, 1])):
+        eps = episodes(correct)
+        write_results(summarise(eps, EvalSpec(env_id="turngym/MathCode-v0"), {"dataset": "d"}, 1.0), eps,
+                      (tmp_path / name).mkdir() or tmp_path / name)
+    compare_runs([tmp_path / "zero", tmp_path / "one"], tmp_path / "cmp.md")
+    img = mpimg.imread(tmp_path / "cmp.png")[..., :3]
+    # the all-zero run's bars are drawn: its colour (C0 blue) appears in the plot area
+    blue = (abs(img[..., 0] - 0.12) < 0.08) & (abs(img[..., 1] - 0.47) < 0.08) & (abs(img[..., 2] - 0.71) < 0.08)
+    assert blue.sum() > 20
+    credit_heatmap({"a": [[0.0, 0.0], [0.0]], "b": [[1.0, -2.0], [0.5]]}, tmp_path / "maps.png")
+    credit_heatmap({"a": [[0.0]]}, tmp_path / "one.png")
+    assert (tmp_path / "maps.png").exists() and (tmp_path / "one.png").exists()
+
+
+def test_report_names_the_model_that_played_the_episodes(tmp_path):
+    eps = episodes([1, 0])
+    for e in eps:
+        e.meta["model"] = "org/some-model-7b"
+    res = summarise(eps, EvalSpec(env_id="turngym/MathCode-v0"), {"dataset": "d"}, 1.0)
+    assert res["model"] == "org/some-model-7b"  # not the spec's "default" when a policy object played
+    write_results(res, eps, tmp_path)
+    assert "model: `org/some-model-7b`" in (tmp_path / "report.md").read_text()

@@ -1,0 +1,305 @@
+"""``turngym view``: one self-contained HTML file to read saved episodes next to the credit each reward gave them.
+
+The page needs no network and no server (it opens from disk): the episodes, the per-turn
+rewards and advantages, and the token pieces are embedded as one JSON block that vanilla
+JavaScript renders a page at a time, so 10,000 episodes open and filter in seconds.
+
+Where the data comes from:
+- episodes: a turngym episodes JSONL file (``Episode.group`` groups them by query);
+- per-turn rewards: ``scores.jsonl`` in an ablation folder (``turngym ablate`` writes it) or any
+  file in that format (``turngym.evals.scores``); advantages as stored there, or computed per
+  group when a record names its estimator;
+- token view: the episode's own ids, decoded with the tokenizer of the model named in
+  ``Episode.meta["model"]`` when it loads offline, else shown as ids (the page says why);
+- answer clusters: the group's final answers clustered by the env family's key-based offline
+  equivalence (normalised text for QA and math, canonical calls for BFCL); A is the largest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+
+from turngym._version import __version__
+from turngym.episode import Episode, read_episodes
+from turngym.evals.scores import ScoreRecord, read_scores
+
+TRUNCATION_MARKERS = ("[output truncated]",)  # what the envs append when they cut a tool output
+OUTCOME_KEYS = ("correct", "em", "bfcl_valid")
+
+
+class ViewerError(ValueError):
+    """Inputs the viewer cannot show (no episodes, scores for unknown episodes, wrong lengths)."""
+
+
+def write_viewer(episodes_path: str | Path, out_path: str | Path, *, ablation_dir: str | Path | None = None,
+                 scores_path: str | Path | None = None) -> Path:
+    """Write the HTML viewer for ``episodes_path`` to ``out_path``, with the per-turn rewards of an
+    ablation folder and/or a scores file. Returns the written path."""
+    report = read_episodes(episodes_path)
+    if not report.episodes:
+        raise ViewerError(f"no valid episodes in {episodes_path}")
+    records: list[ScoreRecord] = []
+    if ablation_dir is not None:
+        scores_file = Path(ablation_dir) / "scores.jsonl"
+        if not scores_file.is_file():
+            raise FileNotFoundError(f"{ablation_dir} has no scores.jsonl: rerun `turngym ablate --out {ablation_dir}` "
+                                    "(it saves per-turn rewards there), or pass --scores")
+        records += read_scores(scores_file)
+    if scores_path is not None:
+        records += read_scores(scores_path)
+    notes = [f"skipped {len(report.errors)} corrupt line(s) of the episodes file (first: {report.errors[0]})"] \
+        if report.errors else []
+    return render_viewer(report.episodes, out_path, records, source=Path(episodes_path).name, notes=notes)
+
+
+def render_viewer(episodes: Sequence[Episode], out_path: str | Path, records: Sequence[ScoreRecord] = (),
+                  source: str = "", notes: Sequence[str] = ()) -> Path:
+    """The page for episodes already in memory (``ablate`` and ``eval`` call this after scoring)."""
+    payload = build_payload(episodes, records, source, notes)
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(render_html(payload), encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+# --------------------------------------------------------------------------- payload
+
+
+def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], source: str,
+                  notes: Sequence[str] = ()) -> dict[str, Any]:
+    from turngym.evals.ablate import turn_truth
+    from turngym.evals.report import model_name
+
+    index = {ep.id: i for i, ep in enumerate(episodes)}
+    rewards, advantages = _scores(episodes, index, records)
+    groups: dict[str, list[int]] = {}
+    for i, ep in enumerate(episodes):
+        groups.setdefault(ep.group or ep.id, []).append(i)
+    clusters = _clusters(episodes, groups)
+    prompts: dict[str, int] = {}
+    prompt_ids: dict[tuple[int, ...], int] = {}
+    rows = []
+    for i, ep in enumerate(episodes):
+        p_key = json.dumps(ep.prompt, sort_keys=True)
+        p = prompts.setdefault(p_key, len(prompts))
+        pi = prompt_ids.setdefault(tuple(ep.prompt_ids), len(prompt_ids)) if ep.prompt_ids is not None else -1
+        truth = turn_truth(ep)
+        rows.append({
+            "id": ep.id, "env": ep.env_id, "ds": str(ep.task.get("dataset", "")), "oc": _outcome_class(ep),
+            "out": ep.outcome, "ans": ep.final_answer, "cl": clusters[i][0], "clk": clusters[i][1],
+            "term": ep.terminated, "trunc": ep.truncated, "why": ep.meta.get("truncation"), "p": p, "pi": pi,
+            "t": [{"a": t.action, "tc": t.tool_calls, "pe": t.parse_error, "o": t.observation,
+                   "ot": bool(t.observation and any(m in t.observation for m in TRUNCATION_MARKERS)),
+                   "m": t.metrics, "gt": truth[j], "ai": t.action_ids, "oi": t.observation_ids}
+                  for j, t in enumerate(ep.turns)],
+        })
+    vocab, tok_note = _vocab(episodes)
+    wrappers = list(rewards)
+    estimators = sorted({e for w in advantages.values() for e in w})
+    return {
+        "title": f"turngym episodes · {source}" if source else "turngym episodes",
+        "source": source, "turngym": __version__, "notes": list(notes),
+        "models": sorted({model_name(str(ep.meta["model"])) for ep in episodes if ep.meta.get("model")}),
+        "wrappers": wrappers, "estimators": estimators,
+        "scale": _limit(v for w in rewards.values() for r in w if r for v in r),
+        "adv_scale": _limit(v for w in advantages.values() for e in w.values() for r in e if r for v in r),
+        "tokenizer": tok_note, "vocab": vocab,
+        "prompts": [json.loads(k) for k in prompts], "prompt_ids": [list(k) for k in prompt_ids],
+        "groups": [{"id": g, "q": str(episodes[m[0]].task.get("question", "")), "gold": _gold(episodes[m[0]]),
+                    "eps": m} for g, m in groups.items()],
+        "eps": rows, "r": rewards, "adv": advantages,
+    }
+
+
+def _scores(episodes: Sequence[Episode], index: dict[str, int], records: Sequence[ScoreRecord]):
+    """Per wrapper, one per-turn reward list per episode (None: not scored), and advantages per estimator."""
+    from turngym.agents.advantages import get_estimator
+
+    rewards: dict[str, list[list[float] | None]] = {}
+    advantages: dict[str, dict[str, list[list[float] | None]]] = {}
+    wanted: dict[str, set[str]] = {}
+    for rec in records:
+        if rec.episode_id not in index:
+            raise ViewerError(f"scores for reward {rec.reward!r} name episode {rec.episode_id!r}, "
+                              "which is not in the episodes file")
+        i = index[rec.episode_id]
+        n = len(episodes[i].turns)
+        if len(rec.turn_rewards) != n:
+            raise ViewerError(f"reward {rec.reward!r} gives {len(rec.turn_rewards)} turn rewards for episode "
+                              f"{rec.episode_id!r}, which has {n} turns")
+        rewards.setdefault(rec.reward, [None] * len(episodes))[i] = rec.turn_rewards
+        for est, values in rec.advantages.items():
+            if len(values) != n:
+                raise ViewerError(f"{est} advantages of reward {rec.reward!r} for {rec.episode_id!r}: "
+                                  f"{len(values)} values for {n} turns")
+            advantages.setdefault(rec.reward, {}).setdefault(est, [None] * len(episodes))[i] = values
+        if rec.estimator and rec.estimator not in rec.advantages:
+            wanted.setdefault(rec.reward, set()).add(rec.estimator)
+    for name, ests in wanted.items():  # advantages computed per group over the episodes the reward scored
+        groups: dict[str, list[int]] = {}
+        for i, r in enumerate(rewards[name]):
+            if r is not None:
+                groups.setdefault(episodes[i].group or episodes[i].id, []).append(i)
+        for est in sorted(ests):
+            column = advantages.setdefault(name, {}).setdefault(est, [None] * len(episodes))
+            for members in groups.values():
+                for i, a in zip(members, get_estimator(est)([rewards[name][i] for i in members])):
+                    column[i] = [float(x) for x in a]
+    return rewards, advantages
+
+
+def _limit(values: Any) -> float:
+    """The half-width of a symmetric scale around 0: the largest |value| (1 when all are 0)."""
+    m = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    return float(m) if m > 0 else 1.0
+
+
+def _outcome_class(ep: Episode) -> str:
+    key = next((k for k in OUTCOME_KEYS if k in ep.outcome), None)
+    if key is None:
+        return "unscored"
+    try:
+        v = float(ep.outcome[key])
+    except (TypeError, ValueError):
+        return "unscored"
+    return "correct" if v == 1.0 else "incorrect" if v == 0.0 else "partial"
+
+
+def _gold(ep: Episode) -> str:
+    for key in ("answers", "answer", "ground_truth"):
+        if ep.task.get(key) not in (None, [], ""):
+            v = ep.task[key]
+            text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+            return text if len(text) <= 600 else text[:600] + " … [cut]"
+    return ""
+
+
+def _clusters(episodes: Sequence[Episode], groups: dict[str, list[int]]) -> list[tuple[str, str]]:
+    """(cluster letter, kind) per episode: kind ``largest``, ``other`` or ``none`` (no answer).
+
+    Answers are clustered by the key-based equivalence of the env family (QA: SQuAD-normalised
+    text and aliases; BFCL: canonical JSON calls). Math uses normalised text too: math-verify
+    equivalence costs ~20 ms per episode, minutes for 10,000.
+    """
+    from turngym.rewards.equivalence import NormalizedMatch, equivalence_for_env
+
+    out: list[tuple[str, str]] = [("", "none")] * len(episodes)
+    keyers: dict[str, Any] = {}
+    for members in groups.values():
+        env_id = episodes[members[0]].env_id
+        if env_id not in keyers:
+            backend = equivalence_for_env(env_id)
+            keyers[env_id] = backend.key if hasattr(backend, "key") else NormalizedMatch().key
+        keys = [keyers[env_id](str(episodes[i].final_answer).strip())
+                if episodes[i].final_answer is not None and str(episodes[i].final_answer).strip() else None
+                for i in members]
+        sizes: dict[str, int] = {}
+        for k in keys:
+            if k is not None:
+                sizes[k] = sizes.get(k, 0) + 1
+        first = {k: n for n, k in reversed(list(enumerate(keys)))}
+        rank = {k: r for r, k in enumerate(sorted(sizes, key=lambda k: (-sizes[k], first[k])))}
+        for i, k in zip(members, keys):
+            if k is not None:
+                out[i] = (_letter(rank[k]), "largest" if rank[k] == 0 else "other")
+    return out
+
+
+def _letter(r: int) -> str:
+    return chr(ord("A") + r) if r < 26 else f"#{r + 1}"
+
+
+def _vocab(episodes: Sequence[Episode]) -> tuple[dict[str, str], dict[str, Any]]:
+    """Text of every token id the episodes use, with the tokenizer of the model they name."""
+    with_ids = [ep for ep in episodes if ep.prompt_ids is not None or any(t.action_ids for t in ep.turns)]
+    if not with_ids:
+        return {}, {"status": "none", "note": "no token ids were recorded in these episodes"}
+    model = str(with_ids[0].meta.get("model") or "")
+    ids = set()
+    for ep in with_ids:
+        ids.update(ep.prompt_ids or [])
+        for t in ep.turns:
+            ids.update(t.action_ids or [])
+            ids.update(t.observation_ids or [])
+    tok, reason = _load_tokenizer(model)
+    if tok is None:
+        return {}, {"status": "ids", "note": f"token ids shown as numbers: {reason}"}
+    return ({str(i): tok.decode([i]) for i in sorted(ids)},
+            {"status": "decoded", "note": f"decoded with the tokenizer of {model!r}"})
+
+
+def _load_tokenizer(model: str) -> tuple[Any, str]:
+    if not model or model == "?":
+        return None, "the episodes do not name their model"
+    try:
+        from transformers import AutoTokenizer
+
+        from turngym.agents.loading import resolve_model_dir
+
+        return AutoTokenizer.from_pretrained(resolve_model_dir(model), local_files_only=True), ""
+    except Exception as exc:  # noqa: BLE001 - any failure to load means "show ids", and the page says why
+        return None, f"the tokenizer of {model!r} does not load offline ({type(exc).__name__}: {str(exc)[:160]})"
+
+
+# --------------------------------------------------------------------------- HTML
+
+
+def _finite(x: Any) -> Any:
+    """JSON without NaN/inf (the browser's JSON.parse rejects them): non-finite numbers become strings."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def embed_json(payload: Any) -> str:
+    """JSON safe inside a <script> element: '<', '>' and '&' escaped, lone surrogates as \\u escapes."""
+    try:
+        text = json.dumps(payload, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        text = json.dumps(_finite(payload), ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _asset(name: str) -> str:
+    return resources.files("turngym.evals").joinpath("templates", name).read_text(encoding="utf-8")
+
+
+def render_html(payload: dict[str, Any]) -> str:
+    title = payload["title"].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return (_asset("viewer.html")
+            .replace("/*TITLE*/", title)
+            .replace("/*CSS*/", _asset("viewer.css"))
+            .replace("/*JS*/", _asset("viewer.js"))
+            .replace("/*DATA*/", embed_json(payload)))
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def add_view_command(sub: Any) -> None:
+    """``turngym view EPISODES.jsonl [--ablation DIR] [--scores FILE] --out view.html``."""
+    vw = sub.add_parser("view", help="write a self-contained HTML viewer of saved episodes and their per-turn credit")
+    vw.add_argument("episodes", help="an episodes JSONL file")
+    vw.add_argument("--ablation", default=None, help="a `turngym ablate` output folder (its scores.jsonl)")
+    vw.add_argument("--scores", default=None, help="a per-turn scores JSONL file (format: turngym.evals.scores)")
+    vw.add_argument("--out", required=True, help="the HTML file to write")
+    vw.set_defaults(func=_cmd_view)
+
+
+def _cmd_view(args: Any) -> int:
+    try:
+        path = write_viewer(args.episodes, args.out, ablation_dir=args.ablation, scores_path=args.scores)
+    except (FileNotFoundError, ValueError, OSError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"viewer: {path} ({path.stat().st_size / 1e6:.1f} MB); open it in a browser")
+    return 0
