@@ -128,7 +128,10 @@ def _generic(row: dict[str, Any], n: int) -> dict[str, Any]:
 
 
 def load_dataset(name_or_path: str, split: str | None = None, normalise: Callable | None = None) -> Dataset:
-    """A bundled name (``math500``), a local ``.jsonl``/``.json`` file, or a HF dataset id."""
+    """A bundled name (``math500``), a shipped subset (``subset:searchqa-eval-nq``), a local
+    ``.jsonl``/``.json`` file, or a HF dataset id."""
+    if name_or_path.startswith("subset:"):
+        return _load_subset(name_or_path[len("subset:"):], split)
     if name_or_path in BUNDLED:
         spec = BUNDLED[name_or_path]
         if split not in (None, spec.split):
@@ -152,6 +155,23 @@ def load_dataset(name_or_path: str, split: str | None = None, normalise: Callabl
     for i, item in enumerate(items):
         item.update({"dataset": name, "split": split, "index": i})
     manifest = Manifest(name, split, source, digest, len(items), [str(it["id"]) for it in items])
+    return Dataset(items, manifest)
+
+
+def _load_subset(name: str, split: str | None) -> Dataset:
+    """A subset file's items; ``dataset`` is the subset's name, ``index`` the position in it, and
+    ``source_dataset`` / ``source_index`` say where each item comes from."""
+    from turngym.corpora.subsets import SubsetSpec, subset_path, subset_items
+
+    if split not in (None, "subset"):
+        raise ValueError(f"subset {name!r} has no splits; got split {split!r}")
+    spec = SubsetSpec.read(name)
+    items = subset_items(spec)
+    for i, item in enumerate(items):
+        item.update({"dataset": spec.name, "split": "subset", "index": i})
+    digest = hashlib.sha256(subset_path(name).read_bytes()).hexdigest()
+    manifest = Manifest(spec.name, "subset", f"bundled:subsets/{name}.json", digest, len(items),
+                        [str(it["id"]) for it in items])
     return Dataset(items, manifest)
 
 
