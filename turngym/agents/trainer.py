@@ -278,6 +278,6 @@ class TurnGRPOTrainer(GRPOTrainer):
             _, entropies, _ = self._get_per_token_logps_and_entropies(
                 self.model, input_ids, attention, out["completion_ids"].size(1),
                 batch_size=self.args.per_device_train_batch_size, compute_entropy=True)
-        mask = out["completion_mask"].float() * (table != 0).float()
-        self._egpo_entropy_mean = float((entropies * mask).sum() / mask.sum().clamp(min=1.0))
-        return entropy_enhanced(table, entropies * mask, **self.estimator_options)
+        action = out["completion_mask"].float() * out.get("tool_mask", torch.ones_like(table)).float()
+        self._egpo_entropy_mean = float((entropies * action).sum() / action.sum().clamp(min=1.0))
+        return entropy_enhanced(table, entropies * action, **self.estimator_options)  # A = 0 → no bonus
