@@ -18,7 +18,6 @@ from turngym.corpora.subsets import (
     SEARCHQA_TRAIN_OFFLINE,
     EvalOverlapError,
     SubsetSpec,
-    draw_eval_subset,
     eval_keys,
     eval_subset_name,
     question_key,
@@ -71,20 +70,20 @@ def test_siop_recipes_reproduce_the_launcher_settings():
 # ------------------------------------------------------------------ subsets
 
 
-def test_eval_subsets_are_deterministic_under_the_seed_and_match_the_shipped_files(tmp_path):
+def test_eval_subsets_are_igpos_items_regenerated_byte_for_byte(tmp_path):
     written = write_searchqa_subsets(tmp_path)
     for path in written:
         shipped = ROOT / "turngym" / "data" / "subsets" / path.name
         assert path.read_bytes() == shipped.read_bytes(), f"{path.name} differs from a fresh draw"
-    spec = SubsetSpec.read(eval_subset_name("nq"))
-    assert spec.selection["seed"] == 42 and len(spec.items) == 512
-    assert [it[1] for it in spec.items] == sorted(it[1] for it in spec.items)
-    other = draw_eval_subset("nq", seed=7)
-    assert [it[1] for it in other.items] != [it[1] for it in spec.items]
-    assert draw_eval_subset("nq").items == spec.items
+    source = load_dataset("igpo-test")
     for ds in SEARCHQA_EVAL_DATASETS:
-        n = len(load_dataset(ds))
-        assert len(SubsetSpec.read(eval_subset_name(ds)).items) == min(512, n)
+        data = load_dataset(f"subset:{eval_subset_name(ds)}")
+        assert len(data) == (125 if ds == "bamboogle" else 512)
+        assert {source[it["source_index"]]["benchmark"] for it in data.items} == {ds}
+        assert data.manifest.item_ids == [it["id"] for it in data.items]
+    # where turngym bundles the whole split, IGPO's items are found in it by question
+    dev = {question_key(it) for it in load_dataset("hotpotqa").items}
+    assert all(question_key(it) in dev for it in load_dataset(f"subset:{eval_subset_name('hotpotqa')}").items)
 
 
 def test_offline_training_split_is_disjoint_from_every_eval_subset():
@@ -92,8 +91,10 @@ def test_offline_training_split_is_disjoint_from_every_eval_subset():
     train = load_dataset(f"subset:{SEARCHQA_TRAIN_OFFLINE}")
     keys = eval_keys(evals)
     assert not any(question_key(it) in keys for it in train.items)
-    nq, hotpot = len(load_dataset("nq")), len(load_dataset("hotpotqa"))
-    assert len(train) == nq + hotpot - 1024   # the two 512-item eval subsets are the only overlap
+    sources = load_dataset("nq").items + load_dataset("hotpotqa").items
+    kept = [it for it in sources if question_key(it) not in keys]
+    assert len(train) == len(kept) and len(kept) < len(sources)
+    assert [it["id"] for it in train.items] == [it["id"] for it in kept]
     assert train.manifest.dataset == SEARCHQA_TRAIN_OFFLINE and train.manifest.count == len(train)
     first = train[0]
     assert first["dataset"] == SEARCHQA_TRAIN_OFFLINE and first["index"] == 0 and first["source_dataset"] == "nq"
@@ -121,16 +122,22 @@ def _searchqa_cfg(**data):
     return TrainConfig(env={"id": "turngym/SearchQA-v0", "kwargs": {"dataset": "nq"}}, trl={}, data=data)
 
 
+def _nq_overlap():
+    keys = eval_keys(SubsetSpec.read(eval_subset_name(ds)) for ds in SEARCHQA_EVAL_DATASETS)
+    return [i for i, it in enumerate(load_dataset("nq").items) if question_key(it) in keys]
+
+
 def test_train_refuses_evaluation_overlap_unless_told():
     env = gymnasium.make("turngym/SearchQA-v0", dataset="nq")
-    with pytest.raises(EvalOverlapError, match=r"512 of 3610 training items share .*searchqa-eval-nq: 512"):
+    overlap = _nq_overlap()
+    assert len(overlap) > 100  # IGPO evaluates on NQ questions that the NQ-open test file holds too
+    with pytest.raises(EvalOverlapError, match=rf"{len(overlap)} of 3610 training items share .*searchqa-eval-nq: "):
         select_training_indices(_searchqa_cfg(), env)
     dropped = select_training_indices(_searchqa_cfg(eval_overlap="drop"), env)
-    assert len(dropped) == 3610 - 512
-    eval_ids = {it[1] for it in SubsetSpec.read(eval_subset_name("nq")).items}
-    assert not eval_ids & set(dropped)
+    assert len(dropped) == 3610 - len(overlap) and not set(overlap) & set(dropped)
     assert len(select_training_indices(_searchqa_cfg(eval_overlap="allow"), env)) == 3610
-    assert len(select_training_indices(_searchqa_cfg(indices=[0, 2]), env)) == 2  # items 0 and 1 are not evaluated
+    clean = next(i for i in range(3609) if i not in overlap and i + 1 not in overlap)
+    assert select_training_indices(_searchqa_cfg(indices=[clean, clean + 2]), env) == [clean, clean + 1]
     with pytest.raises(ValueError, match="eval_overlap must be one of"):
         select_training_indices(_searchqa_cfg(eval_overlap="maybe"), env)
     with pytest.raises(ValueError, match="unknown data keys"):
@@ -139,7 +146,7 @@ def test_train_refuses_evaluation_overlap_unless_told():
 
 def test_overlap_is_found_across_files_by_normalised_question(tmp_path):
     """A question copied into another file, with another id, case and punctuation, still counts."""
-    q = load_dataset("nq")[2]["question"]  # test_2 is in the nq evaluation subset
+    q = load_dataset("nq")[_nq_overlap()[0]]["question"]
     other = tmp_path / "mine.jsonl"
     other.write_text(json.dumps({"id": "x1", "question": "  " + q.upper().rstrip("?") + " !", "answers": ["a"]}) + "\n"
                      + json.dumps({"id": "x2", "question": "a question nobody evaluates", "answers": ["b"]}) + "\n")

@@ -42,6 +42,10 @@ def _qa(row: dict[str, Any]) -> dict[str, Any]:
     return {"id": str(row["id"]), "question": row["question"], "answers": [str(a) for a in row["golden_answers"]]}
 
 
+def _igpo(row: dict[str, Any]) -> dict[str, Any]:
+    return {**_qa(row), "benchmark": row["dataset"], "source_split": row.get("source_split")}
+
+
 BUNDLED: dict[str, BundledDataset] = {
     "math500": BundledDataset("math500", "math/math500/test.jsonl", "test", _math500, "full 500-problem subset"),
     "aime24": BundledDataset("aime24", "math/aime24/test.jsonl", "test", _aime, "full (30)"),
@@ -54,6 +58,8 @@ BUNDLED: dict[str, BundledDataset] = {
     "2wikimultihopqa": BundledDataset("2wikimultihopqa", "qa/2wikimultihopqa/dev.jsonl", "dev", _qa, "full dev (12,576)"),
     "musique": BundledDataset("musique", "qa/musique/dev.jsonl", "dev", _qa, "full answerable dev (2,417)"),
     "bamboogle": BundledDataset("bamboogle", "qa/bamboogle/test.jsonl", "test", _qa, "full (125)"),
+    "igpo-test": BundledDataset("igpo-test", "qa/igpo_test/test.jsonl", "test", _igpo,
+                                "IGPO's evaluation items: 512 per QA dataset (bamboogle 125), 3,197"),
 }
 QA_DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 

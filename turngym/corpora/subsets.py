@@ -5,9 +5,9 @@ A subset file (``turngym/data/subsets/<name>.json``) lists items of bundled data
 position, with the item ids and the sha256 of each source file, so loading it fails loudly if a
 source file changed. ``load_dataset("subset:<name>")`` returns it as an ordinary dataset.
 
-Evaluation subsets follow the SIOP/IGPO protocol: 512 items per QA dataset drawn with a fixed
-seed (the whole set where it has fewer). The offline training split is every item of the
-bundled NQ and HotpotQA files whose question is in no evaluation subset.
+Evaluation subsets are the items IGPO evaluates on (its repository's ``data/test.parquet``,
+bundled as ``igpo-test``): 512 per QA dataset, 125 for Bamboogle. The offline training split is
+every item of the bundled NQ and HotpotQA files whose question is in no evaluation subset.
 
 Overlap between training and evaluation items is decided by a hash of the normalised question
 (lower case, punctuation dropped, white space collapsed), so a question that appears in two
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import string
 from dataclasses import dataclass, field
 from importlib import resources
@@ -26,8 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 SUBSET_PREFIX = "subset:"
-EVAL_SEED = 42
-EVAL_SIZE = 512
+EVAL_SOURCE = "igpo-test"  # IGPO's evaluation file, bundled
 # The SIOP and IGPO evaluation sets: the Search-R1 / FlashRAG seven.
 SEARCHQA_EVAL_DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 # The papers train on NQ + HotpotQA train (Search-R1's nq_hotpotqa_train); offline, the bundled
@@ -105,21 +103,21 @@ def subset_items(spec: SubsetSpec) -> list[dict[str, Any]]:
     return out
 
 
-def draw_eval_subset(dataset: str, size: int = EVAL_SIZE, seed: int = EVAL_SEED) -> SubsetSpec:
-    """``size`` items of a bundled dataset drawn without replacement by ``random.Random(seed)``,
-    listed in file order; the whole dataset when it has no more than ``size`` items."""
+def draw_eval_subset(dataset: str) -> SubsetSpec:
+    """The items of ``dataset`` in IGPO's evaluation file, in that file's order."""
     from turngym.corpora.datasets import load_dataset
 
-    data = load_dataset(dataset)
-    n = len(data)
-    picked = sorted(random.Random(seed).sample(range(n), size)) if n > size else list(range(n))
+    source = load_dataset(EVAL_SOURCE)
+    picked = [i for i, it in enumerate(source.items) if it["benchmark"] == dataset]
+    if not picked:
+        raise ValueError(f"{EVAL_SOURCE} has no items of {dataset!r}")
     return SubsetSpec(
         name=eval_subset_name(dataset),
-        description=f"SIOP/IGPO evaluation subset of {dataset} ({data.manifest.split}): {len(picked)} of {n} items",
-        items=[[dataset, i, str(data[i]["id"])] for i in picked],
-        sources={dataset: str(data.manifest.sha256)},
-        selection={"method": "sorted(random.Random(seed).sample(range(n), size)); all items if n <= size",
-                   "seed": seed, "size": size, "source_count": n},
+        description=f"the {len(picked)} {dataset} items IGPO evaluates on (SIOP/IGPO evaluation protocol)",
+        items=[[EVAL_SOURCE, i, str(source[i]["id"])] for i in picked],
+        sources={EVAL_SOURCE: str(source.manifest.sha256)},
+        selection={"method": f"items of {EVAL_SOURCE} whose benchmark is {dataset}, in file order",
+                   "origin": "GuoqingWang1/IGPO data/test.parquet (512 per dataset drawn by the IGPO authors)"},
     )
 
 
