@@ -8,6 +8,8 @@ turn t's action tokens only.
 - ``turn``: all turn rewards of the group z-scored together, then A_t = r̂_t + γ·A_{t+1}.
 - ``igpo_separate``: outcome (final-turn) rewards and process (earlier-turn) rewards are
   z-scored separately within the group, then summed backwards as in ``turn`` (IGPO).
+- ``egpo``: ``grpo``'s advantage, to which the trainer adds FunRL/EGPO's clipped entropy term
+  min(alpha·H, |A|/kappa) on every action token (:func:`entropy_enhanced`).
 
 Normalisation: unbiased std; a std below 1e-6 counts as 1; a group with a single reward gets 0;
 ``eps`` is added to the std (TRL uses 1e-4, so ``eps=1e-4`` reproduces its GRPO advantages).
