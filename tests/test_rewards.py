@@ -68,8 +68,9 @@ def test_outcome_ttrl_empo_hand_computed():
     assert get_reward("outcome").score_group(g).rewards == [[0, 1.0], [0, 0, 1.0], [0, 0.0], [0, 0.0]]
     assert get_reward("outcome", metric="em").score_group(g).rewards[1] == [0, 0, 1.0]
     assert get_reward("ttrl").score_group(g).rewards == [[0, 1.0], [0, 0, 1.0], [0, 0.0], [0, 0.0]]
-    empo = get_reward("empo").score_group(g)
-    assert empo.rewards == [[0, 2 / 3], [0, 0, 2 / 3], [0, 1 / 3], [0, 0.0]]
+    empo = get_reward("empo").score_group(g)  # EMPO's code: p(c) = |c| / K over all K rollouts
+    assert empo.rewards == [[0, 2 / 4], [0, 0, 2 / 4], [0, 1 / 4], [0, 0.0]]
+    assert get_reward("empo", share_of="answered").score_group(g).rewards == [[0, 2 / 3], [0, 0, 2 / 3], [0, 1 / 3], [0, 0.0]]
     assert empo.diagnostics["clusters"]["labels"] == [0, 0, 1, None]
 
 

@@ -300,10 +300,10 @@ def test_repeat_and_cross_instance_consistency():
     assert c["groups"] == 1 and c["exact_agreement"] == 0.0 and c["mean_score_range"] == 1
 
 
-# ------------------------------------------------------------------ funrl
+# ------------------------------------------------------------------ toolcall_dense (formerly funrl)
 
 
-def test_funrl_scores_format_execution_and_the_bfcl_checker():
+def test_toolcall_dense_scores_format_execution_and_the_bfcl_checker():
     from turngym.envs.bfcl.env import BFCLEnv
 
     env = BFCLEnv(category="multi_turn_base")
@@ -313,8 +313,8 @@ def test_funrl_scores_format_execution_and_the_bfcl_checker():
     env.step("All done.")   # closes user turn 0
     env.step("[ls(")        # malformed: closes user turn 1 unanswered
     ep = env.unwrapped.episode if hasattr(env, "unwrapped") else env.episode
-    r = get_reward("funrl").score_episode(ep)
-    comps = get_reward("funrl").score_group([ep]).diagnostics["components"][0]
+    r = get_reward("toolcall_dense").score_episode(ep)
+    comps = get_reward("toolcall_dense").score_group([ep]).diagnostics["components"][0]
     assert comps[0] == {"well_formed": 1.0, "executed": 1.0} and r[0] == 1.0
     assert comps[1]["executed"] == 0.0 and r[1] == 0.5
     assert comps[2] == {"well_formed": 1.0, "checker": 1.0}
@@ -322,7 +322,7 @@ def test_funrl_scores_format_execution_and_the_bfcl_checker():
     math_ep = Episode(id="m", env_id="turngym/MathCode-v0", turns=[
         Turn(index=0, action="```python\n1/0\n```", tool_calls=[{"name": "python"}], metrics={"exec_ok": False}),
         Turn(index=1, action="\\boxed{2}")], outcome={"correct": True})
-    assert get_reward("funrl").score_episode(math_ep) == [0.5, 1.0]
+    assert get_reward("toolcall_dense").score_episode(math_ep) == [0.5, 1.0]
 
 
 # ------------------------------------------------------------------ the real default model

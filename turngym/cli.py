@@ -253,7 +253,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from turngym.agents.train_config import TrainConfig, build_trainer
 
     try:
-        trainer = build_trainer(TrainConfig.load(args.config))
+        cfg = TrainConfig.load(args.config)
+        if args.allow_eval_overlap:
+            cfg.data["eval_overlap"] = "allow"
+        trainer = build_trainer(cfg)
     except (FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     trainer.train(resume_from_checkpoint=args.resume)
@@ -413,6 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="GRPO with per-turn advantages (TRL); launch with accelerate for many GPUs")
     tr.add_argument("--config", required=True, help="YAML: env, data, reward, estimator, model, peft, trl")
     tr.add_argument("--resume", default=None, help="a checkpoint directory, or 'true' for the latest in output_dir")
+    tr.add_argument("--allow-eval-overlap", action="store_true",
+                    help="train even on items whose question is in an evaluation set (same as data.eval_overlap: allow)")
     tr.set_defaults(func=cmd_train)
 
     ev = sub.add_parser("eval", help="evaluate a model on an env and dataset subset (resumable)")

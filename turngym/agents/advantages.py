@@ -8,6 +8,8 @@ turn t's action tokens only.
 - ``turn``: all turn rewards of the group z-scored together, then A_t = r̂_t + γ·A_{t+1}.
 - ``igpo_separate``: outcome (final-turn) rewards and process (earlier-turn) rewards are
   z-scored separately within the group, then summed backwards as in ``turn`` (IGPO).
+- ``egpo``: ``grpo``'s advantage, to which the trainer adds FunRL/EGPO's clipped entropy term
+  min(alpha·H, |A|/kappa) on every action token (:func:`entropy_enhanced`).
 
 Normalisation: unbiased std; a std below 1e-6 counts as 1; a group with a single reward gets 0;
 ``eps`` is added to the std. Defaults: ``grpo`` 1e-4 (TRL's, so it reproduces TRL's GRPO
@@ -92,3 +94,30 @@ def igpo_separate(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> li
         oi += 1
         out.append(discounted(normed, gamma))
     return out
+
+
+# ------------------------------------------------------------------ EGPO (FunRL)
+# Options an estimator takes beyond gamma/eps (YAML ``estimator:`` keys).
+ESTIMATOR_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}}
+EGPO_ALPHA = 0.4  # entropy weight (FunRL/EGPO paper)
+EGPO_KAPPA = 2.0  # clip: the entropy term never exceeds |A|/kappa, so it cannot flip A's sign
+
+
+@register_estimator("egpo")
+def egpo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:
+    """EGPO's base advantage: GRPO on the episode's (binary) reward, on every turn. The entropy term
+    is per token and the trainer adds it with :func:`entropy_enhanced` (it needs the policy)."""
+    return grpo(rewards, gamma, eps)
+
+
+def entropy_enhanced(advantages, entropies, alpha: float = EGPO_ALPHA, kappa: float = EGPO_KAPPA):
+    """EGPO's entropy-enhanced advantage per token: A + min(alpha·H, |A|/kappa), H detached.
+
+    ``advantages`` and ``entropies`` are tensors of the same shape; a token with A = 0 (an
+    observation, padding, or a group without reward variance) gets no bonus.
+    """
+    import torch
+
+    if kappa <= 0 or alpha < 0:
+        raise ValueError(f"egpo needs alpha >= 0 and kappa > 0, got alpha={alpha}, kappa={kappa}")
+    return advantages + torch.minimum(alpha * entropies.detach(), advantages.abs() / kappa)

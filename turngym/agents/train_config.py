@@ -6,6 +6,9 @@ Example (``configs/train_calculator.yaml``)::
 
     env: {id: turngym/Calculator-v0, kwargs: {max_turns: 3}}
     data: {indices: [0, 256]}           # [start, stop) of the env's dataset, file order
+    # data.eval_sets: datasets whose items training must not use (default: the env family's
+    # evaluation sets, see turngym.corpora.subsets.DEFAULT_EVAL_SETS); data.eval_overlap:
+    # refuse (default) | drop | allow, decided by normalised question hash.
     reward: {name: outcome}              # any turngym.rewards name, with its config
     # siop / igpo take scorer: policy (the live policy), a local model ('default', a directory,
     # {model, dtype, method}) or an OpenAI-compatible server ({base_url, model, tokenizer})
@@ -57,6 +60,47 @@ class TrainConfig:
         return cls(**raw)
 
 
+DATA_KEYS = {"indices", "eval_sets", "eval_overlap"}
+
+
+def select_training_indices(cfg: TrainConfig, env: Any) -> list[int]:
+    """``data.indices`` of the env's dataset, checked against the evaluation sets: an item whose
+    normalised question is in one is refused (default), dropped, or allowed, as ``data.eval_overlap`` says."""
+    from turngym.corpora.subsets import apply_overlap_policy, check_overlap, eval_set_items
+
+    unknown = set(cfg.data) - DATA_KEYS
+    if unknown:
+        raise ValueError(f"unknown data keys {sorted(unknown)}; allowed: {sorted(DATA_KEYS)}")
+    base = env.unwrapped
+    n = base.num_items()
+    start, stop = cfg.data.get("indices", [0, n])
+    indices = list(range(int(start), min(int(stop), n)))
+    if not indices:
+        raise ValueError(f"data.indices selects no items (the dataset has {n})")
+    eval_sets = eval_set_items(cfg.env["id"], cfg.data.get("eval_sets"), base)
+    report = check_overlap([base.get_item(i) for i in indices], eval_sets)
+    policy = cfg.data.get("eval_overlap", "refuse")
+    keep = apply_overlap_policy(report, policy)
+    if report.count:
+        action = "left out" if policy == "drop" else "kept (data.eval_overlap: allow)"
+        print(f"turngym train: {report.count} of {report.train_count} training items share a question with "
+              f"evaluation sets {report.per_eval_set}; {action}")
+    return [indices[i] for i in keep]
+
+
+def estimator_options(est: dict[str, Any]) -> dict[str, Any]:
+    """Options of the estimator beyond name/gamma/eps (``egpo``: alpha, kappa)."""
+    from turngym.agents.advantages import ESTIMATOR_OPTIONS
+
+    name = est.get("name", "turn")
+    extra = {k: v for k, v in est.items() if k not in ("name", "gamma", "eps")}
+    allowed = ESTIMATOR_OPTIONS.get(name, set())
+    if set(extra) - allowed:
+        raise ValueError(f"estimator {name!r} takes no options {sorted(set(extra) - allowed)}"
+                         + (f"; it takes {sorted(allowed)}" if allowed else ""))
+    return extra
+
+
 def build_trainer(cfg: TrainConfig) -> Any:
     import gymnasium
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -74,12 +118,7 @@ def build_trainer(cfg: TrainConfig) -> Any:
     def env_factory():
         return gymnasium.make(env_id, **env_kwargs)
 
-    probe = env_factory()
-    n = probe.unwrapped.num_items()
-    start, stop = cfg.data.get("indices", [0, n])
-    indices = list(range(int(start), min(int(stop), n)))
-    if not indices:
-        raise ValueError(f"data.indices selects no items (the dataset has {n})")
+    indices = select_training_indices(cfg, env_factory())
     try:
         args = GRPOConfig(**cfg.trl)
     except TypeError as exc:
@@ -101,4 +140,5 @@ def build_trainer(cfg: TrainConfig) -> Any:
     return TurnGRPOTrainer(model=model, processing_class=tok, env_factory=env_factory, reward=reward, args=args,
                            train_dataset=task_dataset(indices), estimator=est.pop("name", "turn"),
                            gamma=est.pop("gamma", 1.0), advantage_eps=est.pop("eps", None),
+                           estimator_options=estimator_options(dict(cfg.estimator)),
                            max_episode_tokens=cfg.max_episode_tokens, stop=cfg.stop, peft_config=peft_config)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from turngym.agents.advantages import get_estimator
+from turngym.agents.advantages import ESTIMATOR_OPTIONS, entropy_enhanced, get_estimator
 from turngym.agents.hf import cut_generation
 from turngym.agents.policy import Generation, GenerationRequest, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
@@ -133,7 +133,9 @@ class TurnGRPOTrainer(GRPOTrainer):
     Args:
         env_factory: makes one env instance (``gymnasium.make(...)``).
         reward: a reward wrapper (``turngym.rewards.get_reward(...)``) scoring query groups.
-        estimator: ``grpo`` | ``turn`` | ``igpo_separate``.
+        estimator: ``grpo`` | ``turn`` | ``igpo_separate`` | ``egpo``.
+        estimator_options: ``egpo``: ``alpha``, ``kappa`` of the entropy term A + min(alpha·H, |A|/kappa),
+            H the policy's entropy at each action token (computed without gradient once per batch).
         gamma: discount for the backward sum of turn advantages.
         advantage_eps: added to the group std; None: the estimator's own default (``grpo``
             1e-4 as TRL, ``turn`` and ``igpo_separate`` 1e-6 as the official SIOP / IGPO code).
@@ -143,11 +145,17 @@ class TurnGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *, model: Any, env_factory: Callable[[], Any], reward: Any, args: GRPOConfig,
                  train_dataset: Any, estimator: str = "turn", gamma: float = 1.0, advantage_eps: float | None = None,
-                 max_episode_tokens: int | None = None, stop: Sequence[str] | None = None, **kwargs: Any):
+                 max_episode_tokens: int | None = None, stop: Sequence[str] | None = None,
+                 estimator_options: dict[str, Any] | None = None, **kwargs: Any):
         self.env_factory = env_factory
         self.reward = reward
         self.estimator_name = estimator
         self.estimator = get_estimator(estimator)
+        self.estimator_options = dict(estimator_options or {})
+        unknown = set(self.estimator_options) - ESTIMATOR_OPTIONS.get(estimator, set())
+        if unknown:
+            raise ValueError(f"estimator {estimator!r} takes no options {sorted(unknown)}")
+        self._voters: dict[str, list[Episode]] = {}  # TTRL: extra rollouts that only vote, per task key
         self.gamma = float(gamma)
         self.advantage_eps = None if advantage_eps is None else float(advantage_eps)
         self.max_episode_tokens = max_episode_tokens or args.max_completion_length
@@ -179,11 +187,15 @@ class TurnGRPOTrainer(GRPOTrainer):
                 groups[-1] = dataclasses.replace(groups[-1], k=groups[-1].k + 1)
             else:
                 groups.append(dataclasses.replace(row, k=1, slot=str(len(groups))))
+        n_votes = getattr(self.reward, "n_votes", None) if self.model.training else None
+        trained_k = {g.slot: g.k for g in groups}
+        if n_votes is not None:
+            groups = [self._vote_pool_group(g, n_votes) for g in groups]
         self._rollout_calls += 1
         tag = f"step{self.state.global_step}-call{self._rollout_calls}-rank{self.accelerator.process_index}"
         sampling = SamplingParams(max_new_tokens=self.args.max_completion_length, stop=self._stop)
         policy = TRLGenerationPolicy(self)
-        runner = RolloutRunner(policy, self.env_factory, sampling, concurrency=len(rows),
+        runner = RolloutRunner(policy, self.env_factory, sampling, concurrency=sum(g.k for g in groups),
                                run_tag=tag, max_episode_tokens=self.max_episode_tokens)
         was_training = self.model.training
         start = time.perf_counter()
@@ -191,7 +203,9 @@ class TurnGRPOTrainer(GRPOTrainer):
         policy.drain()
         self.model.train(was_training)
         by_key = {(e.meta["task_key"], e.meta["k"]): e for e in episodes}
-        ordered = [by_key[(g.key(), k)] for g in groups for k in range(g.k)]
+        ordered = [by_key[(g.key(), k)] for g in groups for k in range(trained_k[g.slot])]
+        self._voters = {g.key(): [by_key[(g.key(), k)] for k in range(trained_k[g.slot], g.k)]
+                        for g in groups if g.k > trained_k[g.slot]}
         self._batch_episodes = ordered
         self._rollout_seconds = time.perf_counter() - start
         comps = [episode_completion(e) for e in ordered]
@@ -204,35 +218,48 @@ class TurnGRPOTrainer(GRPOTrainer):
             "turngym_outcome": [outcome_score(e) for e in ordered],
         }
 
+    def _vote_pool_group(self, group: RolloutTask, n_votes: int) -> RolloutTask:
+        """TTRL: play ``n_votes`` rollouts of the query; the first ``k`` are trained, all of them vote."""
+        if group.k != self.num_generations:
+            raise ValueError(f"a TTRL vote pool needs each query's {self.num_generations} rollouts on one process; make "
+                             "per_device_train_batch_size a multiple of num_generations")
+        if n_votes < group.k:
+            raise ValueError(f"ttrl n_votes ({n_votes}) must be at least num_generations ({group.k})")
+        return dataclasses.replace(group, k=n_votes)
+
     # ------------------------------------------------------------------ advantages
 
     def turn_advantages(self, episodes: Sequence[Episode], group_size: int,
-                        groups: Sequence[int] | None = None) -> tuple[list[list[float]], list[list[float]]]:
+                        groups: Sequence[int] | None = None,
+                        voters: dict[str, list[Episode]] | None = None) -> tuple[list[list[float]], list[list[float]]]:
         """Per-turn rewards and advantages for ``episodes`` (consecutive groups of ``group_size``),
-        or for the groups numbered in ``groups`` only."""
+        or for the groups numbered in ``groups`` only; ``voters``: per task key, extra rollouts that
+        join the group's vote (TTRL) but are not trained."""
         if len(episodes) % group_size:
             raise ValueError(f"{len(episodes)} episodes do not split into groups of {group_size}")
         eps_kw = {} if self.advantage_eps is None else {"eps": self.advantage_eps}
         rewards, advantages = [], []
         for g in (range(len(episodes) // group_size) if groups is None else groups):
             group = list(episodes[g * group_size:(g + 1) * group_size])
-            scores = self.reward.score_group(group)
+            pool = (voters or {}).get(group[0].meta.get("task_key"))
+            scores = self.reward.score_group(group, vote_pool=pool) if pool else self.reward.score_group(group)
             rewards += scores.rewards
             advantages += self.estimator(scores.rewards, gamma=self.gamma, **eps_kw)
         return rewards, advantages
 
-    def _score_shared(self, everyone: Sequence[Episode], group_size: int) -> tuple[list[list[float]], list[list[float]]]:
+    def _score_shared(self, everyone: Sequence[Episode], group_size: int,
+                      voters: dict[str, list[Episode]] | None = None) -> tuple[list[list[float]], list[list[float]]]:
         """Each process scores only its share of the batch's groups (group g on process g mod n),
         once; the per-turn results are then gathered so every process has all of them."""
         from accelerate.utils import gather_object
 
         n, me = self.accelerator.num_processes, self.accelerator.process_index
         if n == 1:
-            return self.turn_advantages(everyone, group_size)
+            return self.turn_advantages(everyone, group_size, voters=voters)
         if len(everyone) % group_size:
             raise ValueError(f"{len(everyone)} episodes do not split into groups of {group_size}")
         mine = list(range(me, len(everyone) // group_size, n))
-        rewards, advs = self.turn_advantages(everyone, group_size, mine)
+        rewards, advs = self.turn_advantages(everyone, group_size, mine, voters)
         rows = [(g * group_size + i, rewards[j * group_size + i], advs[j * group_size + i])
                 for j, g in enumerate(mine) for i in range(group_size)]
         table = {pos: (r, a) for pos, r, a in gather_object(rows)}
@@ -246,7 +273,8 @@ class TurnGRPOTrainer(GRPOTrainer):
         k = self.num_generations if mode == "train" else self.num_generations_eval
         local = self._batch_episodes
         everyone = gather_object(local)  # groups may span processes; score them whole
-        rewards, advs = self._score_shared(everyone, k)
+        voters = dict(gather_object(list(self._voters.items()))) if self._voters or self.accelerator.num_processes > 1 else {}
+        rewards, advs = self._score_shared(everyone, k, voters)
         observe = getattr(self.reward, "observe", None)  # e.g. SCRIBE's library refresh every N steps
         if observe is not None and mode == "train":
             observe(self.state.global_step, everyone)
@@ -259,7 +287,10 @@ class TurnGRPOTrainer(GRPOTrainer):
             for pos, t in enumerate(turn_of[:width]):
                 if t >= 0:
                     table[row, pos] = per_turn[t]
-        out["advantages"] = table.to(out["completion_ids"].device)
+        table = table.to(out["completion_ids"].device)
+        if self.estimator_name == "egpo":
+            table = self._entropy_enhanced(out, table)
+        out["advantages"] = table
         flat_r = [r for ep in rewards for r in ep]
         flat_a = [a for ep in advs for a in ep]
         metrics = self._metrics[mode]
@@ -267,6 +298,21 @@ class TurnGRPOTrainer(GRPOTrainer):
             metrics["turngym/turn_reward_mean"].append(sum(flat_r) / len(flat_r))
             metrics["turngym/turn_advantage_mean"].append(sum(flat_a) / len(flat_a))
             metrics["turngym/turn_advantage_abs_max"].append(max(abs(a) for a in flat_a))
+        if self.estimator_name == "egpo":
+            metrics["turngym/egpo_entropy_mean"].append(self._egpo_entropy_mean)
         metrics["turngym/turns_per_episode"].append(sum(len(e.turns) for e in everyone) / max(1, len(everyone)))
         metrics["turngym/outcome"].append(sum(outcome_score(e) for e in everyone) / max(1, len(everyone)))
         return out
+
+    def _entropy_enhanced(self, out: dict[str, Any], table: torch.Tensor) -> torch.Tensor:
+        """EGPO: add min(alpha·H, |A|/kappa) on every action token, H the policy's token entropy
+        (no gradient; with one optimisation pass per generation it equals the entropy in the loss)."""
+        input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+        attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+        with torch.no_grad():
+            _, entropies, _ = self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention, out["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size, compute_entropy=True)
+        action = out["completion_mask"].float() * out.get("tool_mask", torch.ones_like(table)).float()
+        self._egpo_entropy_mean = float((entropies * action).sum() / action.sum().clamp(min=1.0))
+        return entropy_enhanced(table, entropies * action, **self.estimator_options)  # A = 0 → no bonus

@@ -42,6 +42,10 @@ def _qa(row: dict[str, Any]) -> dict[str, Any]:
     return {"id": str(row["id"]), "question": row["question"], "answers": [str(a) for a in row["golden_answers"]]}
 
 
+def _igpo(row: dict[str, Any]) -> dict[str, Any]:
+    return {**_qa(row), "benchmark": row["dataset"], "source_split": row.get("source_split")}
+
+
 BUNDLED: dict[str, BundledDataset] = {
     "math500": BundledDataset("math500", "math/math500/test.jsonl", "test", _math500, "full 500-problem subset"),
     "aime24": BundledDataset("aime24", "math/aime24/test.jsonl", "test", _aime, "full (30)"),
@@ -54,6 +58,8 @@ BUNDLED: dict[str, BundledDataset] = {
     "2wikimultihopqa": BundledDataset("2wikimultihopqa", "qa/2wikimultihopqa/dev.jsonl", "dev", _qa, "full dev (12,576)"),
     "musique": BundledDataset("musique", "qa/musique/dev.jsonl", "dev", _qa, "full answerable dev (2,417)"),
     "bamboogle": BundledDataset("bamboogle", "qa/bamboogle/test.jsonl", "test", _qa, "full (125)"),
+    "igpo-test": BundledDataset("igpo-test", "qa/igpo_test/test.jsonl", "test", _igpo,
+                                "IGPO's evaluation items: 512 per QA dataset (bamboogle 125), 3,197"),
 }
 QA_DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 
@@ -128,7 +134,10 @@ def _generic(row: dict[str, Any], n: int) -> dict[str, Any]:
 
 
 def load_dataset(name_or_path: str, split: str | None = None, normalise: Callable | None = None) -> Dataset:
-    """A bundled name (``math500``), a local ``.jsonl``/``.json`` file, or a HF dataset id."""
+    """A bundled name (``math500``), a shipped subset (``subset:searchqa-eval-nq``), a local
+    ``.jsonl``/``.json`` file, or a HF dataset id."""
+    if name_or_path.startswith("subset:"):
+        return _load_subset(name_or_path[len("subset:"):], split)
     if name_or_path in BUNDLED:
         spec = BUNDLED[name_or_path]
         if split not in (None, spec.split):
@@ -152,6 +161,23 @@ def load_dataset(name_or_path: str, split: str | None = None, normalise: Callabl
     for i, item in enumerate(items):
         item.update({"dataset": name, "split": split, "index": i})
     manifest = Manifest(name, split, source, digest, len(items), [str(it["id"]) for it in items])
+    return Dataset(items, manifest)
+
+
+def _load_subset(name: str, split: str | None) -> Dataset:
+    """A subset file's items; ``dataset`` is the subset's name, ``index`` the position in it, and
+    ``source_dataset`` / ``source_index`` say where each item comes from."""
+    from turngym.corpora.subsets import SubsetSpec, subset_path, subset_items
+
+    if split not in (None, "subset"):
+        raise ValueError(f"subset {name!r} has no splits; got split {split!r}")
+    spec = SubsetSpec.read(name)
+    items = subset_items(spec)
+    for i, item in enumerate(items):
+        item.update({"dataset": spec.name, "split": "subset", "index": i})
+    digest = hashlib.sha256(subset_path(name).read_bytes()).hexdigest()
+    manifest = Manifest(spec.name, "subset", f"bundled:subsets/{name}.json", digest, len(items),
+                        [str(it["id"]) for it in items])
     return Dataset(items, manifest)
 
 

@@ -42,7 +42,8 @@ def register_reward(name: str) -> Callable[[Callable[..., RewardWrapper]], Calla
 
 
 def get_reward(name: str, **config: Any) -> RewardWrapper:
-    """A reward wrapper by registry name (``outcome``, ``igpo``, ``ttrl``, ``empo``, ``siop``, ``scribe``, ``funrl``)."""
+    """A reward wrapper by registry name (``outcome``, ``igpo``, ``ttrl``, ``empo``, ``siop``, ``scribe``,
+    ``funrl``, ``toolcall_dense``)."""
     import turngym.rewards.funrl  # noqa: F401 - registration
     import turngym.rewards.outcome  # noqa: F401
     import turngym.rewards.scribe.reward  # noqa: F401

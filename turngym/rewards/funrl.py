@@ -1,6 +1,11 @@
-"""``funrl``: a low-level per-turn tool-call reward (well-formed, executes, matches the checker).
+"""Tool-call rewards: ``funrl`` (FunRL/EGPO's binary reward) and ``toolcall_dense`` (per-turn components).
 
-Each turn scores the mean of the components that apply to it:
+``funrl`` is the reward the FunRL/EGPO paper defines: a strict, single-criterion binary signal,
+1 on the final turn when the episode is well-formed *and* correct (BFCL's checker verdict, the
+env's gold outcome elsewhere), else 0. Train it with the ``egpo`` estimator for EGPO.
+
+``toolcall_dense`` is turngym's low-level per-turn reward (it was called ``funrl`` before the
+paper's reward took the name). Each turn scores the mean of the components that apply to it:
 
 * ``well_formed``: the action parsed (no ``parse_error``);
 * ``executed``: the env ran the turn's calls without error (``tool_ok`` / ``exec_ok``
@@ -15,11 +20,12 @@ is well-formed; one that starts a call (``[`` or ``<tool_call>``) and fails to d
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from turngym.episode import Episode, Turn
-from turngym.rewards.base import GroupScores, register_reward
+from turngym.rewards.base import GroupScores, final_turn_rewards, outcome_score, register_reward
 
 
 def executed(turn: Turn) -> bool | None:
@@ -47,10 +53,10 @@ def turn_components(episode: Episode, turn: Turn) -> dict[str, float]:
     return parts
 
 
-@register_reward("funrl")
+@register_reward("toolcall_dense")
 @dataclass
-class FunRLReward:
-    name: str = "funrl"
+class ToolCallDenseReward:
+    name: str = "toolcall_dense"
 
     def score_episode(self, episode: Episode) -> list[float]:
         out = []
@@ -64,3 +70,37 @@ class FunRLReward:
             raise ValueError("score_group needs at least one episode")
         comps: list[list[dict[str, Any]]] = [[turn_components(e, t) for t in e.turns] for e in episodes]
         return GroupScores([self.score_episode(e) for e in episodes], {"components": comps})
+
+
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+
+
+@register_reward("funrl")
+@dataclass
+class FunRLReward:
+    """FunRL/EGPO's binary reward: 1 on the final turn iff every turn is well-formed and the outcome is correct.
+
+    ``require_think``: the paper's format also asks for a non-empty ``<think>…</think>`` before
+    the call; turngym's prompts do not ask for one, so it is off unless set.
+    ``metric``: the outcome field that decides correctness (default: correct / em / bfcl_valid).
+    """
+
+    require_think: bool = False
+    metric: str | None = None
+    name: str = "funrl"
+
+    def components(self, episode: Episode) -> dict[str, float]:
+        well_formed = all(turn_components(episode, t)["well_formed"] for t in episode.turns)
+        if self.require_think:
+            well_formed = well_formed and all(any(m.strip() for m in _THINK.findall(t.action)) for t in episode.turns)
+        return {"format": float(bool(episode.turns) and well_formed),
+                "correct": float(outcome_score(episode, self.metric) == 1.0)}
+
+    def score_episode(self, episode: Episode) -> list[float]:
+        parts = self.components(episode)
+        return final_turn_rewards(episode, parts["format"] * parts["correct"])
+
+    def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
+        if not episodes:
+            raise ValueError("score_group needs at least one episode")
+        return GroupScores([self.score_episode(e) for e in episodes], {"components": [self.components(e) for e in episodes]})

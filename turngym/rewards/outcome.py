@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -37,29 +38,63 @@ def cluster_group(episodes: Sequence[Episode], equivalence: Any) -> Clustering:
 @register_reward("ttrl")
 @dataclass
 class TTRLReward:
-    """1 on the final turn if the answer is in the majority cluster (ties: the earliest), else 0."""
+    """1 on the final turn if the answer is in the majority cluster (ties: the earliest), else 0.
+
+    ``n_votes``: the vote pool per query (TTRL: 64 votes, 32 trained rollouts). In training the
+    trainer plays ``n_votes`` rollouts, all of them vote, and the first ``num_generations`` are
+    trained; ``score_group(group, vote_pool=extra)`` does the same on saved rollouts. ``None``:
+    the scored group is the whole pool. Unanswered rollouts do not vote.
+    """
 
     equivalence: Any = "auto"
+    n_votes: int | None = None
     name: str = "ttrl"
 
-    def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
-        cl = cluster_group(episodes, self.equivalence)
+    def __post_init__(self) -> None:
+        if self.n_votes is not None and self.n_votes < 1:
+            raise ValueError(f"n_votes must be >= 1, got {self.n_votes}")
+
+    def score_group(self, episodes: Sequence[Episode], vote_pool: Sequence[Episode] | None = None) -> GroupScores:
+        voters = [*episodes, *(vote_pool or [])]
+        cl = cluster_group(voters, self.equivalence)
         majority = max(range(len(cl.members)), key=lambda c: len(cl.members[c])) if cl.members else None
         rewards = [final_turn_rewards(e, float(lab is not None and lab == majority))
                    for e, lab in zip(episodes, cl.labels)]
-        return GroupScores(rewards, {"clusters": cl.to_dict(), "majority": majority})
+        return GroupScores(rewards, {"clusters": cl.to_dict(), "majority": majority, "votes": len(voters)})
 
 
 @register_reward("empo")
 @dataclass
 class EMPOReward:
-    """The rollout's cluster share m(c) on the final turn (semantic-entropy minimisation); unanswered 0."""
+    """EMPO: the rollout's semantic-cluster probability on the final turn, gated by semantic entropy.
+
+    As in EMPO's code: the K answers are clustered (an unanswered rollout is a cluster of its own
+    and gets 0); p(c) = |c| / K; H = -Σ p log p; if H is not below ``entropy_threshold`` the
+    whole group gets 0 (too unreliable to learn from). ``entropy_threshold``: ``"log_k"``
+    (default, log K: only a group of all-different answers is zeroed), a number, or ``None`` (no
+    gate). ``share_of``: ``"all"`` (p over all K, default) or ``"answered"`` (over answered rollouts).
+    """
 
     equivalence: Any = "auto"
+    entropy_threshold: float | str | None = "log_k"
+    share_of: str = "all"
     name: str = "empo"
+
+    def __post_init__(self) -> None:
+        if self.share_of not in ("all", "answered"):
+            raise ValueError(f"share_of must be 'all' or 'answered', got {self.share_of!r}")
+        if isinstance(self.entropy_threshold, str) and self.entropy_threshold != "log_k":
+            raise ValueError(f"entropy_threshold must be 'log_k', a number or None, got {self.entropy_threshold!r}")
 
     def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
         cl = cluster_group(episodes, self.equivalence)
-        rewards = [final_turn_rewards(e, cl.share(lab) if lab is not None else 0.0)
-                   for e, lab in zip(episodes, cl.labels)]
-        return GroupScores(rewards, {"clusters": cl.to_dict(), "m": [cl.share(c) for c in range(len(cl.members))]})
+        k = len(episodes)
+        sizes = [len(m) for m in cl.members] + [1] * (k - cl.n_answered)  # unanswered: singleton clusters
+        entropy = -sum(n / k * math.log(n / k) for n in sizes)
+        threshold = math.log(k) if self.entropy_threshold == "log_k" else self.entropy_threshold
+        gated = threshold is not None and not entropy < threshold
+        denom = k if self.share_of == "all" else max(1, cl.n_answered)
+        share = [len(m) / denom for m in cl.members]
+        rewards = [final_turn_rewards(e, 0.0 if gated or lab is None else share[lab]) for e, lab in zip(episodes, cl.labels)]
+        return GroupScores(rewards, {"clusters": cl.to_dict(), "m": share, "semantic_entropy": entropy,
+                                     "entropy_threshold": threshold, "gated": gated})
