@@ -233,6 +233,10 @@ class TurnGRPOTrainer(GRPOTrainer):
             metrics["turngym/turn_reward_mean"].append(sum(flat_r) / len(flat_r))
             metrics["turngym/turn_advantage_mean"].append(sum(flat_a) / len(flat_a))
             metrics["turngym/turn_advantage_abs_max"].append(max(abs(a) for a in flat_a))
+        dynamics = getattr(self.reward, "training_metrics", None)  # e.g. SCRIBE's uncertainty, plan separability
+        if dynamics is not None:  # drained in eval too, so eval groups never leak into train figures
+            for key, value in dynamics().items():
+                metrics[f"turngym/{key}"].append(value)
         metrics["turngym/turns_per_episode"].append(sum(len(e.turns) for e in everyone) / max(1, len(everyone)))
         metrics["turngym/outcome"].append(sum(outcome_score(e) for e in everyone) / max(1, len(everyone)))
         return out
