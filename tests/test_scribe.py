@@ -653,10 +653,12 @@ def test_scribe_recipes_load_and_name_rewards_that_build(planted_library, embedd
                 sub.update(llm=llm)
                 if part == "scribe":
                     sub.update(library=planted_library, embedder=embedder, library_path=None)
-        swapped = "+".join(p if p in REWARDS or p not in ("egpo",) else "funrl" for p in parts)
-        if swapped != name:
-            reward["weights"] = {("funrl" if k == "egpo" else k): v for k, v in reward["weights"].items()}
-            reward.pop("egpo", None)
+        get_reward("outcome")  # fills the registry
+        swapped = name
+        if "egpo" in parts and "egpo" not in REWARDS:  # not merged into this checkout yet
+            swapped = name.replace("egpo", "funrl")
+            reward["weights"] = {k.replace("egpo", "funrl"): v for k, v in reward["weights"].items()}
+            reward["funrl"] = reward.pop("egpo")
         built = get_reward(swapped, **reward)
         s = built.score_group([episode("e", ["Step 1 [sum]: add 2 and 3", "Step 2 [birth]: so 5"])])
         assert len(s.rewards[0]) == 2 and all(np.isfinite(s.rewards[0])), path
