@@ -443,21 +443,20 @@ def test_prm_judges_the_same_steps_with_open_criteria():
 
 def test_composite_rewards_add_weighted_parts(planted_library, embedder):
     llm = JSONLLM(FakeRulePolicy(scripted_rule))
-    ep = episode("e", ["Step 1 [birth]: search X", "Step 2 [sum]: WRONG so 45"], correct=False)
-    ep.turns[0].tool_calls = [{"name": "search", "arguments": {"query": "X"}}]
-    ep.turns[0].metrics = {"action": "search"}
-    ep.turns[1].parse_error = "no answer tag"
+    ep = episode("e", ["Step 1 [birth]: search X", "Step 2 [sum]: WRONG so 45"], correct=True)
     scribe_cfg = {"llm": llm, "library": planted_library, "embedder": embedder, "outcome_weight": 0.0}
-    combo = get_reward("scribe+funrl", weights={"scribe": 1.0, "funrl": 0.5}, scribe=scribe_cfg)
+    combo = get_reward("scribe+outcome", weights={"scribe": 1.0, "outcome": 0.5}, scribe=scribe_cfg)
     s = combo.score_group([ep])
     scribe_r = get_reward("scribe", **scribe_cfg).score_group([ep]).rewards[0]
-    funrl_r = get_reward("funrl").score_group([ep]).rewards[0]
-    assert funrl_r == [1.0, 0.0] and scribe_r == pytest.approx([1.0, 1 / 3])
-    assert s.rewards[0] == pytest.approx([a + 0.5 * b for a, b in zip(scribe_r, funrl_r)])
-    assert s.diagnostics["part_rewards"]["funrl"] == [funrl_r] and combo.name == "scribe+funrl"
+    outcome_r = get_reward("outcome").score_group([ep]).rewards[0]
+    assert outcome_r == [0.0, 1.0] and scribe_r == pytest.approx([1.0, 1 / 3])
+    assert s.rewards[0] == pytest.approx([1.0, 1 / 3 + 0.5])
+    assert s.diagnostics["part_rewards"]["outcome"] == [outcome_r] and combo.name == "scribe+outcome"
+    funrl = get_reward("scribe+funrl", scribe=scribe_cfg).score_group([ep])  # whatever funrl's definition, it adds
+    assert funrl.rewards[0] == pytest.approx([a + b for a, b in zip(scribe_r, funrl.diagnostics["part_rewards"]["funrl"][0])])
     built = get_reward("composite", parts=[{"reward": get_reward("prm", llm=llm, outcome_weight=0.0), "weight": 2.0},
                                            {"name": "outcome", "weight": 1.0}])
-    assert built.score_group([ep]).rewards[0] == pytest.approx([2 * 2 / 3, 2 * 0.0 + 0.0])
+    assert built.score_group([ep]).rewards[0] == pytest.approx([2 * 2 / 3, 2 * 0.0 + 1.0])
     with pytest.raises(ValueError, match="not among its parts"):
         get_reward("scribe+funrl", weights={"egpo": 1.0}, scribe=scribe_cfg)
     with pytest.raises(ValueError, match="unknown reward"):
@@ -631,8 +630,7 @@ RECIPES = sorted((ROOT / "configs").glob("train_*_scribe*.yaml")) + sorted((ROOT
 
 
 def test_scribe_recipes_load_and_name_rewards_that_build(planted_library, embedder):
-    """Every SCRIBE recipe parses and its reward builds (with a fake judge in place of the recipe's model).
-    A part not registered in this checkout (``egpo`` before its branch lands) is built as ``funrl``."""
+    """Every SCRIBE recipe parses and its reward builds (with a fake judge in place of the recipe's model)."""
     from turngym.agents.train_config import TrainConfig
 
     names = {p.name for p in RECIPES}
@@ -644,6 +642,7 @@ def test_scribe_recipes_load_and_name_rewards_that_build(planted_library, embedd
         reward = dict(cfg.reward)
         name = reward.pop("name")
         assert "scribe" in name or name == "prm", path
+        assert set(name.split("+")) <= {"scribe", "prm", "funrl"}, path
         parts = name.split("+")
         if len(parts) > 1:
             assert set(reward.get("weights", {})) == set(parts), path
@@ -653,13 +652,7 @@ def test_scribe_recipes_load_and_name_rewards_that_build(planted_library, embedd
                 sub.update(llm=llm)
                 if part == "scribe":
                     sub.update(library=planted_library, embedder=embedder, library_path=None)
-        get_reward("outcome")  # fills the registry
-        swapped = name
-        if "egpo" in parts and "egpo" not in REWARDS:  # not merged into this checkout yet
-            swapped = name.replace("egpo", "funrl")
-            reward["weights"] = {k.replace("egpo", "funrl"): v for k, v in reward["weights"].items()}
-            reward["funrl"] = reward.pop("egpo")
-        built = get_reward(swapped, **reward)
+        built = get_reward(name, **reward)
         s = built.score_group([episode("e", ["Step 1 [sum]: add 2 and 3", "Step 2 [birth]: so 5"])])
         assert len(s.rewards[0]) == 2 and all(np.isfinite(s.rewards[0])), path
 
