@@ -63,13 +63,19 @@ def neighbour_pairs(jobs: Sequence[Job], embedder: Any, threshold: float = 0.8) 
     if len(jobs) < 2:
         return []
     vecs = embedder.embed([it.span for _, it, _ in jobs])
-    sims = vecs @ vecs.T
+    by_proto: dict[str, list[int]] = {}
+    for k, (_, _, proto) in enumerate(jobs):
+        by_proto.setdefault(proto.id, []).append(k)
     out = []
-    for i, j in itertools.combinations(range(len(jobs)), 2):
-        (ei, _, pi), (ej, _, pj) = jobs[i], jobs[j]
-        if ei.id != ej.id and pi.id == pj.id and sims[i, j] >= threshold:
-            out.append((i, j))
-    return out
+    for idx in by_proto.values():
+        if len(idx) < 2:
+            continue
+        sims = vecs[idx] @ vecs[idx].T
+        for a, b in zip(*np.nonzero(np.triu(sims >= threshold, k=1))):
+            i, j = idx[a], idx[b]
+            if jobs[i][0].id != jobs[j][0].id:
+                out.append((i, j))
+    return sorted(out)
 
 
 def cross_instance_consistency(pairs: Sequence[tuple[int, int]], scores: Sequence[int | None]) -> dict[str, Any]:
@@ -93,7 +99,7 @@ def reliability(episodes: Sequence[Episode], scribe: Any, repeats: int = 5, temp
     if not isinstance(scribe.library, SkillLibrary):
         raise ValueError("reliability needs a SCRIBE reward with a skill library (fit it or load one)")
     decomps = scribe.decompose(episodes)
-    jobs = routed_jobs(episodes, scribe.library, decomps, scribe._router)
+    jobs = routed_jobs(episodes, scribe.library, decomps, scribe.step_router)
     pairs = neighbour_pairs(jobs, scribe.embedder, neighbour_threshold)
     out: dict[str, Any] = {"episodes": len(episodes), "steps": sum(len(d.items) for d in decomps),
                            "routed_steps": len(jobs), "neighbour_threshold": neighbour_threshold,

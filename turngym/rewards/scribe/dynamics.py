@@ -81,17 +81,21 @@ def plan_separability(plans: np.ndarray, success: Sequence[bool]) -> float | Non
 
 @dataclass
 class DynamicsRecorder:
-    """Collects the steps of scored groups; :meth:`metrics` summarises and starts afresh."""
+    """Collects the steps of scored groups; :meth:`metrics` summarises and starts afresh. Without a
+    trainer draining it (offline scoring), only the last ``max_groups`` groups are kept."""
 
     groups: list[list[list[StepRecord]]] = field(default_factory=list)
     outcomes: list[list[float]] = field(default_factory=list)
     family_of: dict[str, str] = field(default_factory=dict)   # prototype id -> family id
+    max_groups: int = 4096
 
     def add_group(self, steps_per_episode: Sequence[Sequence[StepRecord]], outcomes: Sequence[float],
                   family_of: dict[str, str]) -> None:
         self.groups.append([list(s) for s in steps_per_episode])
         self.outcomes.append([float(o) for o in outcomes])
         self.family_of.update(family_of)
+        if len(self.groups) > self.max_groups:
+            del self.groups[0], self.outcomes[0]
 
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {}

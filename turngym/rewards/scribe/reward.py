@@ -93,7 +93,7 @@ class ScribeReward:
         if isinstance(self.library, str):
             self.library = SkillLibrary.load(self.library)
         self.embedder = SentenceEmbedder(self.embedder) if isinstance(self.embedder, str) else self.embedder
-        self._router = (EmbeddingRouter(self.embedder, self.family_threshold, self.skill_threshold)
+        self.step_router = (EmbeddingRouter(self.embedder, self.family_threshold, self.skill_threshold)
                         if self.router == "embedding" else LLMRouter(self.llm))
         self._buffer: deque = deque(maxlen=self.buffer_size)
         self._step = 0
@@ -153,7 +153,7 @@ class ScribeReward:
             self.rebuild()
         lib: SkillLibrary | None = self.library if isinstance(self.library, SkillLibrary) else None
         flat = [(e, it) for e, d in zip(episodes, decomps) for it in d.items]
-        routes = self._router.route([it for _, it in flat], lib) if lib is not None else [None] * len(flat)
+        routes = self.step_router.route([it for _, it in flat], lib) if lib is not None else [None] * len(flat)
         jobs = [(e, it, lib.by_id(r)) for (e, it), r in zip(flat, routes) if r is not None and lib is not None]
         verdicts = iter(judge_steps(jobs, self.llm, self.judge_tokens, self.observation_tokens) if jobs else [])
         steps: dict[str, list[StepRecord]] = {e.id: [] for e in episodes}
