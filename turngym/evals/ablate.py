@@ -187,11 +187,11 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
         for w in wrappers.values():
             if hasattr(w, "_scorer"):
                 w._scorer = shared
-    if reliability_repeats and "scribe" not in wrappers:
-        raise ValueError("the reliability table needs 'scribe' among the rewards")
+    rel = None
     if reliability_repeats:
         from turngym.rewards.scribe.diagnostics import reliability
 
-        return ablate(report.episodes, wrappers, out_dir,
-                      reliability=reliability(report.episodes, wrappers["scribe"], repeats=reliability_repeats))
-    return ablate(report.episodes, wrappers, out_dir)
+        if "scribe" not in wrappers:
+            raise ValueError("the reliability table needs 'scribe' among the rewards")
+        rel = reliability(report.episodes, wrappers["scribe"], repeats=reliability_repeats)
+    return ablate(report.episodes, wrappers, out_dir, reliability=rel)
