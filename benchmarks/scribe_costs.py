@@ -1,15 +1,21 @@
-"""SCRIBE costs with real components.
+"""SCRIBE costs and judge reliability with real components.
 
-1. Library build for N skill descriptions (default 1,000): embedding (all-MiniLM-L6-v2),
-   clustering (HDBSCAN, K-means fallback) and prototype distillation by the LLM, timed
-   per stage. The descriptions are made from 20 skill families x phrasing variants.
-2. Judge calls per episode and cache hit rate, scoring saved episodes with the
-   ``scribe`` reward: a fit pass (decompose + build the library), a scoring pass (the
-   decompositions come from the cache), and a second scoring pass (all from the cache,
-   as when a trainer re-scores unchanged content).
+1. Library build for N step descriptions (default 1,000): embedding (all-MiniLM-L6-v2),
+   two-level clustering (HDBSCAN / K-means skills, average-linkage families) and prototype
+   distillation by the LLM, timed per stage. The descriptions come from 20 skill families x
+   phrasing variants.
+2. Judge calls per episode and cache hit rate, scoring episodes with ``scribe`` and ``prm``:
+   a fit pass (decompose + build the library), a scoring pass (decompositions from the
+   cache), and a repeat pass (all from the cache, as when a trainer re-scores unchanged content).
+3. Repeat and cross-instance consistency of ``scribe`` vs ``prm`` on the same routed steps.
 
-Usage: python benchmarks/scribe_costs.py [--n 1000] [--llm default]
-       [--episodes runs/main/searchqa-hotpotqa/episodes.jsonl]   (from `bash scripts/main.sh`)
+Episodes: ``--episodes FILE`` (e.g. the main job's), or, without one, episodes played through
+the real MathCode-v0 env from MATH500 reference solutions: per item one rollout is the
+solution (correct) and one is the same solution with a wrong boxed answer (incorrect), so each
+turn is a long multi-step reasoning turn.
+
+Usage: python benchmarks/scribe_costs.py [--n 1000] [--llm default] [--episodes FILE]
+       [--math-items 4] [--repeats 3] [--max-new-tokens 256]
 """
 
 from __future__ import annotations
@@ -19,9 +25,9 @@ import itertools
 import json
 import random
 import time
-from pathlib import Path
+from typing import Any
 
-from turngym.episode import read_episodes
+from turngym.episode import Episode, read_episodes
 from turngym.rewards import get_reward
 from turngym.rewards.scribe.embed import SentenceEmbedder
 from turngym.rewards.scribe.library import SkillItem, build_library
@@ -48,68 +54,135 @@ def descriptions(n: int, seed: int = 0) -> list[SkillItem]:
     out = []
     for (v, o), fr, c in itertools.islice(itertools.cycle(combos), n):
         text = fr.format(v=v, o=o) + c
-        out.append(SkillItem(subgoal=text, skill=text, first_turn=0, last_turn=0))
+        out.append(SkillItem(subgoal=text, skill=text))
     return out
 
 
-def bench_library(n: int, llm_spec: str) -> None:
-    llm = make_llm(llm_spec, max_concurrency=8)
+def bench_library(n: int, llm: Any) -> None:
     embedder = SentenceEmbedder("default")
     embedder.embed(["warm up"])
+    before = llm.stats.to_dict()
     t0 = time.perf_counter()
     lib, timings = build_library(descriptions(n), embedder, llm, min_cluster_size=10)
     total = time.perf_counter() - t0
-    print(f"library build, {n} descriptions: {total:.1f} s total "
+    after = llm.stats.to_dict()
+    print(f"library build, {n} descriptions: {total:.1f} s total ("
           + ", ".join(f"{k} {v:.2f}" for k, v in timings.items())
-          + f"; {lib.clustering.get('method')} -> {len(lib.prototypes)} prototypes "
-            f"({lib.failed_distillations} failed distillations); llm {json.dumps(llm.stats.to_dict())}")
+          + f"); {lib.clustering['method']} -> {lib.clustering['families']} families, {lib.clustering['skills']} skills "
+            f"({lib.failed_distillations} failed distillations); distillation calls {after['calls'] - before['calls']}, "
+            f"failed JSON {after['failed'] - before['failed']}")
 
 
-def bench_judging(path: str, llm_spec: str) -> None:
-    report = read_episodes(path)
-    episodes = report.episodes
-    if not episodes:
-        raise SystemExit(f"no episodes in {path}; run `bash scripts/main.sh` first")
-    groups: dict[str, list] = {}
+def wrong_boxed(text: str) -> str:
+    """The same text with its last \\boxed{...} answer replaced by a wrong one."""
+    at = text.rfind("\\boxed{")
+    if at < 0:
+        return text + " \\boxed{0}"
+    depth, i = 0, at + len("\\boxed{") - 1
+    while i < len(text):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            break
+        i += 1
+    answer = text[at + len("\\boxed{"):i]
+    return text[:at] + "\\boxed{" + ("1" if answer.strip() == "0" else "0") + "}" + text[i + 1:]
+
+
+def math_episodes(items: int) -> list[Episode]:
+    import gymnasium
+
+    import turngym  # noqa: F401 - registration
+    from turngym.corpora.datasets import BUNDLED, _bundled_path, _read_rows
+
+    rows = _read_rows(_bundled_path(BUNDLED["math500"].relpath))  # raw rows: the reference solutions
+    chosen = [i for i, r in enumerate(rows) if 1000 <= len(r.get("solution", "")) <= 2500][:items]
+    out = []
+    for i in chosen:
+        for k, text in enumerate([rows[i]["solution"], wrong_boxed(rows[i]["solution"])]):
+            env = gymnasium.make("turngym/MathCode-v0", dataset="math500")
+            env.reset(seed=0, options={"index": i})
+            env.step(text)
+            ep = env.unwrapped.episode
+            ep.id, ep.group = f"math500-{i}-{k}", f"math500-{i}"
+            out.append(ep)
+            env.close()
+    return out
+
+
+def bench_judging(episodes: list[Episode], llm: Any) -> Any:
+    groups: dict[str, list[Episode]] = {}
     for ep in episodes:
         groups.setdefault(ep.group or ep.id, []).append(ep)
-    reward = get_reward("scribe", llm=llm_spec, min_cluster_size=2)
+    reward = get_reward("scribe", llm=llm, min_cluster_size=2)
     t0 = time.perf_counter()
     reward.fit(episodes)
     fit_s = time.perf_counter() - t0
-    s0 = reward.llm.stats.to_dict()
-    judge_calls = 0
-    t0 = time.perf_counter()
+    rate = lambda a, b: (b["cache_hits"] - a["cache_hits"]) / max(1, b["calls"] - a["calls"])  # noqa: E731
+    s0 = llm.stats.to_dict()
+    judge_calls, steps, t0 = 0, 0, time.perf_counter()
+    diags = []
     for g in groups.values():
-        judge_calls += reward.score_group(g).diagnostics["judge_calls"]
+        d = reward.score_group(g).diagnostics
+        judge_calls += d["judge_calls"]
+        steps += d["step_count"]
+        diags.append(d)
     score_s = time.perf_counter() - t0
-    s1 = reward.llm.stats.to_dict()
+    s1 = llm.stats.to_dict()
     for g in groups.values():
         reward.score_group(g)
-    s2 = reward.llm.stats.to_dict()
-    rate = lambda a, b: (b["cache_hits"] - a["cache_hits"]) / max(1, b["calls"] - a["calls"])  # noqa: E731
+    s2 = llm.stats.to_dict()
     lib = reward.library
-    print(f"judging {len(episodes)} episodes in {len(groups)} groups: fit {fit_s:.1f} s, scoring pass {score_s:.1f} s; "
-          f"library {0 if lib is None else len(lib.prototypes)} prototypes; "
-          f"judge calls per episode {judge_calls / len(episodes):.2f}; "
+    unmatched = sum(d["unmatched_steps"] for d in diags)
+    print(f"scribe on {len(episodes)} episodes in {len(groups)} groups: fit {fit_s:.1f} s, scoring pass {score_s:.1f} s; "
+          f"library {0 if lib is None else lib.clustering.get('families')} families / "
+          f"{0 if lib is None else lib.clustering.get('skills')} skills; steps per episode {steps / len(episodes):.2f} "
+          f"({unmatched} unmatched); judge calls per episode {judge_calls / len(episodes):.2f}; "
           f"LLM calls per episode (scoring pass) {(s1['calls'] - s0['calls']) / len(episodes):.2f}; "
-          f"cache hit rate: scoring pass {rate(s0, s1):.2f}, repeat pass {rate(s1, s2):.2f}, "
-          f"overall {s2['cache_hit_rate']:.2f}; failed JSON {s2['failed']} of {s2['calls'] - s2['cache_hits']} generated calls")
+          f"cache hit rate: scoring pass {rate(s0, s1):.2f}, repeat pass {rate(s1, s2):.2f}")
+    prm = get_reward("prm", llm=llm)
+    p0 = llm.stats.to_dict()
+    prm_calls = sum(prm.score_group(g).diagnostics["judge_calls"] for g in groups.values())
+    p1 = llm.stats.to_dict()
+    print(f"prm on the same episodes: judge calls per episode {prm_calls / len(episodes):.2f}; "
+          f"cache hit rate {rate(p0, p1):.2f} (decompositions shared with scribe)")
+    print(f"LLM totals: {json.dumps(llm.stats.to_dict())}")
+    return reward
+
+
+def bench_reliability(episodes: list[Episode], reward: Any, repeats: int) -> None:
+    from turngym.evals.ablate import reliability_table
+    from turngym.rewards.scribe.diagnostics import reliability
+
+    if reward.library is None:
+        print("no library was built (no decomposed steps): no reliability figures")
+        return
+    t0 = time.perf_counter()
+    r = reliability(episodes, reward, repeats=repeats)
+    print(f"reliability ({time.perf_counter() - t0:.1f} s):")
+    print("\n".join(reliability_table(r)))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--llm", default="default")
-    ap.add_argument("--episodes", default="runs/main/searchqa-hotpotqa/episodes.jsonl")
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--episodes", default=None, help="episodes JSONL (default: MATH500 solutions through MathCode-v0)")
+    ap.add_argument("--math-items", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-library", action="store_true")
     args = ap.parse_args()
+    llm = make_llm(args.llm, max_concurrency=8, max_new_tokens=args.max_new_tokens)
+    print(f"judge model: {llm.name}")
     if not args.skip_library:
-        bench_library(args.n, args.llm)
-    if Path(args.episodes).is_file():
-        bench_judging(args.episodes, args.llm)
-    else:
-        print(f"skipping the judging figures: {args.episodes} not found (run `bash scripts/main.sh`)")
+        bench_library(args.n, llm)
+    episodes = read_episodes(args.episodes).episodes if args.episodes else math_episodes(args.math_items)
+    if not episodes:
+        raise SystemExit(f"no episodes in {args.episodes}")
+    chars = [len(t.action) for e in episodes for t in e.turns]
+    print(f"{len(episodes)} episodes, {sum(chars)} action characters, longest turn {max(chars)} characters")
+    reward = bench_judging(episodes, llm)
+    bench_reliability(episodes, reward, args.repeats)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,21 @@
-"""SCRIBE: strict-JSON LLM calls, decomposition, library, routing, judging, the reward, diagnostics.
+"""SCRIBE and its baselines: strict-JSON LLM calls, steps inside turns, the two-level library, routing,
+judging, the ``scribe``, ``prm`` and composite rewards, reliability, training dynamics, recipes.
 
-Deterministic tests use ``FakeRulePolicy``, a fake LLM backend whose replies are computed
-from the prompt; the embedder and clusterer are the real ones (all-MiniLM-L6-v2, hdbscan).
+Deterministic tests use ``FakeRulePolicy``, a fake LLM backend whose replies are computed from
+the prompt, and ``FakeNoisyJudge``, a fake judge with a known noise rate; beside them, the
+same paths run on a real local transformers model (a tiny random one; the default Gemma 3
+270M in the slow test). The embedder and clusterers are the real ones (all-MiniLM-L6-v2,
+hdbscan, scipy).
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,17 +23,24 @@ import pytest
 from turngym.agents.policy import Generation
 from turngym.episode import Episode, Turn
 from turngym.rewards import get_reward
+from turngym.rewards.base import REWARDS
 from turngym.rewards.scribe.cluster import cluster_skills
-from turngym.rewards.scribe.diagnostics import cross_instance_consistency, repeat_consistency
+from turngym.rewards.scribe.decompose import TokenCounter, decompose, split_turn, windows
+from turngym.rewards.scribe.diagnostics import (cross_instance_consistency, neighbour_pairs, reliability,
+                                                repeat_consistency)
+from turngym.rewards.scribe.dynamics import DynamicsRecorder, normalised_entropy
 from turngym.rewards.scribe.embed import SentenceEmbedder
 from turngym.rewards.scribe.library import SkillItem, SkillLibrary, SkillPrototype, build_library
 from turngym.rewards.scribe.llm import JSONLLM, parse_json_reply, validate
 from turngym.rewards.scribe.prompts import DECOMPOSE_SCHEMA, JUDGE_SCHEMA
-from turngym.rewards.scribe.steps import EmbeddingRouter, LLMRouter, decompose, judge_items
+from turngym.rewards.scribe.scoring import StepRecord
+from turngym.rewards.scribe.steps import EmbeddingRouter, LLMRouter, judge_prompts, judge_steps
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class FakeRulePolicy:
-    """A fake LLM backend for unit tests: ``rule(prompt, n)`` gives the reply text."""
+    """A fake LLM backend for unit tests: ``rule(prompt, n, sampling)`` gives the reply text."""
 
     tokenizer = None
     max_context = None
@@ -58,59 +71,89 @@ class FakeRulePolicy:
         return out
 
 
-FAMILIES = {
-    "bound": ["state the integer bound after solving a strict inequality", "round a strict inequality to an integer bound",
-              "convert c < 44.75 into the largest integer value", "turn a fractional inequality limit into an integer limit",
-              "find the greatest integer satisfying a strict inequality", "state the integer boundary of a solution interval"],
-    "search": ["search the web for the birthplace of a person", "look up where a famous person was born with a search",
-               "query a search engine for a person's place of birth", "retrieve the home town of an actor by searching",
-               "issue a search for the city a singer was born in", "use search to find the birth city of a writer"],
-    "code": ["write python code to compute a sum and print it", "run a python snippet that adds numbers and prints",
-             "compute an arithmetic total by executing python code", "use the interpreter to calculate and print a result",
-             "execute python to evaluate a numeric expression", "print the value of a calculation with python"],
+# A planted two-level hierarchy: two skill families, two skills each.
+SKILLS = {
+    ("search", "birth"): ["search the web for the birthplace of a person", "look up where a famous person was born",
+                          "query a search engine for a person's place of birth", "search for the city a singer was born in",
+                          "find the home town of an actor by searching", "use search to find the birth city of a writer"],
+    ("search", "film"): ["search for the release year of a film", "look up when a movie came out",
+                         "query a search engine for a film's release date", "find the year a movie premiered by searching",
+                         "search for when the film was first shown", "use search to find the release year of a movie"],
+    ("code", "sum"): ["write python code to compute a sum and print it", "run a python snippet that adds numbers",
+                      "compute an arithmetic total by executing python", "use the interpreter to add a list of numbers",
+                      "execute python to sum the values", "print the sum of numbers with python code"],
+    ("code", "debug"): ["fix a python traceback error in the code", "debug a failing python snippet",
+                        "read the python error message and correct the code", "repair code that raised an exception",
+                        "fix the bug that made the python run fail", "correct python code after a NameError"],
 }
+# what the fake decomposer calls a step tagged [tag] in the agent's text
+TAG_SKILL = {"birth": SKILLS["search", "birth"][0], "film": SKILLS["search", "film"][0], "sum": SKILLS["code", "sum"][0],
+             "debug": SKILLS["code", "debug"][0], "bake": "knead sourdough and proof it overnight"}
 
 
-def planted_items() -> tuple[list[SkillItem], list[str]]:
+def planted_items() -> tuple[list[SkillItem], list[tuple[str, str]]]:
     items, labels = [], []
-    for fam, texts in FAMILIES.items():
+    for (fam, skill), texts in SKILLS.items():
         for k, t in enumerate(texts):
-            items.append(SkillItem(subgoal=f"{fam} step {k}", skill=t, first_turn=0, last_turn=0, episode_id=f"{fam}{k}"))
-            labels.append(fam)
+            items.append(SkillItem(subgoal=f"{fam} {skill} step {k}", skill=t, episode_id=f"{skill}{k}"))
+            labels.append((fam, skill))
     return items, labels
 
 
+BLOCK = re.compile(r"\[turn (\d+)(?:, characters \d+-\d+ of \d+)?\] agent:\n(.*?)(?=\n\[turn \d+|\n\nReply with JSON)", re.S)
+STEP_TEXT = re.compile(r"The step:\n(.*?)(?:\n\nThe environment's reply|\n\nRubric:|\n\nScale:)", re.S)
+
+
+def fake_steps(prompt: str) -> list[dict]:
+    """Fake decomposer: every line starting with "Step" opens a step (else the turn's first line)."""
+    steps = []
+    for m in BLOCK.finditer(prompt):
+        turn, lines = int(m.group(1)), [ln for ln in m.group(2).split("\n") if ln.strip()]
+        for line in [ln for ln in lines if ln.startswith("Step")] or lines[:1]:
+            tag = re.search(r"\[(\w+)\]", line)
+            steps.append({"subgoal": line[:60], "skill": TAG_SKILL.get(tag.group(1) if tag else "", TAG_SKILL["birth"]),
+                          "turn": turn, "starts_with": " ".join(line.split()[:8])})
+    steps.append({"subgoal": "hallucinated", "skill": "x", "turn": 99, "starts_with": "nowhere"})  # dropped, counted
+    return steps
+
+
 def scripted_rule(prompt: str, n: int, sampling) -> str:
-    """Decompose: one step per turn; distil: a rubric named after the examples; judge: 3 unless a 'mistake'."""
-    if prompt.startswith("Split this agent trajectory"):
-        turns = sorted({int(x) for x in re.findall(r"\[turn (\d+)\] agent", prompt)})
-        steps = [{"subgoal": f"do turn {t}", "skill": "search the web for the birthplace of a person" if t == 0
-                  else "state the integer bound after solving a strict inequality", "first_turn": t, "last_turn": t}
-                 for t in turns]
-        steps.append({"subgoal": "out of range", "skill": "x", "first_turn": 7, "last_turn": 99})
-        return "Here you go:\n```json\n" + json.dumps({"steps": steps}) + "\n```"
+    """Decompose as above; distil a rubric; rubric judge: 1 for a WRONG step, else 3; PRM: 0 / 2; route: first listed."""
+    if prompt.startswith("Split the agent's work"):
+        return "Here you go:\n```json\n" + json.dumps({"steps": fake_steps(prompt)}) + "\n```"
     if prompt.startswith("These steps"):
-        name = "search" if "search" in prompt else "integer bound" if "integer" in prompt else "code"
-        return json.dumps({"name": name, "when_to_use": f"when a step needs {name}",
+        first = re.search(r"- skill: (.*?) \|", prompt).group(1)
+        return json.dumps({"name": first, "when_to_use": f"when a step needs to {first}",
                            "checklist": ["state the final condition explicitly", "use the tool correctly"],
                            "pitfalls": [{"mistake": "boundary leak", "score": 2}]})
+    if prompt.startswith("Grade one step of an agent's work: is it correct"):
+        step = STEP_TEXT.search(prompt).group(1)
+        return json.dumps({"score": 0 if "WRONG" in step else 2, "reason": "fake"})
     if prompt.startswith("Grade one step"):
-        score = 1 if "WRONG STEP" in prompt else 3
-        return f"{{'score': '{score}', 'violated': ['use the tool correctly', 'not on the list'],}}"
+        step = STEP_TEXT.search(prompt).group(1)
+        return f"{{'score': '{1 if 'WRONG' in step else 3}', 'violated': ['use the tool correctly', 'not on the list'],}}"
     if prompt.startswith("Which skill rubric"):
-        return '{"prototype": "none"}' if "nothing fits" in prompt else '{"prototype": "p0"}'
+        return '{"prototype": "none"}' if "sourdough" in prompt else \
+            json.dumps({"prototype": re.search(r"^- (\S+):", prompt, re.M).group(1)})
     return "no idea"
 
 
-def episode(eid: str, actions: list[str], correct: bool = True) -> Episode:
+def episode(eid: str, actions: list[str], correct: bool = True, group: str = "g") -> Episode:
     turns = [Turn(index=i, action=a, observation=f"obs {i}") for i, a in enumerate(actions)]
     return Episode(id=eid, env_id="turngym/SearchQA-v0", task={"question": "Where was X born, and the bound?"},
-                   turns=turns, outcome={"em": float(correct)}, group="g")
+                   turns=turns, outcome={"em": float(correct)}, group=group)
 
 
 @pytest.fixture(scope="module")
 def embedder():
     return SentenceEmbedder("default")
+
+
+@pytest.fixture(scope="module")
+def planted_library(embedder):
+    items, _ = planted_items()
+    lib, _ = build_library(items, embedder, JSONLLM(FakeRulePolicy(scripted_rule)), min_cluster_size=3)
+    return lib
 
 
 # ------------------------------------------------------------------ strict JSON
@@ -125,7 +168,8 @@ def test_replies_are_repaired_validated_or_refused():
     assert err is None and v["score"] == 1
     assert parse_json_reply('{"score": 5, "violated": []}', schema)[1] == "$.score must be one of [0, 1, 2, 3], got 5"
     assert parse_json_reply("no json here", schema)[0] is None
-    assert validate({"steps": [{"subgoal": "a", "skill": "b", "first_turn": -1, "last_turn": 0}]}, DECOMPOSE_SCHEMA)
+    assert validate({"steps": [{"subgoal": "a", "skill": "b", "turn": -1, "starts_with": "x"}]},
+                    DECOMPOSE_SCHEMA) == "$.steps[0].turn must be >= 0"
 
 
 def test_invalid_reply_is_reasked_once_then_counted_as_failed():
@@ -165,18 +209,68 @@ def test_concurrency_limit_bounds_prompts_in_flight():
     assert max(policy.batches) <= 3 and sum(policy.batches) == 28
 
 
-# ------------------------------------------------------------------ decomposition, library, routing, judging
+# ------------------------------------------------------------------ steps inside turns
 
 
-def test_decomposition_ties_items_to_turns_and_drops_impossible_ranges():
-    llm = JSONLLM(FakeRulePolicy(scripted_rule))
-    ep = episode("e1", ["<search>X birthplace</search>", "<answer>c <= 44</answer>"])
-    [d] = decompose([ep], llm)
-    assert [(i.first_turn, i.last_turn) for i in d.items] == [(0, 0), (1, 1)]
-    assert d.dropped == 1 and not d.failed
-    assert "[turn 1] agent: <answer>c <= 44</answer>" in d.items[1].span
-    [failed] = decompose([ep], JSONLLM(FakeRulePolicy(lambda p, n, s: "nope"), reask=False))
-    assert failed.failed and failed.items == []
+def long_reasoning_turn(n: int = 12) -> str:
+    body = [f"Step {k} [sum]: add the partial sum number {k} to the running total. " + "x" * 300 for k in range(1, n + 1)]
+    return "Let me think about this carefully.\n" + "\n".join(body) + "\nStep 13 [sum]: WRONG, so the answer is \\boxed{7}"
+
+
+def test_a_long_turn_is_decomposed_into_several_judged_steps_without_losing_its_end(planted_library, embedder):
+    policy = FakeRulePolicy(scripted_rule)
+    llm = JSONLLM(policy)
+    action = long_reasoning_turn()
+    assert len(action) > 3 * 1200  # far past the old fixed 1,200-character cut
+    ep = episode("long", [action, "<answer>7</answer>"])
+    reward = get_reward("scribe", llm=llm, library=planted_library, embedder=embedder, window_tokens=256,
+                        outcome_weight=0.0)
+    scores = reward.score_group([ep])
+    d = scores.diagnostics
+    steps = [s for s in d["steps"][0] if s["turn"] == 0]
+    assert d["decompose_windows"] >= 4  # ~1,024 characters (256 tokens at 4 characters each) per window
+    assert len(steps) == 13 and d["dropped_steps"] == [d["decompose_windows"]]  # each window's hallucinated step
+    # the steps tile the turn: nothing lost, the first absorbs the preamble, the last reaches the end
+    assert "".join(action[s["start"]:s["end"]] for s in steps) == action
+    assert steps[0]["start"] == 0 and steps[-1]["end"] == len(action)
+    assert all(a["end"] == b["start"] for a, b in zip(steps, steps[1:]))
+    assert steps[-1]["score"] == 1 and all(s["score"] == 3 for s in steps[:-1])  # the end was judged, and wrong
+    assert all(s["prototype"] == planted_library.by_id(steps[0]["prototype"]).id for s in steps)
+    assert planted_library.by_id(steps[0]["prototype"]).level == 2  # the skill, not only its family
+    assert scores.rewards[0][0] == pytest.approx((12 * 1.0 + 1 / 3) / 13)  # mean of the turn's steps
+    judged_end = [p for p in policy.prompts if p.startswith("Grade one step") and "\\boxed{7}" in p]
+    assert len(judged_end) == 1
+    for w in (p for p in policy.prompts if p.startswith("Split the agent's work")):
+        assert len(w) < 1024 + 1100  # every window respects the budget (plus the fixed instructions)
+
+
+def test_token_budget_windows_with_a_real_tokenizer(tiny_chat_policy):
+    counter = TokenCounter(tiny_chat_policy.tokenizer)
+    text = "\n".join(f"line {k}: " + "alpha beta gamma " * (k % 7 + 1) for k in range(60)) + "\n" + "z" * 900
+    parts = split_turn(text, 3, 64, counter)
+    assert len(parts) > 3 and parts[0].start == 0 and parts[-1].end == len(text)
+    assert all(a.end == b.start for a, b in zip(parts, parts[1:]))
+    assert all(counter.count(text[p.start:p.end]) <= 64 + 2 for p in parts)  # per-piece counts add up to the budget
+    short = episode("s", ["one short turn", "and another"])
+    assert [[p.turn for p in w] for w in windows(short, 64, counter)] == [[0, 1]]  # short turns share a window
+    assert "omitted" in counter.clip("word " * 400, 20) and counter.clip("tiny", 20) == "tiny"
+
+
+def test_unlocatable_steps_are_dropped_and_turns_without_steps_are_counted():
+    def rule(prompt, n, s):
+        if prompt.startswith("Split the agent's work"):
+            return json.dumps({"steps": [{"subgoal": "a", "skill": "b", "turn": 0, "starts_with": "not in the text"},
+                                         {"subgoal": "c", "skill": "d", "turn": 1, "starts_with": "second   turn"}]})
+        return "?"
+
+    [d] = decompose([episode("e", ["first turn", "the second turn\nwith more"])], JSONLLM(FakeRulePolicy(rule)))
+    assert d.dropped == 1 and d.unstepped_turns == [0]
+    assert [(i.turn, i.start, i.end, i.span) for i in d.items] == [(1, 0, 25, "the second turn\nwith more")]
+    [failed] = decompose([episode("e", ["x"])], JSONLLM(FakeRulePolicy(lambda p, n, s: "nope"), reask=False))
+    assert failed.failed and failed.items == [] and failed.unstepped_turns == [0]
+
+
+# ------------------------------------------------------------------ the two-level library and routing
 
 
 def test_clustering_recovers_planted_skill_groups(embedder):
@@ -186,8 +280,8 @@ def test_clustering_recovers_planted_skill_groups(embedder):
     clusters = cluster_skills(embedder.embed([it.text for it in items]), min_cluster_size=3)
     kept = [(lab, c) for lab, c in zip(labels, clusters.labels) if c >= 0]
     assert len(kept) >= 0.8 * len(labels)
-    assert adjusted_rand_score([k[0] for k in kept], [k[1] for k in kept]) >= 0.8
-    assert len(clusters.groups) == 3
+    assert adjusted_rand_score([str(k[0]) for k in kept], [k[1] for k in kept]) >= 0.8
+    assert len(clusters.groups) == 4
 
 
 def test_kmeans_takes_over_when_hdbscan_finds_only_noise():
@@ -198,20 +292,31 @@ def test_kmeans_takes_over_when_hdbscan_finds_only_noise():
     assert clusters.method == "kmeans" and clusters.noise_fraction == 0 and clusters.params["k"] >= 2
 
 
-def test_library_builds_routes_and_round_trips_through_json(tmp_path, embedder):
-    items, _ = planted_items()
-    llm = JSONLLM(FakeRulePolicy(scripted_rule))
-    lib, timings = build_library(items, embedder, llm, min_cluster_size=3)
-    assert len(lib.prototypes) == 3 and lib.clustering["method"] == "hdbscan" and set(timings) >= {"embed_s"}
-    assert {p.name for p in lib.prototypes} == {"search", "integer bound", "code"}
+def test_identical_descriptions_form_one_group_instead_of_failing():
+    vecs = np.tile(np.eye(8)[0], (30, 1))
+    clusters = cluster_skills(vecs, min_cluster_size=3)
+    assert clusters.method == "single" and clusters.labels == [0] * 30
+    two = np.vstack([np.tile(np.eye(8)[0], (20, 1)), np.tile(np.eye(8)[1], (20, 1))])
+    assert len(cluster_skills(two, min_cluster_size=30).groups) == 1  # only two distinct points: no K-means
+
+
+def test_library_has_skill_families_and_skills_and_round_trips(tmp_path, planted_library):
+    lib = planted_library
+    items, labels = planted_items()
+    fams, skills = lib.families(), [p for p in lib.prototypes if p.level == 2]
+    assert len(fams) == 2 and len(skills) == 4 and lib.clustering["families"] == 2
+    for f in fams:
+        kids = lib.children(f.id)
+        assert len(kids) == 2 and f.size == sum(k.size for k in kids) == 12
+        # a family's skills are the planted skills of one planted family
+        planted = {labels[[it.skill for it in items].index(k.examples[0])][0] for k in kids}
+        assert len(planted) == 1
     path = lib.save(tmp_path / "lib.json")
     again = SkillLibrary.load(path)
     assert again.to_dict() == lib.to_dict()
-    router = EmbeddingRouter(embedder)
-    probe = [SkillItem("find where she was born", "search for the birthplace of a novelist", 0, 0),
-             SkillItem("bake", "knead sourdough and proof it overnight", 0, 0)]
-    routes = router.route(probe, again)
-    assert again.by_id(routes[0]).name == "search" and routes[1] is None
+    flat_v1 = {**lib.to_dict(), "schema_version": 1,
+               "prototypes": [{k: v for k, v in p.items() if k not in ("level", "parent")} for p in lib.to_dict()["prototypes"]]}
+    assert all(p.level == 1 for p in SkillLibrary.from_dict(flat_v1).prototypes)  # an old flat library still loads
     (tmp_path / "bad.json").write_text('{"format": "other"}')
     with pytest.raises(ValueError, match="not a SCRIBE skill library"):
         SkillLibrary.load(tmp_path / "bad.json")
@@ -219,35 +324,72 @@ def test_library_builds_routes_and_round_trips_through_json(tmp_path, embedder):
         SkillLibrary.load(tmp_path / "missing.json")
 
 
-def test_llm_router_and_judge_keep_to_the_schema():
+def test_hierarchical_routing_picks_the_deepest_match_and_falls_back_to_the_family(planted_library, embedder):
+    lib = planted_library
+    router = EmbeddingRouter(embedder, family_threshold=0.35, skill_threshold=0.5)
+    probe = [SkillItem("find birthplace", "look up where a novelist was born"),
+             SkillItem("research", "use a search engine to find out about a topic"),
+             SkillItem("bake", "knead sourdough and proof it overnight")]
+    deep, shallow, none = router.route(probe, lib)
+    assert lib.by_id(deep).level == 2 and "born" in " ".join(lib.by_id(deep).examples + [lib.by_id(deep).name]) + "born"
+    assert lib.by_id(deep).parent == shallow  # the birthplace skill of the search family
+    assert lib.by_id(shallow).level == 1 and none is None
+    # raising the skill threshold sends the deep match to its family too
+    assert EmbeddingRouter(embedder, 0.35, 0.99).route(probe[:1], lib) == [shallow]
+
+
+def test_llm_router_walks_the_two_levels():
+    llm = JSONLLM(FakeRulePolicy(scripted_rule))
+    fam = SkillPrototype("f0", "search", "when searching", ["use the tool correctly"], [])
+    kid = SkillPrototype("f0.s0", "search birthplaces", "when looking for a birthplace", ["c"], [], level=2, parent="f0")
+    lone = SkillPrototype("f1", "code", "when coding", ["c"], [])
+    lib = SkillLibrary([fam, kid, lone])
+    routes = LLMRouter(llm).route([SkillItem("find it", "search"), SkillItem("x", "knead sourdough")], lib)
+    assert routes == ["f0.s0", None]
+
+
+def test_judge_keeps_to_the_schema_and_the_checklist():
     llm = JSONLLM(FakeRulePolicy(scripted_rule))
     proto = SkillPrototype("p0", "search", "when searching", ["use the tool correctly", "state the final condition explicitly"],
                            [{"mistake": "boundary leak", "score": 2}])
-    lib = SkillLibrary([proto])
-    items = [SkillItem("find it", "search", 0, 0), SkillItem("nothing fits", "baking", 0, 0)]
-    assert LLMRouter(llm).route(items, lib) == ["p0", None]
     ep = episode("e", ["WRONG STEP here"])
-    [j] = judge_items([(ep, SkillItem("s", "k", 0, 0, span="WRONG STEP here"), proto)], llm)
+    [j] = judge_steps([(ep, SkillItem("s", "k", 0, 0, 15, span="WRONG STEP here"), proto)], llm)
     assert j.score == 1 and j.violated == ["use the tool correctly"] and j.unknown_violations == 1
+    [(prompt, _)] = judge_prompts([(ep, SkillItem("s", "k", 0, 0, 15, span="WRONG STEP here"), proto)], llm)
+    assert "The environment's reply after this step:\nobs 0" in prompt  # the step ends its turn
 
 
-# ------------------------------------------------------------------ the reward
+# ------------------------------------------------------------------ the scribe reward
 
 
-def test_scribe_reward_aggregates_per_turn_as_documented(tmp_path, embedder):
-    items, _ = planted_items()
+def test_unmatched_steps_get_the_neutral_value_and_are_counted(planted_library, embedder):
     llm = JSONLLM(FakeRulePolicy(scripted_rule))
-    lib, _ = build_library(items, embedder, llm, min_cluster_size=3)
-    reward = get_reward("scribe", llm=llm, library=lib, embedder=embedder, outcome_weight=0.25)
-    good = episode("e1", ["<search>X birthplace</search>", "<answer>c <= 44</answer>"], correct=True)
-    bad = episode("e2", ["<search>X birthplace</search>", "WRONG STEP here", "<answer>45</answer>"], correct=False)
+    ep = episode("e", ["Step 1 [sum]: add the numbers with python\nStep 2 [bake]: knead the dough"], correct=False)
+    reward = get_reward("scribe", llm=llm, library=planted_library, embedder=embedder, outcome_weight=0.0)
+    s = reward.score_group([ep])
+    assert [x["status"] for x in s.diagnostics["steps"][0]] == ["judged", "unmatched"]
+    assert s.diagnostics["unmatched_steps"] == 1 and s.diagnostics["judge_calls"] == 1
+    assert s.rewards[0] == pytest.approx([(1.0 + 0.5) / 2])  # neutral 0.5, not the minimum 0
+    custom = get_reward("scribe", llm=llm, library=planted_library, embedder=embedder, outcome_weight=0.0,
+                        unmatched_value=0.2, turn_aggregate="min")
+    assert custom.score_group([ep]).rewards[0] == pytest.approx([0.2])
+
+
+def test_scribe_reward_aggregates_per_turn_as_documented(planted_library, embedder):
+    llm = JSONLLM(FakeRulePolicy(scripted_rule))
+    reward = get_reward("scribe", llm=llm, library=planted_library, embedder=embedder, outcome_weight=0.25)
+    good = episode("e1", ["Step 1 [birth]: search X birthplace", "Step 2 [sum]: c <= 44, so 44"], correct=True)
+    bad = episode("e2", ["Step 1 [birth]: search X birthplace", "Step 2 [sum]: WRONG STEP here\nStep 3 [sum]: so 45",
+                         "<answer>45</answer>"], correct=False)
     scores = reward.score_group([good, bad])
-    # good: both turns judged 3 -> p = 1; bad: turn 1 judged 1 (a WRONG STEP) -> 1/3
+    # good: both turns judged 3 -> p = 1; bad: turn 1 = mean(1/3, 1); turn 2 ("<answer>") its first line, judged 3
     assert scores.rewards[0] == pytest.approx([0.75, 0.75 + 0.25])
-    assert scores.rewards[1] == pytest.approx([0.75, 0.75 / 3, 0.75])
+    assert scores.rewards[1] == pytest.approx([0.75, 0.75 * (1 / 3 + 1) / 2, 0.75])
     d = scores.diagnostics
-    assert d["judge_calls"] == 5 and d["unjudged_turns"] == [[], []] and d["library_version"] == 1
-    assert d["items"][1][1]["score"] == 1 and d["items"][1][1]["violated"] == ["use the tool correctly"]
+    assert d["judge_calls"] == 6 and d["unstepped_turns"] == [[], []] and d["library_version"] == 1
+    wrong = d["steps"][1][1]
+    assert wrong["score"] == 1 and wrong["violated"] == ["use the tool correctly"] and wrong["turn"] == 1
+    assert bad.turns[1].action[wrong["start"]:wrong["end"]].startswith("Step 2 [sum]: WRONG")
     before = llm.stats.generated
     reward.score_group([good, bad])  # identical calls: all from the cache
     assert llm.stats.generated == before and reward.score_episode(good) == scores.rewards[0]
@@ -258,9 +400,9 @@ def test_scribe_bootstraps_and_refreshes_the_library_every_n_steps(tmp_path, emb
     path = tmp_path / "lib.json"
     reward = get_reward("scribe", llm=llm, embedder=embedder, bootstrap_items=4, refresh_every=3,
                         library_path=str(path), min_cluster_size=2, outcome_weight=0.0)
-    eps = [episode(f"e{i}", ["<search>X</search>", "<answer>c <= 44</answer>"]) for i in range(3)]
+    eps = [episode(f"e{i}", ["Step 1 [birth]: search X", "Step 2 [sum]: c <= 44"]) for i in range(3)]
     first = reward.score_group(eps[:1])
-    assert reward.library is None and first.rewards == [[0.0, 0.0]]  # 2 items buffered, below bootstrap
+    assert reward.library is None and first.rewards == [[0.5, 0.5]]  # below bootstrap: every step unmatched, neutral
     reward.score_group(eps[1:])
     assert reward.library is not None and reward.library.version == 1 and path.is_file()
     reward.observe(2)
@@ -276,28 +418,184 @@ def test_scribe_config_errors_are_clear():
         get_reward("scribe", llm=llm, outcome_weight=2.0)
     with pytest.raises(ValueError, match="router"):
         get_reward("scribe", llm=llm, router="magic")
+    with pytest.raises(ValueError, match="turn_aggregate"):
+        get_reward("prm", llm=llm, turn_aggregate="median")
+    with pytest.raises(ValueError, match="unmatched_value"):
+        get_reward("scribe", llm=llm, unmatched_value=-1)
     with pytest.raises(ValueError, match="bad configuration"):
         get_reward("scribe", llm=llm, nonsense=1)
 
 
-# ------------------------------------------------------------------ diagnostics
+# ------------------------------------------------------------------ prm and composite rewards
 
 
-def test_repeat_and_cross_instance_consistency():
+def test_prm_judges_the_same_steps_with_open_criteria():
+    policy = FakeRulePolicy(scripted_rule)
+    prm = get_reward("prm", llm=JSONLLM(policy), outcome_weight=0.0)
+    ep = episode("e", ["Step 1 [birth]: search X\nStep 2 [birth]: WRONG guess", "Step 3 [sum]: so 44"])
+    s = prm.score_group([ep])
+    assert [(x["turn"], x["score"], x["prototype"]) for x in s.diagnostics["steps"][0]] == [
+        (0, 2, None), (0, 0, None), (1, 2, None)]
+    assert s.rewards[0] == pytest.approx([(2 / 3 + 0) / 2, 2 / 3]) and s.diagnostics["judge_calls"] == 3
+    judged = [p for p in policy.prompts if p.startswith("Grade one step")]
+    assert judged and not any("Rubric:" in p or "checklist" in p for p in judged)  # no prototype, no rubric
+
+
+def test_composite_rewards_add_weighted_parts(planted_library, embedder):
+    llm = JSONLLM(FakeRulePolicy(scripted_rule))
+    ep = episode("e", ["Step 1 [birth]: search X", "Step 2 [sum]: WRONG so 45"], correct=True)
+    scribe_cfg = {"llm": llm, "library": planted_library, "embedder": embedder, "outcome_weight": 0.0}
+    combo = get_reward("scribe+outcome", weights={"scribe": 1.0, "outcome": 0.5}, scribe=scribe_cfg)
+    s = combo.score_group([ep])
+    scribe_r = get_reward("scribe", **scribe_cfg).score_group([ep]).rewards[0]
+    outcome_r = get_reward("outcome").score_group([ep]).rewards[0]
+    assert outcome_r == [0.0, 1.0] and scribe_r == pytest.approx([1.0, 1 / 3])
+    assert s.rewards[0] == pytest.approx([1.0, 1 / 3 + 0.5])
+    assert s.diagnostics["part_rewards"]["outcome"] == [outcome_r] and combo.name == "scribe+outcome"
+    funrl = get_reward("scribe+funrl", scribe=scribe_cfg).score_group([ep])  # whatever funrl's definition, it adds
+    assert funrl.rewards[0] == pytest.approx([a + b for a, b in zip(scribe_r, funrl.diagnostics["part_rewards"]["funrl"][0])])
+    built = get_reward("composite", parts=[{"reward": get_reward("prm", llm=llm, outcome_weight=0.0), "weight": 2.0},
+                                           {"name": "outcome", "weight": 1.0}])
+    assert built.score_group([ep]).rewards[0] == pytest.approx([2 * 2 / 3, 2 * 0.0 + 1.0])
+    with pytest.raises(ValueError, match="not among its parts"):
+        get_reward("scribe+funrl", weights={"egpo": 1.0}, scribe=scribe_cfg)
+    with pytest.raises(ValueError, match="unknown reward"):
+        get_reward("scribe+nonexistent", scribe=scribe_cfg)
+    with pytest.raises(ValueError, match="joins reward names"):
+        get_reward("scribe+", scribe=scribe_cfg)
+
+
+# ------------------------------------------------------------------ reliability
+
+
+class FakeNoisyJudge:
+    """A fake judge with known noise: with sampling on, each score is the true one (3, or 1 for a
+    WRONG step) with probability 1 - p, else uniform over 0-3; greedy calls always give the true one."""
+
+    tokenizer = None
+    max_context = None
+    name = "fake-noisy-judge"
+
+    def __init__(self, p: float, seed: int = 0):
+        self.p, self.rng = p, random.Random(seed)
+
+    def generate(self, requests, sampling):
+        out = []
+        for r in requests:
+            prompt = r.messages[-1]["content"]
+            true = 1 if "WRONG" in STEP_TEXT.search(prompt).group(1) else 3
+            noisy = sampling.temperature > 0 and self.rng.random() < self.p
+            out.append(Generation(text=json.dumps({"score": self.rng.randrange(4) if noisy else true, "violated": []})))
+        return out
+
+
+def noisy_jobs(n: int) -> list:
     proto = SkillPrototype("p0", "bound", "when bounding", ["state the final condition explicitly"], [])
-    eps = [episode(f"e{i}", ["a mistake" if i % 2 else "fine"]) for i in range(4)]
-    jobs = [(e, SkillItem("s", "k", 0, 0, span=e.turns[0].action), proto) for e in eps]
+    eps = [episode(f"e{i}", ["WRONG step" if i % 2 else f"fine step {i}"]) for i in range(n)]
+    return [(e, SkillItem("s", "k", 0, 0, len(e.turns[0].action), e.id, e.turns[0].action), proto) for e in eps]
 
-    steady = JSONLLM(FakeRulePolicy(lambda p, n, s: '{"score": 2, "violated": ["state the final condition explicitly"]}'))
-    r = repeat_consistency(jobs, steady, n=4)
-    assert r["exact_agreement"] == 1.0 and r["mean_score_range"] == 0 and r["llm"]["cache_hits"] == 0
-    flaky = JSONLLM(FakeRulePolicy(lambda p, n, s: json.dumps({"score": n % 3, "violated": []})))
-    assert repeat_consistency(jobs, flaky, n=3)["exact_agreement"] == 0.0
 
-    verdicts = judge_items(jobs, JSONLLM(FakeRulePolicy(
-        lambda p, n, s: json.dumps({"score": 1 if "a mistake" in p else 2, "violated": ["state the final condition explicitly"]}))))
-    c = cross_instance_consistency(jobs, verdicts)
-    assert c["groups"] == 1 and c["exact_agreement"] == 0.0 and c["mean_score_range"] == 1
+def test_repeat_consistency_measures_a_judge_with_known_noise():
+    p, n = 0.4, 5
+    jobs = noisy_jobs(200)
+    noisy = JSONLLM(FakeNoisyJudge(p))
+    r = repeat_consistency(judge_prompts(jobs, noisy), noisy, n=n, temperature=0.7)
+    same = 1 - p + p / 4   # P(a judgement equals the true score)
+    expected_pairwise = same ** 2 + 3 * (p / 4) ** 2
+    expected_exact = same ** n + 3 * (p / 4) ** n
+    assert r["pairwise_agreement"] == pytest.approx(expected_pairwise, abs=0.05)
+    assert r["exact_agreement"] == pytest.approx(expected_exact, abs=0.07)
+    assert r["llm"]["cache_hits"] == 0 and r["judged_every_time"] == 200
+    steady = JSONLLM(FakeNoisyJudge(0.0))
+    s = repeat_consistency(judge_prompts(jobs, steady), steady, n=3)
+    assert s["exact_agreement"] == 1.0 and s["mean_score_range"] == 0 and s["mean_score_std"] == 0
+
+
+def test_cross_instance_pairs_come_from_routing_and_embeddings_not_from_the_judge(embedder):
+    proto, other = (SkillPrototype(i, "bound", "w", ["c"], []) for i in ("p0", "p1"))
+    texts = ["Since c < 44.75 and c is an integer, the largest value is c = 44.",
+             "Since c < 44.75 and c must be an integer, the largest value is 44.",
+             "Since c < 44.75 and c is an integer, the largest value is c = 44.",
+             "Now search for the birthplace of the author of the novel."]
+    eps = [episode(f"e{i}", [t]) for i, t in enumerate(texts)]
+    jobs = [(eps[0], SkillItem("s", "k", span=texts[0]), proto), (eps[1], SkillItem("s", "k", span=texts[1]), proto),
+            (eps[2], SkillItem("s", "k", span=texts[2]), other), (eps[3], SkillItem("s", "k", span=texts[3]), proto)]
+    pairs = neighbour_pairs(jobs, embedder, threshold=0.8)
+    assert pairs == [(0, 1)]  # job 2 is a neighbour but routed elsewhere; job 3 is routed alike but not a neighbour
+    c = cross_instance_consistency(pairs, [3, 2, 3, 0])
+    assert c == {"pairs": 1, "scored_pairs": 1, "exact_agreement": 0.0, "mean_abs_difference": 1.0}
+    assert cross_instance_consistency(pairs, [3, 3, None, None])["exact_agreement"] == 1.0
+
+
+def test_reliability_of_scribe_and_prm_on_the_same_steps(planted_library, embedder):
+    llm = JSONLLM(FakeRulePolicy(scripted_rule))
+    scribe = get_reward("scribe", llm=llm, library=planted_library, embedder=embedder)
+    eps = [episode(f"e{i}", ["Step 1 [sum]: add 2 and 3 with python, giving 5", "Step 2 [birth]: search X"])
+           for i in range(3)]
+    r = reliability(eps, scribe, repeats=3)
+    assert r["routed_steps"] == 6 and set(r["judges"]) == {"scribe", "prm"}
+    for name in ("scribe", "prm"):
+        assert r["judges"][name]["repeat"]["exact_agreement"] == 1.0  # the scripted judge is deterministic
+        assert r["judges"][name]["cross_instance"]["scored_pairs"] == 6  # 3 episodes x 2 identical steps: 3 pairs each
+    from turngym.evals.ablate import reliability_table
+
+    table = "\n".join(reliability_table(r))
+    assert "| scribe | 3 | 1.000 |" in table and "| prm | 3 | 1.000 |" in table
+
+
+def test_reliability_with_a_real_local_judge(tiny_chat_policy):
+    """A tiny random transformers model as the judge: greedy scores repeat exactly; sampled ones vary."""
+    llm = JSONLLM(tiny_chat_policy, max_new_tokens=4)
+    jobs = noisy_jobs(6)
+    prompts = judge_prompts(jobs, llm)
+    greedy = repeat_consistency(prompts, llm, n=2, temperature=0.0)
+    assert greedy["exact_agreement"] == 1.0 and greedy["judged_every_time"] == 6  # scores chosen among 0-3
+    sampled = repeat_consistency(prompts, llm, n=3, temperature=5.0)
+    assert sampled["judged_every_time"] == 6 and sampled["exact_agreement"] < 1.0
+
+
+# ------------------------------------------------------------------ training dynamics
+
+
+def record(turn: int, prototype: str | None, score: int | None) -> StepRecord:
+    status = "unmatched" if prototype is None else "judged"
+    return StepRecord(turn, 0, 1, "s", "k", status, 0.5 if score is None else score / 3, prototype, score)
+
+
+def test_uncertainty_and_plan_separability_by_hand():
+    assert normalised_entropy([3, 3, 3]) == 0.0 and normalised_entropy([0, 1, 2, 3]) == pytest.approx(1.0)
+    rec = DynamicsRecorder()
+    family_of = {"f0": "f0", "f0.s0": "f0", "f1": "f1"}
+    # successes plan with family f0, failures with f1: plans separate success fully
+    rec.add_group([[record(0, "f0.s0", 3)], [record(0, "f0.s0", 1)], [record(0, "f1", 0)], [record(0, "f1", 0)]],
+                  [1.0, 1.0, 0.0, 0.0], family_of)
+    rec.add_group([[record(0, "f0.s0", 3)], [record(0, "f0", 2)], [record(0, "f1", 1)], [record(0, None, None)]],
+                  [1.0, 1.0, 0.0, 0.0], family_of)
+    m = rec.metrics()
+    assert m["scribe/plan_separability"] == 1.0
+    assert m["scribe/uncertainty/f0.s0"] == pytest.approx(np.mean([normalised_entropy([3, 1])]))  # group 2 has one
+    assert m["scribe/uncertainty/f1"] == 0.0 and m["scribe/unmatched_rate"] == pytest.approx(1 / 8)
+    assert rec.metrics() == {}  # drained
+    rec.add_group([[record(0, "f0", 3)]] * 4, [1.0, 0.0, 1.0, 0.0], family_of)
+    assert rec.metrics()["scribe/plan_separability"] == 0.5  # identical plans say nothing about success
+
+
+def test_trainer_logs_scribe_training_dynamics(tmp_path, planted_library, embedder):
+    from test_trainer import config, model_and_tokenizer
+
+    from turngym.agents.trainer import TurnGRPOTrainer, task_dataset
+    from turngym.envs.calculator import CalculatorEnv
+
+    reward = get_reward("scribe", llm=JSONLLM(FakeRulePolicy(scripted_rule)), library=planted_library,
+                        embedder=embedder)
+    model, tok = model_and_tokenizer()
+    tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: CalculatorEnv(max_turns=2),
+                         reward=reward, args=config(tmp_path, max_steps=1), train_dataset=task_dataset(range(4)),
+                         estimator="turn")
+    tr.train()
+    logged = {k for h in tr.state.log_history for k in h}
+    assert "turngym/scribe/unmatched_rate" in logged
+    assert reward.dynamics.groups == []  # drained by the trainer every step
 
 
 # ------------------------------------------------------------------ toolcall_dense (formerly funrl)
@@ -325,6 +623,40 @@ def test_toolcall_dense_scores_format_execution_and_the_bfcl_checker():
     assert get_reward("toolcall_dense").score_episode(math_ep) == [0.5, 1.0]
 
 
+# ------------------------------------------------------------------ recipes
+
+
+RECIPES = sorted((ROOT / "configs").glob("train_*_scribe*.yaml")) + sorted((ROOT / "configs").glob("train_*_prm.yaml"))
+
+
+def test_scribe_recipes_load_and_name_rewards_that_build(planted_library, embedder):
+    """Every SCRIBE recipe parses and its reward builds (with a fake judge in place of the recipe's model)."""
+    from turngym.agents.train_config import TrainConfig
+
+    names = {p.name for p in RECIPES}
+    assert {"train_math_scribe.yaml", "train_bfcl_scribe.yaml", "train_math_prm.yaml", "train_bfcl_prm.yaml",
+            "train_math_scribe_egpo.yaml", "train_bfcl_scribe_egpo.yaml", "train_bfcl_scribe_funrl.yaml"} <= names
+    llm = JSONLLM(FakeRulePolicy(scripted_rule))
+    for path in RECIPES:
+        cfg = TrainConfig.load(path)
+        reward = dict(cfg.reward)
+        name = reward.pop("name")
+        assert "scribe" in name or name == "prm", path
+        assert set(name.split("+")) <= {"scribe", "prm", "funrl"}, path
+        parts = name.split("+")
+        if len(parts) > 1:
+            assert set(reward.get("weights", {})) == set(parts), path
+        for part in parts:
+            sub = reward.get(part, {}) if len(parts) > 1 else reward
+            if part in ("scribe", "prm"):
+                sub.update(llm=llm)
+                if part == "scribe":
+                    sub.update(library=planted_library, embedder=embedder, library_path=None)
+        built = get_reward(name, **reward)
+        s = built.score_group([episode("e", ["Step 1 [sum]: add 2 and 3", "Step 2 [birth]: so 5"])])
+        assert len(s.rewards[0]) == 2 and all(np.isfinite(s.rewards[0])), path
+
+
 # ------------------------------------------------------------------ the real default model
 
 
@@ -337,15 +669,13 @@ def test_whole_chain_with_the_real_default_model(tmp_path, embedder):
     scores = reward.score_group(eps)
     stats = reward.llm.stats
     assert stats.generated >= 3 and stats.calls >= 3
-    # base model + JSON openings: decomposition, distillation and judging all ran on real output
-    assert reward.library is not None and reward.library.prototypes
-    assert scores.diagnostics["judge_calls"] >= 1
-    judged = [i for items in scores.diagnostics["items"] for i in items if i["score"] is not None]
-    assert judged and all(0 <= i["score"] <= 3 for i in judged)
-    assert all(np.isfinite(x) for r in scores.rewards for x in r)
-    assert all(len(r) == 2 for r in scores.rewards)
-    print("default-model chain:", json.dumps(stats.to_dict()), "library:",
-          None if reward.library is None else len(reward.library.prototypes))
+    d = scores.diagnostics
+    assert d["steps"] == [[] for _ in eps] or reward.library is not None
+    assert all(0 <= s["score"] <= 3 for steps in d["steps"] for s in steps if s["score"] is not None)
+    assert all(np.isfinite(x) for r in scores.rewards for x in r) and all(len(r) == 2 for r in scores.rewards)
+    prm = get_reward("prm", llm=reward.llm)
+    assert all(len(r) == 2 for r in prm.score_group(eps).rewards)
+    print("default-model chain:", json.dumps(stats.to_dict()), "steps:", d["steps"])
 
 
 # ------------------------------------------------------------------ commands, over a served model
@@ -367,7 +697,8 @@ def _write_episodes(path, n_groups=3):
     with EpisodeWriter(path) as w:
         for g in range(n_groups):
             for k in range(2):
-                ep = episode(f"g{g}#{k}", ["<search>X birthplace</search>", "WRONG STEP here" if k else "c <= 44"],
+                ep = episode(f"g{g}#{k}", ["Step 1 [birth]: search X birthplace",
+                                           "Step 2 [sum]: WRONG STEP here" if k else "Step 2 [sum]: c <= 44"],
                              correct=k == 0)
                 ep.group = f"g{g}"
                 ep.turns[0].metrics["retrieval_hit"] = True
@@ -390,7 +721,8 @@ def test_build_library_and_diagnose_commands_against_a_served_model(tmp_path):
         assert main(["scribe", "diagnose", str(eps), "--llm", "m", "--base-url", server.url, "--library", str(lib),
                      "--repeats", "3", "--out", str(out)]) == 0
         diag = json.loads(out.read_text())
-        assert diag["repeat"]["exact_agreement"] == 1.0 and diag["judged_spans"] == 12
+        assert diag["routed_steps"] == 12 and diag["judges"]["scribe"]["repeat"]["exact_agreement"] == 1.0
+        assert diag["judges"]["prm"]["repeat"]["exact_agreement"] == 1.0
     finally:
         server.close()
 
@@ -410,30 +742,25 @@ def test_build_library_reports_when_the_model_gives_no_json(tmp_path, capsys):
         server.close()
 
 
-def test_ablate_includes_scribe_with_its_llm_costs(tmp_path):
+def test_ablate_reports_scribe_prm_and_their_reliability_table(tmp_path):
     from turngym.evals.ablate import run_ablation
 
     server = _serve(scripted_rule)
     try:
         eps = tmp_path / "eps.jsonl"
         _write_episodes(eps)
-        summary = run_ablation(eps, ["outcome", "scribe", "funrl"], tmp_path / "abl", scribe_llm="m",
-                               scribe_base_url=server.url)
+        summary = run_ablation(eps, ["outcome", "scribe", "prm", "funrl"], tmp_path / "abl", scribe_llm="m",
+                               scribe_base_url=server.url, reliability_repeats=2)
         assert not summary["errors"], summary["errors"]
         s = summary["rewards"]["scribe"]
         assert s["library"]["prototypes"] >= 1 and s["llm"]["calls"] > 0
         assert s["credit_accuracy"] is not None and s["credit_accuracy"] > 0.5  # WRONG STEP turns get low credit
-        assert "scribe" in (tmp_path / "abl" / "ablation.md").read_text()
+        assert summary["rewards"]["prm"]["credit_accuracy"] > 0.5
+        assert set(summary["reliability"]["judges"]) == {"scribe", "prm"}
+        md = (tmp_path / "abl" / "ablation.md").read_text()
+        assert "Judge reliability" in md and "| prm | 2 |" in md
     finally:
         server.close()
-
-
-def test_identical_descriptions_form_one_group_instead_of_failing():
-    vecs = np.tile(np.eye(8)[0], (30, 1))
-    clusters = cluster_skills(vecs, min_cluster_size=3)
-    assert clusters.method == "single" and clusters.labels == [0] * 30
-    two = np.vstack([np.tile(np.eye(8)[0], (20, 1)), np.tile(np.eye(8)[1], (20, 1))])
-    assert len(cluster_skills(two, min_cluster_size=30).groups) == 1  # only two distinct points: no K-means
 
 
 def test_local_model_scores_are_constrained_to_the_scale(tiny_chat_policy):
@@ -442,8 +769,8 @@ def test_local_model_scores_are_constrained_to_the_scale(tiny_chat_policy):
 
     llm = JSONLLM(tiny_chat_policy, max_new_tokens=8)
     proto = SkillPrototype("p0", "bound", "when bounding", ["state the final condition explicitly"], [])
-    jobs = [(episode(f"e{i}", [f"step {i}"]), SkillItem("s", "k", 0, 0, span=f"step {i}"), proto) for i in range(3)]
-    verdicts = judge_items(jobs, llm)
+    jobs = [(episode(f"e{i}", [f"step {i}"]), SkillItem("s", "k", 0, 0, 6, span=f"step {i}"), proto) for i in range(3)]
+    verdicts = judge_steps(jobs, llm)
     assert all(v.score in (0, 1, 2, 3) for v in verdicts) and llm.stats.failed == 0
     # the choice is the argmax of the model's own log-probabilities over the options
     lp = option_logprobs(tiny_chat_policy, "Grade: {\"score\": ", ["0", "1", "2", "3"], add_special_tokens=False)
@@ -459,7 +786,7 @@ def test_served_judges_can_be_asked_for_structured_output():
     try:
         llm = JSONLLM(OpenAICompatPolicy(model="m", base_url=server.url), guided_json=True)
         proto = SkillPrototype("p0", "bound", "when bounding", ["use the tool correctly"], [])
-        [v] = judge_items([(episode("e", ["x"]), SkillItem("s", "k", 0, 0, span="x"), proto)], llm)
+        [v] = judge_steps([(episode("e", ["x"]), SkillItem("s", "k", 0, 0, 1, span="x"), proto)], llm)
         assert v.score == 3
         body = server.requests[0][1]
         assert body["response_format"]["json_schema"]["schema"] == JUDGE_SCHEMA

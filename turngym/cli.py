@@ -311,7 +311,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     try:
         summary = run_ablation(args.episodes, [r.strip() for r in args.rewards.split(",") if r.strip()], args.out,
                                scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_library=args.scribe_library,
-                               scribe_base_url=args.scribe_base_url)
+                               scribe_base_url=args.scribe_base_url, reliability_repeats=args.reliability_repeats)
     except (FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     for name, m in summary["rewards"].items():
@@ -439,6 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--scribe-llm", default="default", help="scribe's decomposer/judge model (or a served model name)")
     ab.add_argument("--scribe-base-url", default=None, help="OpenAI-compatible server for --scribe-llm")
     ab.add_argument("--scribe-library", default=None, help="a skill library JSON (default: built from the episodes)")
+    ab.add_argument("--reliability-repeats", type=int, default=0,
+                    help="N >= 2: add the judge-reliability table of scribe and prm (each step judged N times)")
     ab.add_argument("--out", required=True)
     ab.set_defaults(func=cmd_ablate)
 

@@ -300,6 +300,10 @@ class TurnGRPOTrainer(GRPOTrainer):
             metrics["turngym/turn_advantage_abs_max"].append(max(abs(a) for a in flat_a))
         if self.estimator_name == "egpo":
             metrics["turngym/egpo_entropy_mean"].append(self._egpo_entropy_mean)
+        dynamics = getattr(self.reward, "training_metrics", None)  # e.g. SCRIBE's uncertainty, plan separability
+        if dynamics is not None:  # drained in eval too, so eval groups never leak into train figures
+            for key, value in dynamics().items():
+                metrics[f"turngym/{key}"].append(value)
         metrics["turngym/turns_per_episode"].append(sum(len(e.turns) for e in everyone) / max(1, len(everyone)))
         metrics["turngym/outcome"].append(sum(outcome_score(e) for e in everyone) / max(1, len(everyone)))
         return out

@@ -40,8 +40,10 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     return None if rho is None or not np.isfinite(rho) else float(rho)
 
 
-def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | Path | None = None) -> dict[str, Any]:
-    """``rewards``: name → reward wrapper. Groups are the episodes' ``group`` ids."""
+def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | Path | None = None,
+           reliability: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``rewards``: name → reward wrapper. Groups are the episodes' ``group`` ids. ``reliability``:
+    a judge-reliability result (``turngym.rewards.scribe.diagnostics.reliability``) to report too."""
     groups: dict[str, list[Episode]] = {}
     for ep in episodes:
         groups.setdefault(ep.group or ep.id, []).append(ep)
@@ -82,6 +84,8 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
     names = list(per_turn)
     for a in names:
         summary["correlation"][a] = {b: spearman(flat[a], flat[b]) for b in names}
+    if reliability is not None:
+        summary["reliability"] = reliability
     if out_dir is not None:
         from turngym.evals.report import credit_heatmap
 
@@ -139,13 +143,33 @@ def _markdown(s: dict[str, Any]) -> str:
                          f"{m['library']['prototypes']} prototypes.")
     for n, e in s["errors"].items():
         lines.append(f"\n**{n} failed**: {e}")
+    if s.get("reliability"):
+        lines += reliability_table(s["reliability"])
     lines += ["", "![credit maps](credit_maps.png)", ""]
     return "\n".join(lines)
 
 
+def reliability_table(r: dict[str, Any]) -> list[str]:
+    """SCRIBE's judge-reliability table: the rubric judge and the PRM on the same routed steps."""
+    f = lambda x: "–" if x is None else f"{x:.3f}"  # noqa: E731
+    lines = ["", f"Judge reliability ({r['judge']}; {r['routed_steps']} routed steps of {r['episodes']} episodes; "
+             f"cross-instance pairs: same prototype and step texts with cosine >= {r['neighbour_threshold']}):", "",
+             "| judge | repeats | exact agreement | pairwise agreement | mean score range | cross-instance pairs | "
+             "cross-instance agreement | mean abs difference |", "|---|---|---|---|---|---|---|---|"]
+    for name, j in r["judges"].items():
+        rep = j["repeat"] or {}
+        c = j["cross_instance"]
+        lines.append(f"| {name} | {rep.get('repeats', '–')} | {f(rep.get('exact_agreement'))} | "
+                     f"{f(rep.get('pairwise_agreement'))} | {f(rep.get('mean_score_range'))} | {c['scored_pairs']} | "
+                     f"{f(c['exact_agreement'])} | {f(c['mean_abs_difference'])} |")
+    return lines
+
+
 def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str | Path,
                  scorer: str | None = None, scribe_llm: str = "default", scribe_library: str | None = None,
-                 scribe_base_url: str | None = None) -> dict[str, Any]:
+                 scribe_base_url: str | None = None, reliability_repeats: int = 0) -> dict[str, Any]:
+    """``reliability_repeats`` >= 2 (with ``scribe`` among ``names``) adds the judge-reliability table
+    of ``scribe`` and ``prm`` (same judge model, same steps)."""
     report = read_episodes(episodes_file)
     if report.errors:
         print(f"warning: skipped {len(report.errors)} corrupt line(s) in {episodes_file} (first: {report.errors[0]})")
@@ -161,6 +185,8 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
             cfg.update(scorer=scorer_spec, tokens=tokens)
         if name == "scribe":
             cfg.update(llm=scribe_llm, library=scribe_library, llm_base_url=scribe_base_url)
+        if name == "prm":  # the PRM baseline: scribe's judge model, open-ended criteria
+            cfg.update(llm=wrappers["scribe"].llm if "scribe" in wrappers else scribe_llm, llm_base_url=scribe_base_url)
         wrappers[name] = get_reward(name, **cfg)
         if name == "scribe" and scribe_library is None:  # no library given: build one from these episodes
             wrappers[name].fit(report.episodes)
@@ -171,7 +197,14 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
         for w in wrappers.values():
             if hasattr(w, "bind_scorer"):
                 w.bind_scorer(shared)
-    return ablate(report.episodes, wrappers, out_dir)
+    rel = None
+    if reliability_repeats:
+        from turngym.rewards.scribe.diagnostics import reliability
+
+        if "scribe" not in wrappers:
+            raise ValueError("the reliability table needs 'scribe' among the rewards")
+        rel = reliability(report.episodes, wrappers["scribe"], repeats=reliability_repeats)
+    return ablate(report.episodes, wrappers, out_dir, reliability=rel)
 
 
 def _scorer_spec(scorer: str | None) -> tuple[Any, str]:

@@ -42,12 +42,23 @@ def register_reward(name: str) -> Callable[[Callable[..., RewardWrapper]], Calla
 
 
 def get_reward(name: str, **config: Any) -> RewardWrapper:
-    """A reward wrapper by registry name (``outcome``, ``igpo``, ``ttrl``, ``empo``, ``siop``, ``scribe``,
-    ``funrl``, ``toolcall_dense``)."""
+    """A reward wrapper by registry name (``outcome``, ``igpo``, ``ttrl``, ``empo``, ``siop``, ``scribe``, ``funrl``,
+    ``toolcall_dense``, ``prm``, ``composite``), or a weighted sum of several named ``a+b``
+    (see ``turngym.rewards.composite``)."""
+    import turngym.rewards.composite  # noqa: F401
     import turngym.rewards.funrl  # noqa: F401 - registration
     import turngym.rewards.outcome  # noqa: F401
+    import turngym.rewards.prm  # noqa: F401
     import turngym.rewards.scribe.reward  # noqa: F401
     import turngym.rewards.siop  # noqa: F401
+
+    if "+" in name:
+        from turngym.rewards.composite import composite_from_name
+
+        try:
+            return composite_from_name(name, **config)
+        except TypeError as exc:
+            raise ValueError(f"bad configuration for reward {name!r}: {exc}") from None
 
     if name not in REWARDS:
         raise ValueError(f"unknown reward {name!r}; choose one of {sorted(REWARDS)}")

@@ -1,6 +1,8 @@
-"""SCRIBE: skill-prototype rubrics checked by a judge, as per-turn process rewards.
+"""SCRIBE: skill-prototype rubrics checked by a judge, step by step, as per-turn process rewards.
 
-``llm`` (strict-JSON calls), ``embed`` and ``cluster`` (skill grouping), ``library``
-(prototypes, build, JSON), ``steps`` (decompose, route, judge), ``reward`` (the ``scribe``
-reward wrapper), ``diagnostics`` (judge reliability).
+``llm`` (strict-JSON calls), ``decompose`` (steps with character spans inside turns, token-budget
+windows), ``embed`` and ``cluster`` (skill grouping), ``library`` (two-level prototypes: skill
+families and skills, build, JSON), ``steps`` (hierarchical routing, rubric and open-ended judging),
+``scoring`` (step values and per-turn aggregation, shared with ``prm``), ``reward`` (the ``scribe``
+reward wrapper), ``diagnostics`` (judge reliability), ``dynamics`` (training-dynamics measures).
 """

@@ -29,12 +29,12 @@ def _llm(args: argparse.Namespace) -> Any:
 def cmd_build_library(args: argparse.Namespace) -> int:
     from turngym.rewards.scribe.embed import SentenceEmbedder
     from turngym.rewards.scribe.library import build_library
-    from turngym.rewards.scribe.steps import decompose
+    from turngym.rewards.scribe.decompose import decompose
 
     episodes = _episodes(args.episodes)
     llm = _llm(args)
     t0 = time.perf_counter()
-    decomps = decompose(episodes, llm)
+    decomps = decompose(episodes, llm, args.window_tokens)
     items = [it for d in decomps for it in d.items]
     decompose_s = time.perf_counter() - t0
     if not items:
@@ -44,8 +44,9 @@ def cmd_build_library(args: argparse.Namespace) -> int:
     if not lib.prototypes:
         raise SystemExit(f"error: every prototype distillation failed ({lib.failed_distillations}); nothing saved")
     path = lib.save(args.out)
-    print(f"{len(items)} skill items from {len(episodes)} episodes -> {len(lib.prototypes)} prototypes "
-          f"({lib.clustering.get('method')}, {lib.failed_distillations} failed distillations)")
+    print(f"{len(items)} steps from {len(episodes)} episodes -> {lib.clustering['families']} skill families and "
+          f"{lib.clustering['skills']} skills ({lib.clustering.get('method')}, {lib.failed_distillations} failed "
+          "distillations)")
     print(json.dumps({"decompose_s": round(decompose_s, 2), **{k: round(v, 2) for k, v in timings.items()},
                       "llm": llm.stats.to_dict()}))
     print(f"library: {path}")
@@ -53,24 +54,19 @@ def cmd_build_library(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from turngym.rewards.scribe.diagnostics import cross_instance_consistency, repeat_consistency, routed_jobs
-    from turngym.rewards.scribe.embed import SentenceEmbedder
-    from turngym.rewards.scribe.library import SkillLibrary
-    from turngym.rewards.scribe.steps import EmbeddingRouter, LLMRouter, judge_items
+    from turngym.rewards import get_reward
+    from turngym.rewards.scribe.diagnostics import reliability
 
     episodes = _episodes(args.episodes)
     try:
-        library = SkillLibrary.load(args.library)
+        scribe = get_reward("scribe", llm=_llm(args), library=args.library, embedder=args.embedder,
+                            router=args.router, window_tokens=args.window_tokens)
     except (FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
-    llm = _llm(args)
-    router = EmbeddingRouter(SentenceEmbedder(args.embedder)) if args.router == "embedding" else LLMRouter(llm)
-    jobs = routed_jobs(episodes, library, llm, router)
-    if not jobs:
+    result = reliability(episodes, scribe, repeats=args.repeats, temperature=args.temperature,
+                         neighbour_threshold=args.neighbour_threshold, with_prm=not args.no_prm)
+    if not result["routed_steps"]:
         raise SystemExit("error: no step was routed to a prototype; nothing to judge")
-    result = {"repeat": repeat_consistency(jobs, llm, n=args.repeats, temperature=args.temperature),
-              "cross_instance": cross_instance_consistency(jobs, judge_items(jobs, llm)),
-              "judged_spans": len(jobs), "episodes": len(episodes)}
     text = json.dumps(result, indent=1)
     if args.out:
         Path(args.out).write_text(text)
@@ -90,6 +86,7 @@ def add_scribe_commands(sub: Any) -> None:
         sp.add_argument("--embedder", default="default", help="sentence-transformers model (default all-MiniLM-L6-v2)")
         sp.add_argument("--concurrency", type=int, default=8)
         sp.add_argument("--cache", default=None, help="JSONL file caching LLM replies across runs")
+        sp.add_argument("--window-tokens", type=int, default=1024, help="decomposer window (tokens)")
 
     b = scribe.add_parser("build-library", help="decompose episodes, cluster skills, distil prototypes")
     common(b)
@@ -97,11 +94,14 @@ def add_scribe_commands(sub: Any) -> None:
     b.add_argument("--min-cluster-size", type=int, default=5)
     b.set_defaults(func=cmd_build_library)
 
-    d = scribe.add_parser("diagnose", help="judge reliability: repeat and cross-instance consistency")
+    d = scribe.add_parser("diagnose", help="judge reliability of scribe and prm: repeat and cross-instance consistency")
     common(d)
     d.add_argument("--library", required=True)
     d.add_argument("--router", choices=["embedding", "llm"], default="embedding")
     d.add_argument("--repeats", type=int, default=5)
     d.add_argument("--temperature", type=float, default=0.7)
+    d.add_argument("--neighbour-threshold", type=float, default=0.8,
+                   help="cosine similarity of step texts for cross-instance pairs")
+    d.add_argument("--no-prm", action="store_true", help="judge with the rubric judge only")
     d.add_argument("--out", default=None, help="write the result JSON here too")
     d.set_defaults(func=cmd_diagnose)

@@ -1,12 +1,19 @@
-"""Judge reliability, as SCRIBE's paper reports it.
+"""Judge reliability, as SCRIBE's paper measures it, for the rubric judge and the PRM on the same steps.
 
-* Repeat consistency: each (span, rubric) is judged ``n`` times with sampling on and the
-  cache off; the exact-agreement rate is the share of spans whose ``n`` scores are all
-  equal (also reported: mean pairwise agreement and the score spread).
-* Cross-instance consistency: spans routed to the same prototype whose first judgement
-  named the same violated checklist items, from different episodes (the same skill and
-  the same error on different problems), should get the same score; reported as the
-  share of such groups whose scores agree exactly, and the mean within-group spread.
+Both judges grade the *same* steps: the episodes are decomposed once (SCRIBE's decomposer),
+routed once (SCRIBE's router), and the routed steps are judged by the rubric judge
+(``scribe``) and by the open-ended judge (``prm``) of the same model.
+
+* **Repeat consistency**: each step is judged ``repeats`` times with sampling on
+  (``temperature``) and the cache off. Reported: the share of steps whose scores all agree
+  (exact agreement), the share of agreeing pairs of judgements (pairwise agreement), the
+  mean score range and the mean per-step standard deviation.
+* **Cross-instance consistency**: pairs of steps from different episodes that the router
+  sent to the same prototype *and* whose texts are embedding neighbours (cosine similarity
+  of their all-MiniLM-L6-v2 span embeddings >= ``neighbour_threshold``): the same skill
+  done in nearly the same way on different problems. Neither criterion looks at a judge's
+  output, so the grouping is not circular. Reported per judge, on its first (greedy)
+  judgement: the share of pairs with equal scores and the mean absolute score difference.
 """
 
 from __future__ import annotations
@@ -14,52 +21,97 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import statistics
-from collections import defaultdict
 from typing import Any, Sequence
+
+import numpy as np
 
 from turngym.episode import Episode
 from turngym.rewards.scribe.library import SkillItem, SkillLibrary
 from turngym.rewards.scribe.llm import JSONLLM
-from turngym.rewards.scribe.steps import Judgement, judge_items
+from turngym.rewards.scribe.steps import judge_prompts, open_prompts
 
 Job = tuple[Episode, SkillItem, Any]
 
 
-def repeat_consistency(jobs: Sequence[Job], llm: JSONLLM, n: int = 5, temperature: float = 0.7) -> dict[str, Any]:
+def sampler_of(llm: JSONLLM, temperature: float) -> JSONLLM:
+    return dataclasses.replace(llm, temperature=temperature, use_cache=False, cache_path=None,
+                               stats=type(llm.stats)())
+
+
+def repeat_consistency(prompts: Sequence[tuple[str, dict[str, Any]]], llm: JSONLLM, n: int = 5,
+                       temperature: float = 0.7) -> dict[str, Any]:
+    """Judge every prompt ``n`` times with sampling; agreement of the scores."""
     if n < 2:
-        raise ValueError("repeat consistency needs n >= 2 judgements per span")
-    sampler = dataclasses.replace(llm, temperature=temperature, use_cache=False, cache_path=None,
-                                  stats=type(llm.stats)())
-    runs = [judge_items(jobs, sampler) for _ in range(n)]
-    per_span = [[runs[r][i].score for r in range(n)] for i in range(len(jobs))]
-    valid = [s for s in per_span if all(x is not None for x in s)]
+        raise ValueError("repeat consistency needs n >= 2 judgements per step")
+    sampler = sampler_of(llm, temperature)
+    runs = [sampler.call_many(prompts) for _ in range(n)]
+    per_step = [[None if runs[r][i] is None else int(runs[r][i]["score"]) for r in range(n)]
+                for i in range(len(prompts))]
+    valid = [s for s in per_step if all(x is not None for x in s)]
     exact = [len(set(s)) == 1 for s in valid]
     pairs = [a == b for s in valid for a, b in itertools.combinations(s, 2)]
-    return {"spans": len(jobs), "judged_every_time": len(valid), "repeats": n, "temperature": temperature,
+    return {"steps": len(prompts), "judged_every_time": len(valid), "repeats": n, "temperature": temperature,
             "exact_agreement": sum(exact) / len(exact) if exact else None,
             "pairwise_agreement": sum(pairs) / len(pairs) if pairs else None,
             "mean_score_range": statistics.mean(max(s) - min(s) for s in valid) if valid else None,
+            "mean_score_std": statistics.mean(statistics.pstdev(s) for s in valid) if valid else None,
             "llm": sampler.stats.to_dict()}
 
 
-def cross_instance_consistency(jobs: Sequence[Job], verdicts: Sequence[Judgement]) -> dict[str, Any]:
-    groups: dict[tuple[str, tuple[str, ...]], dict[str, int]] = defaultdict(dict)
-    for (ep, _, proto), v in zip(jobs, verdicts):
-        if v.score is None or not v.violated:
+def neighbour_pairs(jobs: Sequence[Job], embedder: Any, threshold: float = 0.8) -> list[tuple[int, int]]:
+    """Index pairs of steps from different episodes, same prototype, span embeddings within ``threshold``."""
+    if len(jobs) < 2:
+        return []
+    vecs = embedder.embed([it.span for _, it, _ in jobs])
+    by_proto: dict[str, list[int]] = {}
+    for k, (_, _, proto) in enumerate(jobs):
+        by_proto.setdefault(proto.id, []).append(k)
+    out = []
+    for idx in by_proto.values():
+        if len(idx) < 2:
             continue
-        key = (proto.id, tuple(sorted(v.violated)))
-        groups[key].setdefault(ep.id, v.score)  # one span per episode: different problems
-    multi = {k: list(g.values()) for k, g in groups.items() if len(g) >= 2}
-    agree = [len(set(s)) == 1 for s in multi.values()]
-    return {"groups": len(multi), "spans": sum(len(s) for s in multi.values()),
-            "exact_agreement": sum(agree) / len(agree) if agree else None,
-            "mean_score_range": statistics.mean(max(s) - min(s) for s in multi.values()) if multi else None}
+        sims = vecs[idx] @ vecs[idx].T
+        for a, b in zip(*np.nonzero(np.triu(sims >= threshold, k=1))):
+            i, j = idx[a], idx[b]
+            if jobs[i][0].id != jobs[j][0].id:
+                out.append((i, j))
+    return sorted(out)
 
 
-def routed_jobs(episodes: Sequence[Episode], library: SkillLibrary, llm: JSONLLM, router: Any) -> list[Job]:
-    from turngym.rewards.scribe.steps import decompose
+def cross_instance_consistency(pairs: Sequence[tuple[int, int]], scores: Sequence[int | None]) -> dict[str, Any]:
+    both = [(scores[i], scores[j]) for i, j in pairs if scores[i] is not None and scores[j] is not None]
+    return {"pairs": len(pairs), "scored_pairs": len(both),
+            "exact_agreement": sum(a == b for a, b in both) / len(both) if both else None,
+            "mean_abs_difference": float(np.mean([abs(a - b) for a, b in both])) if both else None}
 
-    decomps = decompose(episodes, llm)
-    flat = [(e, it) for e, d in zip(episodes, decomps) for it in d.items]
+
+def routed_jobs(episodes: Sequence[Episode], library: SkillLibrary, decompositions: Sequence[Any],
+                router: Any) -> list[Job]:
+    flat = [(e, it) for e, d in zip(episodes, decompositions) for it in d.items]
     routes = router.route([it for _, it in flat], library)
     return [(e, it, library.by_id(r)) for (e, it), r in zip(flat, routes) if r is not None]
+
+
+def reliability(episodes: Sequence[Episode], scribe: Any, repeats: int = 5, temperature: float = 0.7,
+                neighbour_threshold: float = 0.8, with_prm: bool = True) -> dict[str, Any]:
+    """Repeat and cross-instance consistency of the rubric judge and (``with_prm``) the open judge,
+    on the same routed steps of ``episodes``; ``scribe`` is a ``ScribeReward`` with a library."""
+    if not isinstance(scribe.library, SkillLibrary):
+        raise ValueError("reliability needs a SCRIBE reward with a skill library (fit it or load one)")
+    decomps = scribe.decompose(episodes)
+    jobs = routed_jobs(episodes, scribe.library, decomps, scribe.step_router)
+    pairs = neighbour_pairs(jobs, scribe.embedder, neighbour_threshold)
+    out: dict[str, Any] = {"episodes": len(episodes), "steps": sum(len(d.items) for d in decomps),
+                           "routed_steps": len(jobs), "neighbour_threshold": neighbour_threshold,
+                           "judge": scribe.llm.name, "judges": {}}
+    prompt_sets = {"scribe": judge_prompts(jobs, scribe.llm, scribe.judge_tokens, scribe.observation_tokens)}
+    if with_prm:
+        prompt_sets["prm"] = open_prompts([(e, it) for e, it, _ in jobs], scribe.llm, scribe.judge_tokens,
+                                          scribe.observation_tokens)
+    for name, prompts in prompt_sets.items():
+        first = scribe.llm.call_many(prompts) if prompts else []
+        scores = [None if r is None else int(r["score"]) for r in first]
+        out["judges"][name] = {
+            "repeat": repeat_consistency(prompts, scribe.llm, repeats, temperature) if prompts else None,
+            "cross_instance": cross_instance_consistency(pairs, scores)}
+    return out

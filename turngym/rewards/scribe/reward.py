@@ -1,20 +1,22 @@
-"""The ``scribe`` reward: per-turn process rewards from skill-prototype rubrics.
+"""The ``scribe`` reward: per-turn process rewards from skill-prototype rubrics, judged per step.
 
-For each episode of a group: decompose it into ⟨subgoal, skill, turn span⟩ items, route
-each item to a prototype of the library (or to none), and judge each routed item's span
-against that prototype's rubric only.
-
-Aggregation (per turn t): every judged item whose span covers t contributes score / 3
-(so [0, 1]); the turn's process reward p_t is the mean of those contributions, 0 when no
-judged item covers it (listed in diagnostics as ``unjudged_turns``). The reward is
-``r_t = (1 - w) * p_t`` plus ``w * outcome`` on the final turn, with ``w =
-outcome_weight`` (0 gives a pure process reward).
+For each episode of a group: decompose it into ⟨subgoal, skill, step⟩ items with character
+spans inside turns (:mod:`~turngym.rewards.scribe.decompose`: token-budget windows, a turn
+may hold several steps, no step crosses a turn), route each step top-down through the
+two-level library (skill family, then skill; fallback to the family; ``None`` when no
+family clears its threshold), and judge each routed step against that prototype's rubric
+only. Step values and the per-turn aggregate are defined in
+:mod:`~turngym.rewards.scribe.scoring`: judged ``score / 3``, unmatched steps and judge
+failures ``unmatched_value`` (default 0.5, neutral, counted); ``p_t`` = mean of the turn's
+steps; ``r_t = (1 - w) * p_t`` plus ``w * outcome`` on the final turn. Every step's span,
+route and verdict is kept in ``diagnostics["steps"]``.
 
 Adaptive refresh: skill items from every scored group go into a bounded buffer. With no
 library, one is built as soon as ``bootstrap_items`` items are buffered; afterwards the
 trainer calls :meth:`ScribeReward.observe` each step and the library is re-clustered
 from the buffer every ``refresh_every`` steps (SCRIBE: 1,000), as version + 1, saved to
-``library_path`` when given.
+``library_path`` when given. :meth:`ScribeReward.training_metrics` gives the trainer the
+training-dynamics measures of :mod:`~turngym.rewards.scribe.dynamics`.
 """
 
 from __future__ import annotations
@@ -24,11 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from turngym.episode import Episode
-from turngym.rewards.base import GroupScores, finite, outcome_score, register_reward
+from turngym.rewards.base import GroupScores, outcome_score, register_reward
+from turngym.rewards.scribe.decompose import decompose
+from turngym.rewards.scribe.dynamics import DynamicsRecorder
 from turngym.rewards.scribe.embed import SentenceEmbedder
 from turngym.rewards.scribe.library import SkillLibrary, build_library
 from turngym.rewards.scribe.llm import JSONLLM
-from turngym.rewards.scribe.steps import EmbeddingRouter, LLMRouter, decompose, judge_items
+from turngym.rewards.scribe.scoring import (NEUTRAL, StepRecord, check_scoring, episode_rewards, step_counts,
+                                            step_value)
+from turngym.rewards.scribe.steps import EmbeddingRouter, LLMRouter, judge_steps
 
 
 def make_llm(llm: Any, base_url: str | None = None, **kwargs: Any) -> JSONLLM:
@@ -59,19 +65,26 @@ class ScribeReward:
     embedder: Any = "default"
     outcome_weight: float = 0.5
     outcome_metric: str | None = None
+    unmatched_value: float = NEUTRAL
+    turn_aggregate: str = "mean"
+    family_threshold: float = 0.35
+    skill_threshold: float = 0.5
+    window_tokens: int = 1024
+    judge_tokens: int = 768
+    observation_tokens: int = 192
     refresh_every: int = 1000
     bootstrap_items: int = 64
     buffer_size: int = 5000
     library_path: str | None = None
     min_cluster_size: int = 5
+    family_similarity: float = 0.3
     llm_base_url: str | None = None
     guided_json: bool = False
     name: str = "scribe"
     refreshes: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.outcome_weight <= 1.0:
-            raise ValueError(f"outcome_weight must be in [0, 1], got {self.outcome_weight}")
+        check_scoring(self.unmatched_value, self.turn_aggregate, self.outcome_weight)
         if self.router not in ("embedding", "llm"):
             raise ValueError(f"router must be 'embedding' or 'llm', got {self.router!r}")
         if self.refresh_every < 1:
@@ -80,10 +93,12 @@ class ScribeReward:
         if isinstance(self.library, str):
             self.library = SkillLibrary.load(self.library)
         self.embedder = SentenceEmbedder(self.embedder) if isinstance(self.embedder, str) else self.embedder
-        self._router = EmbeddingRouter(self.embedder) if self.router == "embedding" else LLMRouter(self.llm)
+        self.step_router = (EmbeddingRouter(self.embedder, self.family_threshold, self.skill_threshold)
+                        if self.router == "embedding" else LLMRouter(self.llm))
         self._buffer: deque = deque(maxlen=self.buffer_size)
         self._step = 0
         self._last_refresh = 0
+        self.dynamics = DynamicsRecorder()
 
     # ------------------------------------------------------------------ library upkeep
 
@@ -93,10 +108,14 @@ class ScribeReward:
         if self.library is not None and self._step - self._last_refresh >= self.refresh_every and self._buffer:
             self.rebuild()
 
+    def training_metrics(self) -> dict[str, float]:
+        """Trainer hook, once per step: uncertainty and plan separability over the groups scored since."""
+        return self.dynamics.metrics()
+
     def rebuild(self) -> SkillLibrary | None:
         version = self.library.version + 1 if isinstance(self.library, SkillLibrary) else 1
         lib, timings = build_library(list(self._buffer), self.embedder, self.llm, version=version, step=self._step,
-                                     min_cluster_size=self.min_cluster_size)
+                                     min_cluster_size=self.min_cluster_size, family_similarity=self.family_similarity)
         self._last_refresh = self._step
         record = {"step": self._step, "version": version, "items": len(self._buffer),
                   "prototypes": len(lib.prototypes), **timings}
@@ -109,9 +128,12 @@ class ScribeReward:
         self.refreshes.append(record)
         return self.library if isinstance(self.library, SkillLibrary) else None
 
+    def decompose(self, episodes: Sequence[Episode]) -> list[Any]:
+        return decompose(episodes, self.llm, self.window_tokens, self.observation_tokens)
+
     def fit(self, episodes: Sequence[Episode]) -> SkillLibrary | None:
         """Build the library from these episodes' decompositions (cached, so scoring reuses them)."""
-        for d in decompose(episodes, self.llm):
+        for d in self.decompose(episodes):
             self._buffer.extend(d.items)
         return self.rebuild() if self._buffer else None
 
@@ -124,46 +146,39 @@ class ScribeReward:
         if not episodes:
             raise ValueError("score_group needs at least one episode")
         calls_before = self.llm.stats.calls
-        decomps = decompose(episodes, self.llm)
+        decomps = self.decompose(episodes)
         for d in decomps:
             self._buffer.extend(d.items)
         if self.library is None and len(self._buffer) >= self.bootstrap_items:
             self.rebuild()
         lib: SkillLibrary | None = self.library if isinstance(self.library, SkillLibrary) else None
         flat = [(e, it) for e, d in zip(episodes, decomps) for it in d.items]
-        routes = self._router.route([it for _, it in flat], lib) if lib is not None else [None] * len(flat)
+        routes = self.step_router.route([it for _, it in flat], lib) if lib is not None else [None] * len(flat)
         jobs = [(e, it, lib.by_id(r)) for (e, it), r in zip(flat, routes) if r is not None and lib is not None]
-        verdicts = iter(judge_items(jobs, self.llm) if jobs else [])
-        per_episode: dict[str, list[dict[str, Any]]] = {e.id: [] for e in episodes}
+        verdicts = iter(judge_steps(jobs, self.llm, self.judge_tokens, self.observation_tokens) if jobs else [])
+        steps: dict[str, list[StepRecord]] = {e.id: [] for e in episodes}
         for (e, it), r in zip(flat, routes):
             j = next(verdicts) if r is not None else None
-            per_episode[e.id].append({"subgoal": it.subgoal, "skill": it.skill, "turns": [it.first_turn, it.last_turn],
-                                      "prototype": r, "score": None if j is None else j.score,
-                                      "violated": [] if j is None else j.violated})
-        rewards, unjudged = [], []
-        for e, d in zip(episodes, decomps):
-            process = self._turn_process(len(e.turns), per_episode[e.id])
-            r = [(1.0 - self.outcome_weight) * p for p in process]
-            if r:
-                r[-1] += self.outcome_weight * outcome_score(e, self.outcome_metric)
-            rewards.append([finite(x) for x in r])
-            unjudged.append([t for t in range(len(e.turns)) if not any(
-                i["score"] is not None and i["turns"][0] <= t <= i["turns"][1] for i in per_episode[e.id])])
+            status = "unmatched" if r is None else "judged" if j is not None and j.score is not None else "judge_failed"
+            score = None if j is None else j.score
+            steps[e.id].append(StepRecord(it.turn, it.start, it.end, it.subgoal, it.skill, status,
+                                          step_value(score, status, self.unmatched_value), r, score,
+                                          [] if j is None else j.violated))
+        per_episode = [steps[e.id] for e in episodes]
+        rewards = [episode_rewards(e, s, self.unmatched_value, self.turn_aggregate, self.outcome_weight,
+                                   self.outcome_metric) for e, s in zip(episodes, per_episode)]
+        family_of = {} if lib is None else {p.id: p.parent or p.id for p in lib.prototypes}
+        self.dynamics.add_group(per_episode, [outcome_score(e, self.outcome_metric) for e in episodes], family_of)
         diagnostics = {
-            "items": [per_episode[e.id] for e in episodes],
+            "steps": [[s.to_dict() for s in st] for st in per_episode],
+            **step_counts(per_episode),
             "decomposition_failed": [d.failed for d in decomps],
-            "unjudged_turns": unjudged,
+            "dropped_steps": [d.dropped for d in decomps],
+            "unstepped_turns": [d.unstepped_turns for d in decomps],
+            "decompose_windows": sum(d.windows for d in decomps),
             "judge_calls": len(jobs),
             "llm_calls": self.llm.stats.calls - calls_before,
             "llm": self.llm.stats.to_dict(),
             "library_version": lib.version if lib is not None else None,
         }
         return GroupScores(rewards, diagnostics)
-
-    @staticmethod
-    def _turn_process(n_turns: int, items: list[dict[str, Any]]) -> list[float]:
-        out = []
-        for t in range(n_turns):
-            scores = [i["score"] / 3.0 for i in items if i["score"] is not None and i["turns"][0] <= t <= i["turns"][1]]
-            out.append(sum(scores) / len(scores) if scores else 0.0)
-        return out

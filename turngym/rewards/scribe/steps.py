@@ -1,12 +1,15 @@
-"""Decomposition, routing and judging: the three per-episode SCRIBE stages.
+"""Routing and judging steps (decomposition is in :mod:`turngym.rewards.scribe.decompose`).
 
-* :func:`decompose` asks the LLM for ⟨subgoal, skill, first/last turn⟩ items and keeps
-  only items whose turn range lies inside the episode.
-* Routers map an item to a prototype id or ``None`` ("no prototype"): by nearest
-  centroid in embedding space (:class:`EmbeddingRouter`) or by asking the LLM
-  (:class:`LLMRouter`).
-* :func:`judge_items` scores each routed item's span against its prototype's rubric
-  only: an integer 0-3 and the checklist items it violates (unknown items are dropped).
+* Routers map a step to a prototype id or ``None`` (unmatched), top-down through the
+  library's two levels: the best skill family if it clears the family threshold, then its
+  best skill if that clears the skill threshold, else the family itself (fallback to the
+  parent). By cosine similarity to centroids (:class:`EmbeddingRouter`) or by asking the
+  LLM at each level (:class:`LLMRouter`).
+* :func:`judge_steps` scores each routed step against its prototype's rubric only: an
+  integer 0-3 and the checklist items it violates (unknown items are dropped).
+  :func:`judge_steps_open` is the PRM: the same step and scale, open-ended criteria.
+  The judge sees the step's text (clipped to ``judge_tokens``, head and tail kept) and,
+  for the last step of a turn, the environment's reply (clipped to ``observation_tokens``).
 """
 
 from __future__ import annotations
@@ -14,39 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-import numpy as np
-
 from turngym.episode import Episode
+from turngym.rewards.scribe.decompose import TokenCounter, counter_for
 from turngym.rewards.scribe.library import SkillItem, SkillLibrary
-from turngym.rewards.scribe.prompts import (DECOMPOSE_SCHEMA, JUDGE_SCHEMA, decompose_prompt, judge_prompt,
-                                            render_turns, route_prompt, route_schema, task_text)
-
-
-@dataclass
-class Decomposition:
-    items: list[SkillItem]
-    dropped: int = 0          # items with turn ranges outside the episode
-    failed: bool = False      # the LLM never produced valid JSON
-
-
-def decompose(episodes: Sequence[Episode], llm: Any) -> list[Decomposition]:
-    replies = llm.call_many([(decompose_prompt(ep), DECOMPOSE_SCHEMA) for ep in episodes])
-    out = []
-    for ep, reply in zip(episodes, replies):
-        if reply is None:
-            out.append(Decomposition([], failed=True))
-            continue
-        items, dropped = [], 0
-        n = len(ep.turns)
-        for s in reply["steps"]:
-            first, last = int(s["first_turn"]), int(s["last_turn"])
-            if not 0 <= first <= last < n:
-                dropped += 1
-                continue
-            items.append(SkillItem(s["subgoal"].strip(), s["skill"].strip(), first, last, ep.id,
-                                   render_turns(ep, first, last)))
-        out.append(Decomposition(items, dropped))
-    return out
+from turngym.rewards.scribe.prompts import (JUDGE_SCHEMA, PRM_SCHEMA, judge_prompt, prm_prompt, route_prompt,
+                                            route_schema, task_text)
 
 
 class Router(Protocol):
@@ -56,32 +31,54 @@ class Router(Protocol):
 
 @dataclass
 class EmbeddingRouter:
-    """Nearest prototype centroid by cosine similarity; below ``min_similarity``: no prototype."""
+    """Top-down by cosine similarity: family if >= ``family_threshold``, then its skill if >= ``skill_threshold``."""
 
     embedder: Any
-    min_similarity: float = 0.35
+    family_threshold: float = 0.35
+    skill_threshold: float = 0.5
 
     def route(self, items: Sequence[SkillItem], library: SkillLibrary) -> list[str | None]:
-        if not items or not library.prototypes:
+        families = library.families()
+        if not items or not families:
             return [None] * len(items)
+        protos = library.prototypes
         sims = self.embedder.embed([it.text for it in items]) @ library.centroids().T
-        best = np.argmax(sims, axis=1)
-        return [library.prototypes[b].id if sims[i, b] >= self.min_similarity else None for i, b in enumerate(best)]
+        col = {p.id: j for j, p in enumerate(protos)}
+        out: list[str | None] = []
+        for i in range(len(items)):
+            fam = max(families, key=lambda p: sims[i, col[p.id]])
+            if sims[i, col[fam.id]] < self.family_threshold:
+                out.append(None)
+                continue
+            kids = library.children(fam.id)
+            best = max(kids, key=lambda p: sims[i, col[p.id]]) if kids else None
+            out.append(best.id if best is not None and sims[i, col[best.id]] >= self.skill_threshold else fam.id)
+        return out
 
 
 @dataclass
 class LLMRouter:
-    """The LLM picks a prototype id from the library's list, or "none"."""
+    """The LLM picks a family (or "none"), then one of its skills (or "none": stay with the family)."""
 
     llm: Any
 
     def route(self, items: Sequence[SkillItem], library: SkillLibrary) -> list[str | None]:
-        if not items or not library.prototypes:
+        families = library.families()
+        if not items or not families:
             return [None] * len(items)
-        ids = [p.id for p in library.prototypes]
-        replies = self.llm.call_many([(route_prompt(it.subgoal, it.skill, library.prototypes), route_schema(ids))
-                                      for it in items])
-        return [None if r is None or r["prototype"] == "none" else r["prototype"] for r in replies]
+        ids = [p.id for p in families]
+        replies = self.llm.call_many([(route_prompt(it.subgoal, it.skill, families), route_schema(ids)) for it in items])
+        out: list[str | None] = [None if r is None or r["prototype"] == "none" else r["prototype"] for r in replies]
+        deeper = [i for i, r in enumerate(out) if r is not None and library.children(r)]
+        if deeper:
+            jobs = []
+            for i in deeper:
+                kids = library.children(out[i])  # type: ignore[arg-type]
+                jobs.append((route_prompt(items[i].subgoal, items[i].skill, kids), route_schema([k.id for k in kids])))
+            for i, r in zip(deeper, self.llm.call_many(jobs)):
+                if r is not None and r["prototype"] != "none":
+                    out[i] = r["prototype"]
+        return out
 
 
 @dataclass
@@ -91,10 +88,27 @@ class Judgement:
     unknown_violations: int = 0            # listed items that are not on the checklist (dropped)
 
 
-def judge_items(jobs: Sequence[tuple[Episode, SkillItem, Any]], llm: Any) -> list[Judgement]:
-    """One judge call per (episode, item, prototype), all in one batch."""
-    replies = llm.call_many([(judge_prompt(task_text(ep), it.subgoal, it.span, proto), JUDGE_SCHEMA)
-                             for ep, it, proto in jobs])
+def step_view(ep: Episode, item: SkillItem, counter: TokenCounter, judge_tokens: int,
+              observation_tokens: int) -> tuple[str, str]:
+    """The step's text as the judge sees it, and the environment's reply when the step ends its turn."""
+    turn = ep.turns[item.turn]
+    reply = ""
+    if item.end >= len(turn.action) and turn.observation:
+        reply = counter.clip(turn.observation, observation_tokens)
+    return counter.clip(item.span, judge_tokens), reply
+
+
+def judge_prompts(jobs: Sequence[tuple[Episode, SkillItem, Any]], llm: Any, judge_tokens: int = 768,
+                  observation_tokens: int = 192) -> list[tuple[str, dict[str, Any]]]:
+    counter = counter_for(llm)
+    out = []
+    for ep, it, proto in jobs:
+        span, reply = step_view(ep, it, counter, judge_tokens, observation_tokens)
+        out.append((judge_prompt(task_text(ep), it.subgoal, span, proto, reply), JUDGE_SCHEMA))
+    return out
+
+
+def read_judgements(jobs: Sequence[tuple[Episode, SkillItem, Any]], replies: Sequence[Any]) -> list[Judgement]:
     out = []
     for (_, _, proto), reply in zip(jobs, replies):
         if reply is None:
@@ -104,3 +118,27 @@ def judge_items(jobs: Sequence[tuple[Episode, SkillItem, Any]], llm: Any) -> lis
         known = [v for v in listed if v in proto.checklist]
         out.append(Judgement(int(reply["score"]), known, len(listed) - len(known)))
     return out
+
+
+def judge_steps(jobs: Sequence[tuple[Episode, SkillItem, Any]], llm: Any, judge_tokens: int = 768,
+                observation_tokens: int = 192) -> list[Judgement]:
+    """One rubric judge call per (episode, step, prototype), all in one batch."""
+    return read_judgements(jobs, llm.call_many(judge_prompts(jobs, llm, judge_tokens, observation_tokens)))
+
+
+def open_prompts(jobs: Sequence[tuple[Episode, SkillItem]], llm: Any, judge_tokens: int = 768,
+                 observation_tokens: int = 192) -> list[tuple[str, dict[str, Any]]]:
+    counter = counter_for(llm)
+    out = []
+    for ep, it in jobs:
+        span, reply = step_view(ep, it, counter, judge_tokens, observation_tokens)
+        out.append((prm_prompt(task_text(ep), it.subgoal, span, reply), PRM_SCHEMA))
+    return out
+
+
+def judge_steps_open(jobs: Sequence[tuple[Episode, SkillItem]], llm: Any, judge_tokens: int = 768,
+                     observation_tokens: int = 192) -> list[Judgement]:
+    """The PRM judge: one open-ended call per (episode, step), all in one batch."""
+    replies = llm.call_many(open_prompts(jobs, llm, judge_tokens, observation_tokens))
+    return [Judgement(None) if r is None else Judgement(int(r["score"])) for r in replies]
+

@@ -1,0 +1,105 @@
+"""Weighted sums of reward wrappers, by configuration: SCRIBE's additivity experiment as one config.
+
+``r_t = sum_i w_i * r_{i,t}`` for every turn t, where ``r_i`` are the parts' per-turn
+rewards on the same group (each part keeps its own definition, outcome term included).
+Two ways to ask for one::
+
+    get_reward("scribe+funrl", weights={"scribe": 1.0, "funrl": 0.5}, scribe={"llm": ...})
+    get_reward("composite", parts=[{"name": "scribe", "weight": 1.0, "llm": ...},
+                                   {"name": "egpo", "weight": 0.5}])
+
+In a ``name+name`` form each part's configuration is the keyword named after it and a
+missing weight is 1.0. The diagnostics keep every part's rewards and diagnostics. The
+trainer hooks (``observe``, ``training_metrics``) are forwarded to the parts that have them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from turngym.episode import Episode
+from turngym.rewards.base import GroupScores, finite, get_reward, register_reward
+
+
+@register_reward("composite")
+@dataclass
+class CompositeReward:
+    parts: list[dict[str, Any]]
+    name: str = "composite"
+    members: dict[str, Any] = field(default_factory=dict, init=False)
+    weights: dict[str, float] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError("a composite reward needs at least one part")
+        for spec in self.parts:
+            spec = dict(spec)
+            weight = float(spec.pop("weight", 1.0))
+            if "reward" in spec:  # an already-built wrapper (e.g. sharing one judge model)
+                wrapper = spec.pop("reward")
+                key = spec.pop("name", getattr(wrapper, "name", "part"))
+                if spec:
+                    raise ValueError(f"part {key!r}: a built reward takes no configuration, got {sorted(spec)}")
+            else:
+                if "name" not in spec:
+                    raise ValueError(f"each part needs a 'name' (or a built 'reward'), got {sorted(spec)}")
+                key = spec.pop("name")
+                wrapper = get_reward(key, **spec)
+            unique, n = key, 2
+            while unique in self.members:
+                unique, n = f"{key}#{n}", n + 1
+            self.members[unique] = wrapper
+            self.weights[unique] = weight
+        if not self.name or self.name == "composite":
+            self.name = "+".join(self.members)
+
+    def score_episode(self, episode: Episode) -> list[float]:
+        return self.score_group([episode]).rewards[0]
+
+    def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
+        if not episodes:
+            raise ValueError("score_group needs at least one episode")
+        parts = {k: w.score_group(episodes) for k, w in self.members.items()}
+        totals = []
+        for i, ep in enumerate(episodes):
+            row = [0.0] * len(ep.turns)
+            for k, scores in parts.items():
+                r = scores.rewards[i]
+                if len(r) != len(ep.turns):
+                    raise ValueError(f"part {k!r} gave {len(r)} rewards for episode {ep.id} with {len(ep.turns)} turns")
+                row = [a + self.weights[k] * b for a, b in zip(row, r)]
+            totals.append([finite(x) for x in row])
+        return GroupScores(totals, {"weights": dict(self.weights),
+                                    "part_rewards": {k: s.rewards for k, s in parts.items()},
+                                    "parts": {k: s.diagnostics for k, s in parts.items()}})
+
+    def observe(self, step: int, episodes: Sequence[Episode] | None = None) -> None:
+        for w in self.members.values():
+            if hasattr(w, "observe"):
+                w.observe(step, episodes)
+
+    def training_metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for w in self.members.values():
+            if hasattr(w, "training_metrics"):
+                out.update(w.training_metrics())
+        return out
+
+
+def composite_from_name(name: str, weights: dict[str, float] | None = None, **configs: Any) -> CompositeReward:
+    """``"scribe+funrl"`` with ``weights`` and one configuration keyword per part."""
+    keys = [k.strip() for k in name.split("+")]
+    if len(keys) < 2 or not all(keys):
+        raise ValueError(f"a composite name joins reward names with '+', got {name!r}")
+    weights = dict(weights or {})
+    unknown = (set(weights) | set(configs)) - set(keys)
+    if unknown:
+        raise ValueError(f"{name!r}: weights/configuration given for {sorted(unknown)}, which are not among its parts")
+    parts = []
+    for k in keys:
+        cfg = configs.get(k) or {}
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{name!r}: the configuration of part {k!r} must be a mapping")
+        parts.append({"name": k, "weight": weights.get(k, 1.0), **cfg})
+    return CompositeReward(parts, name=name)

@@ -1,0 +1,73 @@
+"""``prm``: the open-ended LLM-judge process reward, SCRIBE's PRM baseline.
+
+The same decomposition into steps (same prompts, windows and spans as ``scribe``), the
+same judge model and the same 0-3 scale, but no skill library and no rubric: each step is
+graded on open-ended criteria ("is it correct, does it make progress"). Step values, the
+per-turn aggregate and the outcome term are SCRIBE's (:mod:`turngym.rewards.scribe.scoring`),
+so the two rewards differ only in what the judge is told: the paper's comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from turngym.episode import Episode
+from turngym.rewards.base import GroupScores, register_reward
+from turngym.rewards.scribe.decompose import decompose
+from turngym.rewards.scribe.reward import make_llm
+from turngym.rewards.scribe.scoring import NEUTRAL, StepRecord, check_scoring, episode_rewards, step_counts, step_value
+from turngym.rewards.scribe.steps import judge_steps_open
+
+
+@register_reward("prm")
+@dataclass
+class PRMReward:
+    llm: Any = "default"
+    outcome_weight: float = 0.5
+    outcome_metric: str | None = None
+    unmatched_value: float = NEUTRAL      # value of a step whose judgement failed (no valid JSON)
+    turn_aggregate: str = "mean"
+    window_tokens: int = 1024
+    judge_tokens: int = 768
+    observation_tokens: int = 192
+    llm_base_url: str | None = None
+    guided_json: bool = False
+    name: str = "prm"
+
+    def __post_init__(self) -> None:
+        check_scoring(self.unmatched_value, self.turn_aggregate, self.outcome_weight)
+        self.llm = make_llm(self.llm, self.llm_base_url, guided_json=self.guided_json)
+
+    def decompose(self, episodes: Sequence[Episode]) -> list[Any]:
+        return decompose(episodes, self.llm, self.window_tokens, self.observation_tokens)
+
+    def score_episode(self, episode: Episode) -> list[float]:
+        return self.score_group([episode]).rewards[0]
+
+    def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
+        if not episodes:
+            raise ValueError("score_group needs at least one episode")
+        calls_before = self.llm.stats.calls
+        decomps = self.decompose(episodes)
+        jobs = [(e, it) for e, d in zip(episodes, decomps) for it in d.items]
+        verdicts = iter(judge_steps_open(jobs, self.llm, self.judge_tokens, self.observation_tokens) if jobs else [])
+        steps: dict[str, list[StepRecord]] = {e.id: [] for e in episodes}
+        for e, it in jobs:
+            j = next(verdicts)
+            status = "judged" if j.score is not None else "judge_failed"
+            steps[e.id].append(StepRecord(it.turn, it.start, it.end, it.subgoal, it.skill, status,
+                                          step_value(j.score, status, self.unmatched_value), None, j.score))
+        per_episode = [steps[e.id] for e in episodes]
+        rewards = [episode_rewards(e, s, self.unmatched_value, self.turn_aggregate, self.outcome_weight,
+                                   self.outcome_metric) for e, s in zip(episodes, per_episode)]
+        return GroupScores(rewards, {
+            "steps": [[s.to_dict() for s in st] for st in per_episode],
+            **step_counts(per_episode),
+            "decomposition_failed": [d.failed for d in decomps],
+            "dropped_steps": [d.dropped for d in decomps],
+            "unstepped_turns": [d.unstepped_turns for d in decomps],
+            "judge_calls": len(jobs),
+            "llm_calls": self.llm.stats.calls - calls_before,
+            "llm": self.llm.stats.to_dict(),
+        })

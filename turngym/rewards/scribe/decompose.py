@@ -1,0 +1,196 @@
+"""Decomposition into ⟨subgoal, skill, step⟩ with character spans inside turns.
+
+SCRIBE judges *steps*, and one reasoning turn (a long MATH/AIME derivation) holds many.
+So the decomposer works on the agent's text itself, not on whole turns:
+
+1. Budget. Every turn's action is cut into *parts* of at most ``window_tokens`` tokens
+   (cuts at line ends where possible), counted with the judge model's tokenizer when it has
+   one, else estimated as ``ceil(chars / 4)`` (stated in the diagnostics as ``token_count``).
+   Parts are packed, in order, into *windows* of at most ``window_tokens`` tokens, counting
+   with a turn's last part the environment's reply shown after it (clipped to
+   ``observation_tokens``, head and tail kept). Whole short turns share a window; a long
+   turn spans several. Nothing of a turn is cut away: its end is always in some window.
+2. One decomposer call per window. The model lists the steps it sees, each with the turn
+   it is in and ``starts_with``: the first words of the step copied from that turn.
+3. Spans. Each ``starts_with`` is located in its turn's part (exact match, then with
+   whitespace collapsed); a step whose quote is not found, or names a turn outside the
+   window, is dropped and counted. Inside a turn the located starts are sorted and the
+   steps tile the turn: step i spans ``[start_i, start_{i+1})``, the last one ends at the
+   end of the turn, and the first one begins at character 0 (text before the first quoted
+   step belongs to it). A step therefore never crosses a turn, and every character of a turn
+   that has any located step belongs to exactly one step. Turns with none are counted
+   (``unstepped_turns``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from turngym.episode import Episode
+from turngym.rewards.scribe.library import SkillItem
+from turngym.rewards.scribe.prompts import DECOMPOSE_SCHEMA, decompose_prompt
+
+CHARS_PER_TOKEN_ESTIMATE = 4
+
+
+@dataclass
+class TokenCounter:
+    """Token counts by a tokenizer, or ``ceil(chars / 4)`` when there is none."""
+
+    tokenizer: Any = None
+
+    @property
+    def method(self) -> str:
+        return "tokenizer" if self.tokenizer is not None else f"chars/{CHARS_PER_TOKEN_ESTIMATE}"
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        if self.tokenizer is None:
+            return [math.ceil(len(t) / CHARS_PER_TOKEN_ESTIMATE) for t in texts]
+        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+    def count(self, text: str) -> int:
+        return self.count_many([text])[0]
+
+    def clip(self, text: str, budget: int) -> str:
+        """``text`` if it fits ``budget`` tokens, else its head and tail with the omission stated."""
+        n = self.count(text)
+        if n <= budget:
+            return text
+        keep = max(1, int(len(text) * budget / n) // 2)
+        return f"{text[:keep]}\n[... {len(text) - 2 * keep} characters omitted ...]\n{text[-keep:]}"
+
+
+def counter_for(llm: Any) -> TokenCounter:
+    return TokenCounter(getattr(getattr(llm, "policy", None), "tokenizer", None))
+
+
+@dataclass(frozen=True)
+class Part:
+    """Characters ``[start, end)`` of turn ``turn``'s action."""
+
+    turn: int
+    start: int
+    end: int
+    tokens: int
+
+
+def split_turn(text: str, turn: int, budget: int, counter: TokenCounter) -> list[Part]:
+    """Cut one action into parts of at most ``budget`` tokens, at line ends where possible."""
+    if not text:
+        return [Part(turn, 0, 0, 0)]
+    pieces = [m.span() for m in re.finditer(r"[^\n]*\n|[^\n]+$", text)]
+    sizes = counter.count_many([text[a:b] for a, b in pieces])
+    fine: list[tuple[int, int, int]] = []
+    for (a, b), n in zip(pieces, sizes):
+        if n <= budget:
+            fine.append((a, b, n))
+            continue
+        step = max(1, int((b - a) * budget / n))  # an over-long line: cut by characters in proportion
+        for s in range(a, b, step):
+            e = min(b, s + step)
+            fine.append((s, e, counter.count(text[s:e])))
+    parts, cur_start, cur_end, cur_tokens = [], fine[0][0], fine[0][0], 0
+    for a, b, n in fine:
+        if cur_tokens and cur_tokens + n > budget:
+            parts.append(Part(turn, cur_start, cur_end, cur_tokens))
+            cur_start, cur_tokens = a, 0
+        cur_end, cur_tokens = b, cur_tokens + n
+    parts.append(Part(turn, cur_start, cur_end, cur_tokens))
+    return parts
+
+
+def windows(episode: Episode, budget: int, counter: TokenCounter, observation_tokens: int = 0) -> list[list[Part]]:
+    """The episode's parts, packed in order into windows of at most ``budget`` tokens; a turn's
+    last part also carries its reply as shown (at most ``observation_tokens``)."""
+    out: list[list[Part]] = []
+    used = 0
+    for t in episode.turns:
+        reply = min(counter.count(t.observation), observation_tokens) if t.observation and observation_tokens else 0
+        parts = split_turn(t.action, t.index, max(1, budget - reply), counter)
+        for k, part in enumerate(parts):
+            cost = part.tokens + (reply if k == len(parts) - 1 else 0)
+            if out and used + cost <= budget:
+                out[-1].append(part)
+                used += cost
+            else:
+                out.append([part])
+                used = cost
+    return out
+
+
+def locate(quote: str, text: str) -> int | None:
+    """Where ``quote`` starts in ``text``: exact, else with runs of whitespace collapsed."""
+    quote = quote.strip()
+    if not quote:
+        return None
+    at = text.find(quote)
+    if at >= 0:
+        return at
+    pattern = r"\s+".join(re.escape(w) for w in quote.split())
+    m = re.search(pattern, text)
+    return m.start() if m else None
+
+
+@dataclass
+class Decomposition:
+    items: list[SkillItem]
+    dropped: int = 0                       # steps whose quote was not found or named a turn outside its window
+    failed_windows: int = 0                # windows for which the LLM never produced valid JSON
+    windows: int = 0
+    unstepped_turns: list[int] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.windows > 0 and self.failed_windows == self.windows
+
+
+def decompose(episodes: Sequence[Episode], llm: Any, window_tokens: int = 1024,
+              observation_tokens: int = 192) -> list[Decomposition]:
+    """Steps of every episode, with spans; all windows of all episodes in one batch of LLM calls."""
+    if window_tokens < 16 or observation_tokens >= window_tokens:
+        raise ValueError(f"need window_tokens >= 16 and observation_tokens < window_tokens, got {window_tokens} "
+                         f"and {observation_tokens}")
+    counter = counter_for(llm)
+    plan = [(ep, w) for ep in episodes for w in windows(ep, window_tokens, counter, observation_tokens)]
+    replies = llm.call_many([(decompose_prompt(ep, w, counter, observation_tokens), DECOMPOSE_SCHEMA)
+                             for ep, w in plan])
+    found: dict[str, list[tuple[int, int, str, str]]] = {ep.id: [] for ep in episodes}
+    stats: dict[str, list[int]] = {ep.id: [0, 0, 0] for ep in episodes}  # dropped, failed, windows
+    for (ep, window), reply in zip(plan, replies):
+        s = stats[ep.id]
+        s[2] += 1
+        if reply is None:
+            s[1] += 1
+            continue
+        parts = {p.turn: p for p in window}
+        for step in reply["steps"]:
+            part = parts.get(int(step["turn"]))
+            at = None if part is None else locate(step["starts_with"],
+                                                  ep.turns[part.turn].action[part.start:part.end])
+            if part is None or at is None:
+                s[0] += 1
+                continue
+            found[ep.id].append((part.turn, part.start + at, step["subgoal"].strip(), step["skill"].strip()))
+    out = []
+    for ep in episodes:
+        items: list[SkillItem] = []
+        by_turn: dict[int, dict[int, tuple[str, str]]] = {}
+        for turn, start, subgoal, skill in found[ep.id]:
+            by_turn.setdefault(turn, {}).setdefault(start, (subgoal, skill))  # one step per start
+        for turn in sorted(by_turn):
+            action = ep.turns[turn].action
+            starts = sorted(by_turn[turn])
+            bounds = [0] + starts[1:] + [len(action)]
+            for k, start in enumerate(starts):
+                subgoal, skill = by_turn[turn][start]
+                items.append(SkillItem(subgoal, skill, turn, bounds[k], bounds[k + 1], ep.id,
+                                       action[bounds[k]:bounds[k + 1]]))
+        dropped, failed, n_windows = stats[ep.id]
+        unstepped = [t.index for t in ep.turns if t.index not in by_turn]
+        out.append(Decomposition(items, dropped, failed, n_windows, unstepped))
+    return out
