@@ -14,6 +14,14 @@ Levels, strongest first (recorded in every MathCode episode's ``meta["sandbox"]`
 - ``rlimits-only``: bubblewrap cannot run here; the worker confines itself (rlimits, and as
   root a network namespace, private ``/tmp`` and a throwaway uid). Chosen only with a loud
   warning.
+
+Identity: under bubblewrap each worker is its own user and PID namespace (and cgroup); the
+host kills a worker by killing its namespace's init and its cgroup, never by uid, so no kill
+reaches another session. Run as root, bubblewrap maps the sandbox's uid 1000 to the host's
+uid 0 with no capabilities: the ways a same-uid process could reach the host (signals, /proc,
+ptrace, sockets, keyrings, IPC, writable files) are cut by the namespaces and the read-only
+mounts, which the probes in tests/test_sandbox_isolation.py check. At the ``rlimits-only``
+level as root each live worker holds a uid no other live worker has (``UidClaim``).
 """
 
 from __future__ import annotations
