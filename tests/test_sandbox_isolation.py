@@ -477,7 +477,7 @@ def test_an_oom_kill_of_the_interpreter_says_so(pool):
 def test_nothing_a_cell_writes_reaches_the_interpreter_or_the_next_session(pool):
     """Planting code in the interpreter's own trees fails (read-only), and files a session leaves in
     its /tmp or working directory are not there for the next session."""
-    import numpy  # noqa: F401  (any installed package: its folder is in the sandbox, read-only)
+    import numpy  # any installed package: its folder is in the sandbox, read-only
 
     site = str(Path(numpy.__file__).parent.parent)
     with pool.session() as a:
@@ -500,7 +500,7 @@ def test_seccomp_refuses_keyrings_ptrace_and_foreign_abis(pool):
 
     if iso.seccomp_program() is None:
         pytest.skip(f"no seccomp filter for {platform.machine()}")
-    arch, numbers = iso._DENIED_SYSCALLS[platform.machine()]
+    _, numbers = iso._DENIED_SYSCALLS[platform.machine()]
     assert pool.describe()["seccomp"] is True
     with pool.session() as s:
         r = s.run(textwrap.dedent(f"""
