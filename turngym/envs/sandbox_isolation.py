@@ -81,14 +81,14 @@ def interpreter_trees(python: str = sys.executable) -> tuple[str, ...]:
 # Syscalls refused inside the sandbox (EPERM), beyond what missing capabilities already stop:
 # the kernel keyrings (keys are looked up by serial across user namespaces, and the sandbox's
 # uid is the host's when bubblewrap runs as root), ptrace, perf events, BPF, userfaultfd and
-# io_uring (large kernel attack surface no code cell needs).
+# io_uring (large kernel attack surface no code cell needs), and the kernel log (syslog).
 _DENIED_SYSCALLS = {
     "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "ptrace": 101, "perf_event_open": 298,
                             "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426,
-                            "io_uring_register": 427}),
+                            "io_uring_register": 427, "syslog": 103}),
     "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "ptrace": 117, "perf_event_open": 241,
                              "bpf": 280, "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426,
-                             "io_uring_register": 427}),
+                             "io_uring_register": 427, "syslog": 116}),
 }
 
 
