@@ -204,3 +204,25 @@ def test_the_host_turns_any_bad_reply_into_an_error_and_a_fresh_worker(pool, kin
         assert worker.proc.poll() is not None  # the worker behind the bad channel is gone
         assert s.run("print(x)").status == "error"  # a fresh interpreter
         assert s.run("print(2)").stdout == "2\n"
+
+
+def test_without_bubblewrap_auto_falls_back_loudly_and_episodes_record_it(monkeypatch, capsys):
+    """Simulates a machine without bwrap (the lookup finds none): ``auto`` warns and runs
+    rlimits-only, MathCode episodes record that level, and asking for bubblewrap is an error."""
+    from turngym.envs import sandbox_isolation as iso
+    from turngym.envs.math_code import MathCodeEnv
+    from turngym.envs.sandbox import SandboxError
+
+    monkeypatch.setattr(iso, "bwrap_path", lambda: None)
+    with pytest.raises(SandboxError, match="bubblewrap cannot run"):
+        SandboxPool(size=0, isolation="bubblewrap")
+    with pytest.warns(RuntimeWarning, match="SANDBOX IS WEAK"):
+        weak = SandboxPool(size=0, limits=LIMITS, preload=(), isolation="auto")
+    assert "SANDBOX IS WEAK" in capsys.readouterr().err
+    with weak:
+        env = MathCodeEnv(dataset="gsm8k", sandbox=weak, max_turns=3)
+        env.reset(options={"index": 0})
+        obs, *_ = env.step("```python\nprint(6 * 7)\n```")
+        assert "42" in obs
+        assert env.episode.meta["sandbox"]["isolation"] == "rlimits-only"
+        env.close()

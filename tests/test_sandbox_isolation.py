@@ -477,7 +477,7 @@ def test_an_oom_kill_of_the_interpreter_says_so(pool):
 def test_nothing_a_cell_writes_reaches_the_interpreter_or_the_next_session(pool):
     """Planting code in the interpreter's own trees fails (read-only), and files a session leaves in
     its /tmp or working directory are not there for the next session."""
-    import numpy  # noqa: F401  (any installed package: its folder is in the sandbox, read-only)
+    import numpy  # any installed package: its folder is in the sandbox, read-only
 
     site = str(Path(numpy.__file__).parent.parent)
     with pool.session() as a:
@@ -491,3 +491,44 @@ def test_nothing_a_cell_writes_reaches_the_interpreter_or_the_next_session(pool)
         assert r.stdout.startswith("False False"), r.render()
         assert "PYTHONPATH" not in r.stdout and "TOKEN" not in r.stdout
     assert not os.path.exists(site + "/sitecustomize.py") and not os.path.exists(sys.prefix + "/pwned.pth")
+
+
+def test_seccomp_refuses_keyrings_ptrace_and_foreign_abis(pool):
+    """The host's session keyring is inherited by every child process; inside the sandbox the
+    keyring syscalls (and ptrace, perf, BPF, userfaultfd, io_uring, x32) are refused."""
+    import platform
+
+    if iso.seccomp_program() is None:
+        pytest.skip(f"no seccomp filter for {platform.machine()}")
+    _, numbers = iso._DENIED_SYSCALLS[platform.machine()]
+    assert pool.describe()["seccomp"] is True
+    with pool.session() as s:
+        r = s.run(textwrap.dedent(f"""
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            out = {{}}
+            for name, nr in {numbers!r}.items():
+                out[name] = (libc.syscall(nr, 0, -3, 0, 0, 0), ctypes.get_errno())
+            print(out)
+            print(libc.syscall(0x40000000 + 39, 0, 0, 0), ctypes.get_errno())  # x32 getpid
+        """))
+        assert r.ok, r.render()
+        results = eval(r.stdout.splitlines()[0])
+        assert all(v == (-1, 1) for v in results.values()), results  # EPERM
+        if platform.machine() == "x86_64":
+            assert r.stdout.splitlines()[1] == "-1 1"
+        _assert_next_cell_works(s)
+
+
+def test_seccomp_program_is_valid_bpf():
+    """Jump targets land inside the program and it ends in returns (checked on both machines)."""
+    import struct as st
+
+    for machine in ("x86_64", "aarch64"):
+        prog = iso.seccomp_program(machine)
+        ins = [st.unpack("=HBBI", prog[i:i + 8]) for i in range(0, len(prog), 8)]
+        for i, (code, jt, jf, _) in enumerate(ins):
+            if code in (0x15, 0x35):
+                assert i + 1 + jt < len(ins) and i + 1 + jf < len(ins)
+        assert ins[-1][0] == 0x06 and ins[-2][0] == 0x06
+    assert iso.seccomp_program("riscv64") is None

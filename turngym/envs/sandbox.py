@@ -109,7 +109,7 @@ class Isolation:
 
     def describe(self) -> dict:
         return {"isolation": self.level, "cgroup": self.cgroups.version if self.cgroups else None,
-                "note": self.note}
+                "seccomp": self.bwrap is not None and iso.seccomp_program() is not None, "note": self.note}
 
 
 def choose_isolation(requested: str = "auto") -> Isolation:
@@ -192,8 +192,12 @@ class _Worker:
         # -c: the worker's folder must not be on sys.path (it would shadow user imports)
         args = [sys.executable, "-I", "-B", "-c", _worker_source(), str(cmd_r), str(res_w), json.dumps(cfg)]
         cwd = self.workdir
+        pass_fds = [cmd_r, res_w]
         if sandboxed:
-            args = iso.bwrap_command(isolation.bwrap, limits.disk_bytes) + args
+            filter_fd = iso.seccomp_fd()
+            if filter_fd is not None:
+                pass_fds.append(filter_fd)
+            args = iso.bwrap_command(isolation.bwrap, limits.disk_bytes, filter_fd) + args
             cwd = None
         if isolation.cgroups is not None:
             self.cgroup = iso.WorkerCgroup(isolation.cgroups, f"turngym-{os.getpid()}-{os.urandom(6).hex()}",
@@ -205,13 +209,13 @@ class _Worker:
                     *self.cgroup.procs_files, *args]
         try:
             self.proc = _spawn(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               env=env, pass_fds=(cmd_r, res_w), start_new_session=True, cwd=cwd)
+                               env=env, pass_fds=tuple(pass_fds), start_new_session=True, cwd=cwd)
         except BaseException:
             self._release()
             raise
         finally:
-            os.close(cmd_r)
-            os.close(res_w)
+            for fd in pass_fds:
+                os.close(fd)
 
     def wait_ready(self) -> dict:
         with self._ready_lock:  # a pool's warm-up check and a session may both wait

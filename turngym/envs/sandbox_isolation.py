@@ -5,7 +5,8 @@ Levels, strongest first (recorded in every MathCode episode's ``meta["sandbox"]`
 
 - ``bubblewrap+cgroup``: each worker runs under ``bwrap`` in fresh user, PID, network, IPC,
   UTS, mount and cgroup namespaces with no way to create more (``--disable-userns``), a
-  read-only view of only the interpreter's trees and system libraries, a private ``/proc``,
+  seccomp filter refusing keyrings, ptrace, perf, BPF, userfaultfd, io_uring and foreign ABIs
+  (x86_64 and aarch64), a read-only view of only the interpreter's trees and system libraries, a private ``/proc``,
   size-capped tmpfs working directory, ``/tmp`` and ``/dev/shm``, no capabilities, and one
   cgroup per worker capping memory (tmpfs pages included) and process count for the whole
   cell tree.
@@ -14,6 +15,14 @@ Levels, strongest first (recorded in every MathCode episode's ``meta["sandbox"]`
 - ``rlimits-only``: bubblewrap cannot run here; the worker confines itself (rlimits, and as
   root a network namespace, private ``/tmp`` and a throwaway uid). Chosen only with a loud
   warning.
+
+Identity: under bubblewrap each worker is its own user and PID namespace (and cgroup); the
+host kills a worker by killing its namespace's init and its cgroup, never by uid, so no kill
+reaches another session. Run as root, bubblewrap maps the sandbox's uid 1000 to the host's
+uid 0 with no capabilities: the ways a same-uid process could reach the host (signals, /proc,
+ptrace, sockets, keyrings, IPC, writable files) are cut by the namespaces and the read-only
+mounts, which the probes in tests/test_sandbox_isolation.py check. At the ``rlimits-only``
+level as root each live worker holds a uid no other live worker has (``UidClaim``).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import os
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -68,8 +78,59 @@ def interpreter_trees(python: str = sys.executable) -> tuple[str, ...]:
     return tuple(trees)
 
 
-def bwrap_command(bwrap: str, disk_bytes: int) -> list[str]:
-    """The ``bwrap`` prefix for one worker: namespaces, a read-only system, private tmpfs mounts."""
+# Syscalls refused inside the sandbox (EPERM), beyond what missing capabilities already stop:
+# the kernel keyrings (keys are looked up by serial across user namespaces, and the sandbox's
+# uid is the host's when bubblewrap runs as root), ptrace, perf events, BPF, userfaultfd and
+# io_uring (large kernel attack surface no code cell needs), and the kernel log (syslog).
+_DENIED_SYSCALLS = {
+    "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "ptrace": 101, "perf_event_open": 298,
+                            "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426,
+                            "io_uring_register": 427, "syslog": 103}),
+    "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "ptrace": 117, "perf_event_open": 241,
+                             "bpf": 280, "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426,
+                             "io_uring_register": 427, "syslog": 116}),
+}
+
+
+def seccomp_program(machine: str | None = None) -> bytes | None:
+    """A classic-BPF seccomp filter (the bytes ``bwrap --seccomp`` reads) that refuses the
+    syscalls above and any other ABI than the native one (x32, 32-bit); None on other machines."""
+    import platform
+
+    machine = machine or platform.machine()
+    if machine not in _DENIED_SYSCALLS:
+        return None
+    arch, numbers = _DENIED_SYSCALLS[machine]
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    prog: list[tuple[int, int | str, int, int]] = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, deny),
+                                                   (ld_abs, 0, 0, 0)]
+    if machine == "x86_64":
+        prog.append((jge, "deny", 0, 0x40000000))  # the x32 ABI
+    prog += [(jeq, "deny", 0, nr) for nr in sorted(numbers.values())]
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    deny_at = len(prog) - 1
+    out = b""
+    for i, (code, jt, jf, k) in enumerate(prog):
+        jt = deny_at - (i + 1) if jt == "deny" else jt
+        out += struct.pack("=HBBI", code, jt, jf, k)
+    return out
+
+
+def seccomp_fd() -> int | None:
+    """A fresh descriptor holding the seccomp program, for one bwrap start (bwrap reads it)."""
+    prog = seccomp_program()
+    if prog is None:
+        return None
+    fd = os.memfd_create("turngym-seccomp", os.MFD_CLOEXEC)
+    os.write(fd, prog)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None) -> list[str]:
+    """The ``bwrap`` prefix for one worker: namespaces, a read-only system, private tmpfs mounts,
+    and the seccomp filter read from descriptor ``seccomp`` (which the caller passes on)."""
     args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--die-with-parent", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
@@ -87,18 +148,25 @@ def bwrap_command(bwrap: str, disk_bytes: int) -> list[str]:
     size = str(int(disk_bytes))
     args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
              "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", SANDBOX_WORKDIR,
-             "--remount-ro", "/", "--chdir", SANDBOX_WORKDIR, "--"]
-    return args
+             "--remount-ro", "/", "--chdir", SANDBOX_WORKDIR]
+    if seccomp is not None:
+        args += ["--seccomp", str(seccomp)]
+    return args + ["--"]
 
 
 @functools.cache
 def bwrap_probe(bwrap: str) -> str | None:
     """None when bubblewrap can start the interpreter here, else why not."""
-    cmd = bwrap_command(bwrap, 1 << 20) + [sys.executable, "-I", "-c", "import os; print(os.getuid())"]
+    fd = seccomp_fd()
+    cmd = bwrap_command(bwrap, 1 << 20, fd) + [sys.executable, "-I", "-c", "import os; print(os.getuid())"]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL, check=False)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL, check=False,
+                             pass_fds=() if fd is None else (fd,))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{type(exc).__name__}: {exc}"
+    finally:
+        if fd is not None:
+            os.close(fd)
     if out.returncode != 0 or out.stdout.strip() != str(SANDBOX_UID):
         return (out.stderr.strip() or f"exit status {out.returncode}").splitlines()[-1]
     return None
