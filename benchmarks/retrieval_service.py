@@ -202,7 +202,7 @@ def main() -> None:
     line("heavy request, median", statistics.median(o["heavy_s"]), statistics.median(n["heavy_s"]), "s")
     line("throughput, 32 clients x 16", o["qps"], n["qps"], "q/s")
     line(f"light, {args.idle} idle conns open", o["conns"][0], n["conns"][0], "ms")
-    line(f"light, right after they close", o["conns"][1], n["conns"][1], "ms")
+    line("light, right after they close", o["conns"][1], n["conns"][1], "ms")
 
 
 if __name__ == "__main__":

@@ -154,7 +154,7 @@ def test_half_a_request_or_nothing_is_timed_out(server):
 
 def test_many_idle_connections_opened_and_closed_together(server):
     socks = [socket.create_connection(tuple(server.server_address), timeout=10) for _ in range(400)]
-    for i, s in enumerate(socks[:200]):  # half of them finish a keep-alive request first
+    for s in socks[:200]:  # half of them finish a keep-alive request first
         s.sendall(post_raw(b'{"queries": ["river"], "topk": 1}'))
     for s in socks[:200]:
         assert s.recv(65536).startswith(b"HTTP/1.1 200")
