@@ -49,10 +49,10 @@ def test_registered_env_keeps_the_contract(env_id, kwargs, search_index):
                                  "```python\nprint(1)\n```", "lone \ud800 surrogate", "\\boxed{1} <answer>1</answer>"))
 
 
-class _RaisingEnvForTest(TextEnv):
-    """A deliberately broken env (a fake, inside this test): its step raises on bad input."""
+class _SilentEnvForTest(TextEnv):
+    """A deliberately broken env (a fake, inside this test): it goes on without telling the agent anything."""
 
-    env_name = "test/Raising-v0"
+    env_name = "test/Silent-v0"
 
     def num_items(self):
         return 1
@@ -65,10 +65,15 @@ class _RaisingEnvForTest(TextEnv):
 
     def act(self, action):
         if not action:
-            raise ValueError("empty action")
-        return ActionResult(observation="ok")
+            raise ValueError("empty action")  # the base class turns this into an error observation
+        return ActionResult(observation=None)
 
 
-def test_the_checker_catches_an_env_whose_step_raises():
-    with pytest.raises(ContractError, match=r"step\(''\) raised ValueError"):
-        check_text_env(_RaisingEnvForTest())
+def test_the_checker_catches_a_broken_env_and_accepts_action_errors_as_observations():
+    check_text_env(_SilentEnvForTest(), actions=("",))  # a raising act() is the base class's to report
+    with pytest.raises(ContractError, match="needs an observation"):
+        check_text_env(_SilentEnvForTest(), actions=("", "x"))
+    broken = _SilentEnvForTest()
+    broken.stop = ["</answer>"]
+    with pytest.raises(ContractError, match="stop must be a tuple"):
+        check_text_env(broken)
