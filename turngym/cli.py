@@ -435,7 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     ab = sub.add_parser("ablate", help="score saved groups with several reward wrappers and compare credit")
     ab.add_argument("--episodes", required=True)
     ab.add_argument("--rewards", default="outcome,ttrl,empo,siop,igpo")
-    ab.add_argument("--scorer", default=None, help="support-scoring model for siop/igpo ('default', a directory, a hub id)")
+    ab.add_argument("--scorer", default=None, help="support-scoring model for siop/igpo ('default', a directory, a hub id) "
+                    "or JSON: {\"model\": ..., \"dtype\": ...} or {\"base_url\": ..., \"model\": ..., \"tokenizer\": ...}, "
+                    "plus \"tokens\": \"text\" for a scorer of another model family")
     ab.add_argument("--scribe-llm", default="default", help="scribe's decomposer/judge model (or a served model name)")
     ab.add_argument("--scribe-base-url", default=None, help="OpenAI-compatible server for --scribe-llm")
     ab.add_argument("--scribe-library", default=None, help="a skill library JSON (default: built from the episodes)")
