@@ -26,9 +26,9 @@ from turngym.agents.tokenization import ConversationTokenizer
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="default")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--max-new-tokens", type=int, default=12)
     args = ap.parse_args()
     policy = load_hf_policy(args.model, device="cpu")
     tok, model = policy.tokenizer, policy.model
@@ -61,12 +61,13 @@ def main() -> None:
     outputs: dict[str, torch.Tensor] = {}
     with torch.inference_mode():
         arms["tail"]()  # warm-up
-        for _ in range(args.repeats):
+        for rep in range(args.repeats):
             for name, fn in arms.items():  # interleaved
                 t = time.perf_counter()
                 out = fn()
                 times[name].append(time.perf_counter() - t)
                 outputs[name] = out
+            print(f"repeat {rep}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()), flush=True)
     same = all(torch.equal(outputs["rebuilt"], o) for o in outputs.values())
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"model={args.model} batch={args.batch} max_new_tokens={args.max_new_tokens} repeats={args.repeats} "

@@ -18,9 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy
+
 _JVM_LOCK = threading.Lock()
 _JVM_PID: int | None = None
 MAX_QUERY_WORDS = 256  # Lucene's BooleanQuery refuses more than 1,024 clauses
+
+
+def _float32(text: str) -> float:
+    """A Java float's shortest decimal form back to the very same float32 value."""
+    return float(numpy.float32(text))
 
 
 class RetrieverError(RuntimeError):
@@ -125,6 +132,13 @@ class LuceneRetriever:
         self.index_dir, self.k1, self.b = str(path), k1, b
         self._jnius = jnius
         self._pid = os.getpid()
+        self._json = jnius.autoclass("com.fasterxml.jackson.databind.ObjectMapper")()
+        self._newline = jnius.autoclass("java.util.regex.Pattern").compile("\n")
+        # Jackson sees a stored document only as its field values, in stored order; Anserini stores
+        # the same fields in the same order for every document, so learn where "raw" is once.
+        names = [f.name() for f in self._searcher.doc(0).getFields().toArray()] if self._searcher.get_total_num_docs() else []
+        self._stored_fields = len(names)
+        self._raw_field = names.index("raw") if "raw" in names else None
 
     def __deepcopy__(self, memo: dict) -> "LuceneRetriever":
         return self  # a JVM searcher is a shared, read-only resource
@@ -133,25 +147,41 @@ class LuceneRetriever:
         if os.getpid() != self._pid:
             raise RetrieverError("this retriever was created before a fork; create one in each process")
 
-    def _hits(self, java_hits: Any) -> list[Hit]:
-        """Python hits from Java ones with as few JNI calls as possible (they dominate the cost)."""
+    def _hits(self, hits_json: list[dict[str, Any]] | None) -> list[Hit]:
+        """Python hits from Jackson's JSON of Anserini ``ScoredDoc`` objects (one JNI call made it)."""
         out = []
-        for h in java_hits or ():
-            doc = h.lucene_document
-            docid, title, text = parse_raw(doc.get("raw") if doc is not None else None)
-            out.append(Hit(docid=docid if docid is not None else str(h.docid), score=float(h.score), title=title, text=text))
+        for h in hits_json or ():
+            doc = h.get("lucene_document")
+            fields = (doc or {}).get("fields") or []
+            if len(fields) == self._stored_fields:
+                raw = fields[self._raw_field]["charSequenceValue"] if self._raw_field is not None else None
+            else:  # a document stored unlike the first one: ask Lucene for its raw field by name
+                raw = self._searcher.doc_raw(int(h["lucene_docid"]))
+            docid, title, text = parse_raw(raw)
+            out.append(Hit(docid=docid if docid is not None else str(h["docid"]), score=h["score"], title=title, text=text))
         return out
+
+    def _decode(self, java_value: Any) -> Any:
+        """Anserini results as Python data through one Jackson call; scores exactly Lucene's float32."""
+        return json.loads(self._json.writeValueAsString(java_value), parse_float=_float32)
+
+    def _java_list(self, items: Sequence[str]) -> Any:
+        """A java.util.List of strings in three JNI calls (items hold no newline)."""
+        return self._newline.splitAsStream("\n".join(items)).toList()
 
     def search(self, query: str, k: int = 3) -> list[Hit]:
         self._check_process()
         q = clean_query(query)
         try:
-            return self._hits(self._searcher.search(q, int(k)))
+            return self._hits(self._decode(self._searcher.search(q, int(k))))
         except self._jnius.JavaException as exc:
             raise RetrieverError(f"search failed for {q[:80]!r}: {exc}") from None
 
     def batch_search(self, queries: Sequence[str], k: int = 3, threads: int = 1) -> list[list[Hit]]:
-        """Anserini's multi-threaded batch search; an empty query gets no hits."""
+        """Anserini's multi-threaded batch search; an empty query gets no hits.
+
+        The hits of the whole batch cross from Java as one JSON string (Jackson, bundled with
+        Anserini), not as per-hit JNI calls, which cost more than the search itself."""
         self._check_process()
         cleaned = []
         for q in queries:
@@ -159,20 +189,15 @@ class LuceneRetriever:
                 cleaned.append(clean_query(q))
             except ValueError:
                 cleaned.append("")
-        ids = [str(i) for i in range(len(cleaned))]
-        live = [(i, q) for i, q in zip(ids, cleaned) if q]
+        live = [(str(i), q) for i, q in enumerate(cleaned) if q]
         if not live:
             return [[] for _ in queries]
-        jlist = self._jnius.autoclass("java.util.ArrayList")
-        jq, jid = jlist(), jlist()
-        for i, q in live:
-            jq.add(q)
-            jid.add(i)
         try:
-            results = self._searcher.batch_search(jq, jid, int(k), int(threads))
+            results = self._decode(self._searcher.batch_search(self._java_list([q for _, q in live]),
+                                                               self._java_list([i for i, _ in live]), int(k), int(threads)))
         except self._jnius.JavaException as exc:
             raise RetrieverError(f"batch search failed: {exc}") from None
-        return [self._hits(results.get(i)) for i in ids]
+        return [self._hits(results.get(str(i))) for i in range(len(cleaned))]
 
     def raw_searcher(self) -> Any:
         """The underlying ``io.anserini.search.SimpleSearcher`` (for checks against Anserini itself)."""
