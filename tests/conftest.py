@@ -115,6 +115,17 @@ class FakeJSONServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def do_GET(self):  # e.g. /v1/models: reply(path, None, n)
+                with lock:
+                    outer.requests.append((self.path, None))
+                    n = len(outer.requests)
+                status, payload = reply(self.path, None, n)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from turngym.agents.policy import Generation, GenerationRequest, Policy, SamplingParams
-from turngym.agents.tokenization import ConversationTokenizer
+from turngym.agents.tokenization import ChatTemplateError, ConversationTokenizer, plain_prompt
 from turngym.episode import Episode, EpisodeWriter, written_ids
 from turngym._version import __version__ as _VERSION
 from turngym.envs.base import TextEnv
@@ -262,9 +262,20 @@ class RolloutRunner:
             cap = self._budget(slot)
             if slot.ids is not None:
                 reqs.append(GenerationRequest(prompt_ids=slot.ids, max_new_tokens=cap))
+            elif getattr(self.policy, "prompt_format", "chat") == "text":
+                reqs.append(GenerationRequest(prompt_text=self._plain_text(slot)))
             else:
                 reqs.append(GenerationRequest(messages=self._messages(slot), tools=slot.episode.tools))
         return reqs
+
+    @staticmethod
+    def _plain_text(slot: _Slot) -> str:
+        """A base model's transcript for text-only backends: as the local path renders it without a chat
+        template (contents joined by blank lines, then each action and observation as written)."""
+        if slot.episode.tools:
+            raise ChatTemplateError("native tool calling needs chat prompts; this policy sends plain text "
+                                    "(prompt_format='text'): use tool_format='prompting' or prompt_format='chat'")
+        return plain_prompt(slot.episode.prompt) + "".join(t.action + (t.observation or "") for t in slot.episode.turns)
 
     @staticmethod
     def _messages(slot: _Slot) -> list[dict[str, str]]:

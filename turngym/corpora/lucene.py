@@ -96,6 +96,24 @@ def parse_raw(raw: str | None) -> tuple[str | None, str, str]:
         doc = json.loads(raw)
     except json.JSONDecodeError:
         return None, "", raw
+    if not isinstance(doc, dict):
+        return None, "", raw
+    return _fields_of(doc)
+
+
+def _parse_raws(raws: Sequence[str | None]) -> list[tuple[str | None, str, str]]:
+    """:func:`parse_raw` of many documents; JSON objects are parsed in one call."""
+    if raws and all(r and r.lstrip().startswith("{") for r in raws):
+        try:
+            docs = json.loads("[" + ",".join(raws) + "]")
+        except json.JSONDecodeError:
+            docs = None
+        if docs is not None and len(docs) == len(raws) and all(isinstance(d, dict) for d in docs):
+            return [_fields_of(d) for d in docs]
+    return [parse_raw(r) for r in raws]
+
+
+def _fields_of(doc: dict[str, Any]) -> tuple[str | None, str, str]:
     docid = None if doc.get("id") is None else str(doc["id"])
     if "title" in doc and "text" in doc:
         return docid, str(doc["title"]), str(doc["text"])
@@ -148,17 +166,28 @@ class LuceneRetriever:
             raise RetrieverError("this retriever was created before a fork; create one in each process")
 
     def _hits(self, hits_json: list[dict[str, Any]] | None) -> list[Hit]:
-        """Python hits from Jackson's JSON of Anserini ``ScoredDoc`` objects (one JNI call made it)."""
-        out = []
-        for h in hits_json or ():
-            doc = h.get("lucene_document")
-            fields = (doc or {}).get("fields") or []
-            if len(fields) == self._stored_fields:
-                raw = fields[self._raw_field]["charSequenceValue"] if self._raw_field is not None else None
-            else:  # a document stored unlike the first one: ask Lucene for its raw field by name
-                raw = self._searcher.doc_raw(int(h["lucene_docid"]))
-            docid, title, text = parse_raw(raw)
-            out.append(Hit(docid=docid if docid is not None else str(h["docid"]), score=h["score"], title=title, text=text))
+        return self._hit_lists([hits_json])[0]
+
+    def _hit_lists(self, batches: Sequence[list[dict[str, Any]] | None]) -> list[list[Hit]]:
+        """Python hits from Jackson's JSON of Anserini ``ScoredDoc`` arrays (one JNI call made it);
+        the stored raw documents of all hits are parsed in one ``json.loads``."""
+        raws: list[str | None] = []
+        for hits in batches:
+            for h in hits or ():
+                fields = (h.get("lucene_document") or {}).get("fields") or []
+                if len(fields) == self._stored_fields:
+                    raws.append(fields[self._raw_field]["charSequenceValue"] if self._raw_field is not None else None)
+                else:  # a document stored unlike the first one: ask Lucene for its raw field by name
+                    raws.append(self._searcher.doc_raw(int(h["lucene_docid"])))
+        parsed = _parse_raws(raws)
+        out, n = [], 0
+        for hits in batches:
+            row = []
+            for h in hits or ():
+                docid, title, text = parsed[n]
+                n += 1
+                row.append(Hit(docid=docid if docid is not None else str(h["docid"]), score=h["score"], title=title, text=text))
+            out.append(row)
         return out
 
     def _decode(self, java_value: Any) -> Any:
@@ -197,7 +226,7 @@ class LuceneRetriever:
                                                                self._java_list([i for i, _ in live]), int(k), int(threads)))
         except self._jnius.JavaException as exc:
             raise RetrieverError(f"batch search failed: {exc}") from None
-        return [self._hits(results.get(str(i))) for i in range(len(cleaned))]
+        return self._hit_lists([results.get(str(i)) for i in range(len(cleaned))])
 
     def raw_searcher(self) -> Any:
         """The underlying ``io.anserini.search.SimpleSearcher`` (for checks against Anserini itself)."""
