@@ -169,3 +169,28 @@ def test_tail_stop_check_fires_at_the_token_where_a_full_decode_first_holds_the_
         tail = next((n for n in range(1, len(ids) + 1) if checker.hit(ids[:n])), None)
         assert tail == full, text
         assert (full is None) == (text == texts[-1])
+
+
+def test_sliding_window_models_decode_the_same_in_both_modes(tmp_path):
+    """Gemma 3's layer mix (sliding + full attention) with a window far below the context."""
+    import torch
+    from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
+
+    from turngym.agents.hf import HFPolicy
+    from turngym.agents.tiny import tiny_model_dir
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir(chat=True)))
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=32, sliding_window=6,
+                           layer_types=["sliding_attention", "full_attention"], max_position_embeddings=1024,
+                           pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None)
+    policy = HFPolicy(model=Gemma3ForCausalLM(cfg).eval(), tokenizer=tok, name="tiny-gemma3")
+
+    def play(batching):
+        runner = RolloutRunner(policy, lambda: UnevenCalculator(max_turns=3),
+                               SamplingParams(max_new_tokens=10, temperature=0), k=1, concurrency=2, batching=batching)
+        return {e.id: _comparable(e)[0] for e in runner.run(range(5))}
+
+    static, cont = play("static"), play("continuous")
+    assert static == cont
