@@ -14,9 +14,6 @@ def FakeOpenAIServer(fail_first=0, delay=0.0, owner="vllm"):
     503 for the first ``fail_first`` generation requests, then fixed completions."""
 
     def reply(path, body, n):
-        if path.endswith("/models"):
-            return 200, {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": owner}]}
-        n = sum(1 for p, _ in server.requests if not p.endswith("/models"))
         if n <= fail_first:
             return 503, {"error": "busy"}
         if path.endswith("/chat/completions"):
@@ -24,12 +21,20 @@ def FakeOpenAIServer(fail_first=0, delay=0.0, owner="vllm"):
         return 200, {"choices": [{"text": "<calc>1+1</calc>", "finish_reason": "stop",
                                   "logprobs": {"tokens": ["token_id:5", "token_id:6"], "token_logprobs": [-0.5, -1.0]}}]}
 
-    server = FakeJSONServer(reply, delay=delay)
-    return server
+    return FakeJSONServer(reply, delay=delay, get_reply=models_reply(owner))
+
+
+def models_reply(owner):
+    def get_reply(path):
+        if path.endswith("/models"):
+            return 200, {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": owner}]}
+        return 404, {"error": "not found"}
+
+    return get_reply
 
 
 def posts(server):
-    return [(p, b) for p, b in server.requests if b is not None]
+    return server.requests
 
 
 def test_token_and_chat_requests_round_trip():
@@ -45,7 +50,7 @@ def test_token_and_chat_requests_round_trip():
         body = dict(posts(server))["/v1/completions"]
         assert body["prompt"] == [1, 2, 3] and body["max_tokens"] == 7 and body["stop"] == ["</calc>"]
         assert body["include_stop_str_in_output"] is True and body["return_tokens_as_token_ids"] is True
-        assert [p for p, b in server.requests if b is None] == ["/v1/models"]  # asked once who serves
+        assert server.gets == ["/v1/models"]  # asked once who serves
     finally:
         server.close()
 
@@ -105,18 +110,15 @@ def test_native_tool_calls_go_out_as_tools_and_come_back_as_hermes_text():
         server.close()
 
 
-def test_common_api_servers_get_no_vllm_fields_and_stop_strings_come_back():
-    server = FakeOpenAIServer(owner="someone")
-
+@pytest.mark.parametrize("models", ["someone", None])  # another owner; no /models at all (404)
+def test_common_api_servers_get_no_vllm_fields_and_stop_strings_come_back(models):
     def reply(path, body, n):
-        if path.endswith("/models"):
-            return 200, {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "someone"}]}
         if path.endswith("/chat/completions"):  # the OpenAI spec: the stop string is not in the text
             return 200, {"choices": [{"message": {"content": "I will look. <search>capital of France"},
                                       "finish_reason": "stop"}]}
         return 200, {"choices": [{"text": " 4", "finish_reason": "length"}]}
 
-    server = FakeJSONServer(reply)
+    server = FakeJSONServer(reply, get_reply=models_reply(models) if models else None)
     try:
         pol = OpenAICompatPolicy(model="m", base_url=server.url)
         sampling = SamplingParams(max_new_tokens=5, stop=("</search>", "</answer>"))

@@ -75,13 +75,24 @@ class OpenAICompatPolicy:
             return self._kind
 
     def _detect(self) -> str:
+        """vLLM when ``/models`` says it owns a model; any other answer (another owner, no such
+        route) means the common API, which every server takes. A server that cannot be reached
+        is an error, as for any request."""
         try:
-            models = self._request("GET", "/models").get("data") or []
-        except PolicyError as exc:
-            raise PolicyError(f"{exc} (asking which server this is; set server='vllm' or 'openai' to skip)") from None
-        except AttributeError:
-            raise PolicyError(f"{self.base_url}/models answered with no model list; set server='vllm' or 'openai'") from None
-        return "vllm" if any(isinstance(m, dict) and m.get("owned_by") == "vllm" for m in models) else "openai"
+            resp = self._client.get("/models")
+        except httpx.HTTPError:
+            resp = None
+        if resp is None:  # down or flaky: the retrying path says so with the usual message
+            data = self._request("GET", "/models")
+        elif resp.status_code == 200:
+            try:
+                data = resp.json()
+            except ValueError:
+                return "openai"
+        else:
+            return "openai"
+        models = data.get("data") if isinstance(data, dict) else None
+        return "vllm" if any(isinstance(m, dict) and m.get("owned_by") == "vllm" for m in models or []) else "openai"
 
     def _one(self, req: GenerationRequest, sampling: SamplingParams) -> Generation:
         max_tokens = min(sampling.max_new_tokens, req.max_new_tokens or sampling.max_new_tokens)
