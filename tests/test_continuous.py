@@ -194,3 +194,22 @@ def test_sliding_window_models_decode_the_same_in_both_modes(tmp_path):
 
     static, cont = play("static"), play("continuous")
     assert static == cont
+
+
+def test_rollout_command_takes_continuous_batching(tmp_path):
+    import subprocess
+    import sys
+
+    from turngym.agents.tiny import tiny_model_dir
+    from turngym.episode import read_episodes
+
+    texts = {}
+    for batching in ("static", "continuous"):
+        out = tmp_path / f"{batching}.jsonl"
+        proc = subprocess.run([sys.executable, "-m", "turngym.cli", "rollout", "--model", str(tiny_model_dir(chat=True)),
+                               "--env", "Calculator-v0", "--limit", "3", "--k", "2", "--max-turns", "2",
+                               "--max-new-tokens", "6", "--temperature", "0", "--batching", batching, "--out", str(out)],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        texts[batching] = {e.id: [t.action for t in e.turns] for e in read_episodes(out).episodes}
+    assert len(texts["static"]) == 6 and texts["static"] == texts["continuous"]
