@@ -20,7 +20,7 @@ import httpx
 
 from turngym.corpora.corpus import default_passages, write_collection
 from turngym.corpora.datasets import load_dataset
-from turngym.corpora.lucene import LuceneRetriever, build_index, jvm
+from turngym.corpora.lucene import Hit, LuceneRetriever, build_index, jvm, parse_raw
 from turngym.corpora.service import RetrievalServer
 
 
@@ -28,14 +28,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--queries", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--index", default=None, help="reuse this index of the default corpus (skips the build figure)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="turngym-bench-"))
-    start = time.perf_counter()
-    n = write_collection(default_passages(), tmp / "collection")
-    collect_s = time.perf_counter() - start
-    index_s = build_index(tmp / "collection", tmp / "index", threads=args.threads)
-    print(f"default corpus: {n} passages; collection {collect_s:.1f} s + Anserini index {index_s:.1f} s")
+    if args.index:
+        (tmp / "index").symlink_to(Path(args.index).resolve())
+    else:
+        start = time.perf_counter()
+        n = write_collection(default_passages(), tmp / "collection")
+        collect_s = time.perf_counter() - start
+        index_s = build_index(tmp / "collection", tmp / "index", threads=args.threads)
+        print(f"default corpus: {n} passages; collection {collect_s:.1f} s + Anserini index {index_s:.1f} s")
 
     queries = [it["question"] for it in load_dataset("nq").items[: args.queries]]
     retriever = LuceneRetriever(tmp / "index")
@@ -46,7 +50,19 @@ def main() -> None:
         jq.add(" ".join(q.split()))
         jid.add(str(i))
     retriever.batch_search(queries[:50], 3, args.threads)  # warm-up
-    ours, bare, read = [], [], []
+    def per_hit(results):  # turngym's previous path: JNI calls per hit, then parse_raw per hit
+        out = []
+        for i in range(len(queries)):
+            row = []
+            for h in results.get(str(i)) or ():
+                doc = h.lucene_document
+                docid, title, text = parse_raw(doc.get("raw") if doc is not None else None)
+                row.append(Hit(docid=docid if docid is not None else str(h.docid), score=float(h.score),
+                               title=title, text=text))
+            out.append(row)
+        return out
+
+    ours, bare, read, before = [], [], [], []
     for _ in range(args.repeats):  # interleaved arms
         t = time.perf_counter()
         raw.batch_search(jq, jid, 3, args.threads)  # hits stay in Java: the bare Anserini cost
@@ -56,13 +72,21 @@ def main() -> None:
         _ = [[(h.docid, h.score, h.lucene_document.get("raw")) for h in res.get(str(i))] for i in range(len(queries))]
         read.append(time.perf_counter() - t)
         t = time.perf_counter()
-        retriever.batch_search(queries, 3, args.threads)  # hits parsed into turngym Hit records
+        new_hits = retriever.batch_search(queries, 3, args.threads)  # hits parsed into turngym Hit records
         ours.append(time.perf_counter() - t)
-    q = {name: len(queries) / statistics.median(v) for name, v in (("ours", ours), ("bare", bare), ("read", read))}
+        t = time.perf_counter()
+        old_hits = per_hit(raw.batch_search(jq, jid, 3, args.threads))  # the same records, per-hit JNI
+        before.append(time.perf_counter() - t)
+        assert new_hits == old_hits, "the bulk path must give the very same hits"
+    q = {name: len(queries) / statistics.median(v)
+         for name, v in (("ours", ours), ("bare", bare), ("read", read), ("before", before))}
     print(f"batch search, {len(queries)} NQ queries, top-3, {args.threads} threads: turngym {q['ours']:.0f} q/s; "
           f"raw SimpleSearcher.batch_search {q['bare']:.0f} q/s (hits left in Java), "
           f"{q['read']:.0f} q/s (docid/score/raw read into Python)")
     print(f"ratio vs hits left in Java: {q['ours'] / q['bare']:.2f}x; vs hits read into Python: {q['ours'] / q['read']:.2f}x")
+    print(f"previous turngym path (per-hit JNI, same Hit records): {q['before']:.0f} q/s = {q['before'] / q['bare']:.2f}x "
+          f"of raw; bulk path vs previous: {q['ours'] / q['before']:.2f}x")
+    print("per-repeat ratio bulk/raw: " + ", ".join(f"{b / o:.2f}" for o, b in zip(ours, bare)))
 
     server = RetrievalServer(str(tmp / "index"), port=0, threads=args.threads)
     threading.Thread(target=server.serve_forever, daemon=True).start()

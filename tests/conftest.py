@@ -82,15 +82,15 @@ def tiny_nli_dir(tmp_path_factory):
 
 class FakeJSONServer:
     """A real HTTP server on loopback whose JSON replies come from a fake ``reply(path, body, n)``
-    returning ``(status, payload)``; records requests and peak concurrency."""
+    returning ``(status, payload)`` (GETs: ``get_reply(path)``); records requests and peak concurrency."""
 
-    def __init__(self, reply, delay: float = 0.0):
+    def __init__(self, reply, delay: float = 0.0, get_reply=None):
         import json
         import threading
         import time
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-        self.requests, self.active, self.max_active = [], 0, 0
+        self.requests, self.active, self.max_active, self.gets = [], 0, 0, []
         lock = threading.Lock()
         outer = self
 
@@ -109,6 +109,16 @@ class FakeJSONServer:
                 with lock:
                     outer.active -= 1
                 status, payload = reply(self.path, body, n)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # e.g. /v1/models: ``get_reply(path)``, or 404 when the fake has none
+                with lock:
+                    outer.gets.append(self.path)
+                status, payload = get_reply(self.path) if get_reply else (404, {"error": "not found"})
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(data)))

@@ -9,9 +9,9 @@ from turngym.agents.policy import GenerationRequest, PolicyError, SamplingParams
 from conftest import FakeJSONServer
 
 
-def FakeOpenAIServer(fail_first=0, delay=0.0):
-    """A fake OpenAI-compatible model behind a real loopback HTTP server: 503 for the first
-    ``fail_first`` requests, then fixed completions."""
+def FakeOpenAIServer(fail_first=0, delay=0.0, owner="vllm"):
+    """A fake vLLM-shaped model behind a real loopback HTTP server: ``/models`` names its owner,
+    503 for the first ``fail_first`` generation requests, then fixed completions."""
 
     def reply(path, body, n):
         if n <= fail_first:
@@ -21,7 +21,20 @@ def FakeOpenAIServer(fail_first=0, delay=0.0):
         return 200, {"choices": [{"text": "<calc>1+1</calc>", "finish_reason": "stop",
                                   "logprobs": {"tokens": ["token_id:5", "token_id:6"], "token_logprobs": [-0.5, -1.0]}}]}
 
-    return FakeJSONServer(reply, delay=delay)
+    return FakeJSONServer(reply, delay=delay, get_reply=models_reply(owner))
+
+
+def models_reply(owner):
+    def get_reply(path):
+        if path.endswith("/models"):
+            return 200, {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": owner}]}
+        return 404, {"error": "not found"}
+
+    return get_reply
+
+
+def posts(server):
+    return server.requests
 
 
 def test_token_and_chat_requests_round_trip():
@@ -32,10 +45,12 @@ def test_token_and_chat_requests_round_trip():
                             SamplingParams(max_new_tokens=7, stop=("</calc>",)))
         assert gens[0].token_ids == [5, 6] and gens[0].logprobs == [-0.5, -1.0] and gens[0].text == "<calc>1+1</calc>"
         assert gens[1].token_ids is None and gens[1].text == "<answer>4</answer>"
-        paths = sorted(p for p, _ in server.requests)
+        paths = sorted(p for p, _ in posts(server))
         assert paths == ["/v1/chat/completions", "/v1/completions"]
-        body = dict(server.requests)["/v1/completions"]
+        body = dict(posts(server))["/v1/completions"]
         assert body["prompt"] == [1, 2, 3] and body["max_tokens"] == 7 and body["stop"] == ["</calc>"]
+        assert body["include_stop_str_in_output"] is True and body["return_tokens_as_token_ids"] is True
+        assert server.gets == ["/v1/models"]  # asked once who serves
     finally:
         server.close()
 
@@ -45,7 +60,7 @@ def test_transient_errors_are_retried():
     try:
         pol = OpenAICompatPolicy(model="m", base_url=server.url, retries=3, backoff_s=0.01)
         [g] = pol.generate([GenerationRequest(prompt_ids=[1])], SamplingParams())
-        assert g.text and len(server.requests) == 3
+        assert g.text and len(posts(server)) == 3
     finally:
         server.close()
 
@@ -55,7 +70,7 @@ def test_concurrency_limit_is_respected():
     try:
         pol = OpenAICompatPolicy(model="m", base_url=server.url, concurrency=2)
         pol.generate([GenerationRequest(prompt_ids=[i]) for i in range(6)], SamplingParams())
-        assert server.max_active <= 2 and len(server.requests) == 6
+        assert server.max_active <= 2 and len(posts(server)) == 6
     finally:
         server.close()
 
@@ -79,7 +94,7 @@ def test_native_tool_calls_go_out_as_tools_and_come_back_as_hermes_text():
 
     server = FakeJSONServer(reply)
     try:
-        pol = OpenAICompatPolicy(model="m", base_url=server.url)
+        pol = OpenAICompatPolicy(model="m", base_url=server.url, server="vllm")
         tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}]
         history = [{"role": "user", "content": "list"},
                    {"role": "assistant", "content": '<tool_call>{"name": "ls", "arguments": {}}</tool_call>'},
@@ -93,3 +108,39 @@ def test_native_tool_calls_go_out_as_tools_and_come_back_as_hermes_text():
         assert sent[2] == {"role": "tool", "tool_call_id": sent[1]["tool_calls"][0]["id"], "content": "a.txt"}
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("models", ["someone", None])  # another owner; no /models at all (404)
+def test_common_api_servers_get_no_vllm_fields_and_stop_strings_come_back(models):
+    def reply(path, body, n):
+        if path.endswith("/chat/completions"):  # the OpenAI spec: the stop string is not in the text
+            return 200, {"choices": [{"message": {"content": "I will look. <search>capital of France"},
+                                      "finish_reason": "stop"}]}
+        return 200, {"choices": [{"text": " 4", "finish_reason": "length"}]}
+
+    server = FakeJSONServer(reply, get_reply=models_reply(models) if models else None)
+    try:
+        pol = OpenAICompatPolicy(model="m", base_url=server.url)
+        sampling = SamplingParams(max_new_tokens=5, stop=("</search>", "</answer>"))
+        chat, text = pol.generate([GenerationRequest(messages=[{"role": "user", "content": "q"}]),
+                                   GenerationRequest(prompt_text="2 + 2 =")], sampling)
+        assert pol.server_kind == "openai"
+        assert chat.text == "I will look. <search>capital of France</search>" and chat.token_ids is None
+        assert text.text == " 4" and text.token_ids is None and text.finish_reason == "length"
+        for path, body in posts(server):
+            assert not {"include_stop_str_in_output", "return_tokens_as_token_ids", "logprobs"} & set(body), path
+        with pytest.raises(PolicyError, match="not a vLLM server"):
+            pol.generate([GenerationRequest(prompt_ids=[1, 2])], sampling)
+    finally:
+        server.close()
+
+
+def test_restore_stop_only_where_the_text_shows_which_fired():
+    from turngym.agents.openai_compat import restore_stop
+
+    stops = ("</search>", "</answer>")
+    assert restore_stop("<search>a</search> then <answer>b", stops) == "<search>a</search> then <answer>b"  # holds one
+    assert restore_stop("x <answer>b", stops) == "x <answer>b</answer>"
+    assert restore_stop("<answer>b</answer> <search>c", stops) == "<answer>b</answer> <search>c"  # already holds one
+    assert restore_stop("no tags", stops) == "no tags"
+    assert restore_stop("<search>q", ("\n\n",)) == "<search>q"  # not a closing tag: nothing to infer

@@ -170,8 +170,11 @@ def _rollout_locked(args: argparse.Namespace) -> int:
     style = _prompt_style(policy)
     probe = _make_env(args, style)
     indices = list(range(args.start, min(n, args.start + args.limit)))
-    runner = RolloutRunner(policy, lambda: _make_env(args, style), _sampling(args), k=args.k,
-                           concurrency=args.concurrency, seed=args.seed)
+    try:
+        runner = RolloutRunner(policy, lambda: _make_env(args, style), _sampling(args), k=args.k,
+                               concurrency=args.concurrency, seed=args.seed, batching=args.batching)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     manifest = getattr(probe.unwrapped, "manifest", None)
     if manifest is not None:  # the exact subset this run covers, beside the episodes
         subset = manifest.subset(indices, probe.unwrapped.data.items).to_dict()
@@ -388,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("--concurrency", type=int, default=8)
     ro.add_argument("--overwrite", action="store_true",
                     help="start fresh when --out holds episodes of other settings (they are moved aside, not deleted)")
+    ro.add_argument("--batching", choices=["static", "continuous"], default="static",
+                    help="continuous (local models): a slot is refilled as soon as its turn ends")
     ro.set_defaults(func=cmd_rollout)
 
     index = sub.add_parser("index", help="build or query a BM25 Lucene index").add_subparsers(dest="index_command", required=True)

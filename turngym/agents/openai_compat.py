@@ -1,16 +1,23 @@
-"""A Policy backed by any OpenAI-compatible server (vLLM, TGI, hosted APIs).
+"""A Policy backed by any OpenAI-compatible server (vLLM, ``transformers serve``, TGI, hosted APIs).
 
-Requests with token ids go to ``/completions`` with the ids as the prompt (vLLM accepts
-that and, with ``return_tokens_as_token_ids``, reports sampled ids); requests with only
-messages go to ``/chat/completions``. A thread pool bounds concurrency; transient
-failures (connection errors, 429, 5xx) are retried with backoff; anything else, or a
-server that stays down, raises :class:`PolicyError` naming the URL and the reason.
+Three request forms: token ids (``/completions`` with the ids as the prompt; vLLM only: it
+accepts ids and, with ``return_tokens_as_token_ids``, reports the sampled ids, which training
+needs), plain text (``/completions`` with a text prompt: base models on any server) and
+messages (``/chat/completions``). Fields outside the common OpenAI API
+(``include_stop_str_in_output``, ``return_tokens_as_token_ids``) are sent only to a server
+known to take them: ``server="vllm"``, or ``"auto"`` when ``/models`` says vLLM owns the
+model. Servers that follow the OpenAI spec drop the stop string from the text; it is put
+back where the text shows which one fired, so actions still parse. Token ids are reported
+only where the server returns them. A thread pool bounds concurrency; transient failures
+(connection errors, 429, 5xx) are retried with backoff; anything else, or a server that
+stays down, raises :class:`PolicyError` naming the URL and the reason.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,6 +29,8 @@ from turngym.agents.policy import Generation, GenerationRequest, PolicyError, Sa
 from turngym.envs.parsing import parse_hermes_tool_calls
 
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+SERVERS = ("auto", "vllm", "openai")  # openai: the common API only
+PROMPT_FORMATS = ("chat", "text")  # how a runner without a tokenizer sends the conversation
 
 
 @dataclass
@@ -35,11 +44,19 @@ class OpenAICompatPolicy:
     backoff_s: float = 0.5
     tokenizer: Any = None  # set it (a transformers tokenizer) to send token ids and get ids back
     max_context: int | None = None
+    server: str = "auto"  # "vllm" | "openai" | "auto" (ask /models who owns the model, once)
+    prompt_format: str = "chat"  # without a tokenizer: "chat" (messages) or "text" (a base model's plain prompt)
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        if self.server not in SERVERS:
+            raise ValueError(f"server must be one of {SERVERS}, got {self.server!r}")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"prompt_format must be one of {PROMPT_FORMATS}, got {self.prompt_format!r}")
+        self._kind: str | None = None if self.server == "auto" else self.server
+        self._kind_lock = threading.Lock()
         self.base_url = self.base_url.rstrip("/")
         self.name = self.model
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -49,18 +66,52 @@ class OpenAICompatPolicy:
         with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(requests)))) as pool:
             return list(pool.map(lambda r: self._one(r, sampling), requests))
 
+    @property
+    def server_kind(self) -> str:
+        """"vllm" or "openai" (the common API): as configured, or asked of ``/models`` once."""
+        with self._kind_lock:
+            if self._kind is None:
+                self._kind = self._detect()
+            return self._kind
+
+    def _detect(self) -> str:
+        """vLLM when ``/models`` says it owns a model; any other answer (another owner, no such
+        route) means the common API, which every server takes. A server that cannot be reached
+        is an error, as for any request."""
+        try:
+            resp = self._client.get("/models")
+        except httpx.HTTPError:
+            resp = None
+        if resp is None:  # down or flaky: the retrying path says so with the usual message
+            data = self._request("GET", "/models")
+        elif resp.status_code == 200:
+            try:
+                data = resp.json()
+            except ValueError:
+                return "openai"
+        else:
+            return "openai"
+        models = data.get("data") if isinstance(data, dict) else None
+        return "vllm" if any(isinstance(m, dict) and m.get("owned_by") == "vllm" for m in models or []) else "openai"
+
     def _one(self, req: GenerationRequest, sampling: SamplingParams) -> Generation:
         max_tokens = min(sampling.max_new_tokens, req.max_new_tokens or sampling.max_new_tokens)
+        vllm = self.server_kind == "vllm"
         common: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "temperature": sampling.temperature,
                                   "top_p": sampling.top_p}
         if sampling.stop:
             common["stop"] = list(sampling.stop)
-            common["include_stop_str_in_output"] = True
+            if vllm:
+                common["include_stop_str_in_output"] = True
         if sampling.seed is not None:
             common["seed"] = sampling.seed
+        if req.prompt_ids is not None and not vllm:
+            raise PolicyError(f"{self.base_url} is not a vLLM server: it takes no token-id prompts and returns no token "
+                              "ids; use the policy without a tokenizer (chat or text prompts), or set server='vllm'")
         if req.prompt_ids is not None or req.prompt_text is not None:
-            body = {**common, "prompt": req.prompt_ids if req.prompt_ids is not None else req.prompt_text,
-                    "logprobs": 1, "return_tokens_as_token_ids": True}
+            body = {**common, "prompt": req.prompt_ids if req.prompt_ids is not None else req.prompt_text}
+            if vllm:
+                body.update(logprobs=1, return_tokens_as_token_ids=True)
             data = self._post("/completions", body)
             choice = data["choices"][0]
             text = choice.get("text", "")
@@ -84,14 +135,19 @@ class OpenAICompatPolicy:
         stop_hit = choice.get("stop_reason")
         if isinstance(stop_hit, str) and not text.endswith(stop_hit):
             text += stop_hit
+        elif reason == "stop" and sampling.stop and ids is None:
+            text = restore_stop(text, sampling.stop)
         text, _ = trim_at_stop(text, sampling.stop)
         return Generation(text=text, token_ids=ids, logprobs=lps, finish_reason="length" if reason == "length" else "stop")
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", path, body)
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         last = ""
         for attempt in range(self.retries + 1):
             try:
-                resp = self._client.post(path, json=body)
+                resp = self._client.post(path, json=body) if method == "POST" else self._client.get(path)
             except httpx.TimeoutException:
                 last = f"no answer within {self.timeout_s:g} s"
             except httpx.TransportError as exc:
@@ -111,6 +167,26 @@ class OpenAICompatPolicy:
 
     def close(self) -> None:
         self._client.close()
+
+
+def restore_stop(text: str, stop: Sequence[str]) -> str:
+    """The text with the stop string a spec-following server dropped put back.
+
+    Only where the text itself shows which one fired: a closing tag ``</x>`` whose opening
+    ``<x>`` is the last tag left open. Text that already holds a stop string, or that names
+    no open tag, is returned unchanged (an action without its closing tag fails to parse,
+    which the env reports).
+    """
+    if any(s and s in text for s in stop):
+        return text
+    best, best_pos = None, -1
+    for s in stop:
+        if s.startswith("</") and s.endswith(">"):
+            opener = "<" + s[2:]
+            pos = text.rfind(opener)
+            if pos > best_pos and s not in text[pos:]:
+                best, best_pos = s, pos
+    return text + best if best is not None else text
 
 
 def _ids_and_logprobs(lp: dict[str, Any] | None) -> tuple[list[int] | None, list[float] | None]:

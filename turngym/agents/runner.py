@@ -1,10 +1,15 @@
-"""Rollout runner: many episodes at once, one batched generate call per tick.
+"""Rollout runner: many episodes at once, batched generation.
 
-Each live episode keeps the exact token ids the model has seen; every tick all live
-episodes are continued in one ``policy.generate`` call, their envs are stepped with the
-returned text, and observation ids are appended. Finished episodes are appended to a
-JSONL file at once; a rerun skips every episode id already in that file, so a run
-killed midway resumes with nothing lost and nothing duplicated.
+Each live episode keeps the exact token ids the model has seen. Two ways to batch:
+``static`` (every backend): every tick all live episodes are continued in one
+``policy.generate`` call, their envs are stepped with the returned text, and observation
+ids are appended. ``continuous`` (backends with a ``stream`` method, the local transformers
+policy): one decode loop; an episode's env is stepped as soon as its turn ends and its next
+turn, or the next waiting episode, takes the slot while the other rows keep decoding.
+With greedy decoding (temperature 0) identical requests (the k samples of a group) are
+generated once and the result copied. Finished episodes are appended to a JSONL file at
+once; a rerun skips every episode id already in that file, so a run killed midway resumes
+with nothing lost and nothing duplicated.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from turngym.agents.policy import Generation, GenerationRequest, Policy, SamplingParams
-from turngym.agents.tokenization import ConversationTokenizer, tokenizer_fingerprint
+from turngym.agents.tokenization import ChatTemplateError, ConversationTokenizer, plain_prompt, tokenizer_fingerprint
 from turngym.episode import Episode, EpisodeWriter, written_ids
 from turngym._version import __version__ as _VERSION
 from turngym.envs.base import TextEnv
+
+
+BATCHING = ("static", "continuous")
 
 
 @dataclass(frozen=True)
@@ -69,10 +77,16 @@ class RolloutRunner:
     run_tag: str = ""
     on_episode: Callable[[Episode], None] | None = None
     max_episode_tokens: int | None = None  # budget for all action + observation tokens of an episode
+    batching: str = "static"  # "static" (one generate call per tick) | "continuous" (slots refilled as turns end)
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.concurrency < 1:
             raise ValueError("k and concurrency must be >= 1")
+        if self.batching not in BATCHING:
+            raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
+        if self.batching == "continuous" and not hasattr(self.policy, "stream"):
+            raise ValueError(f"batching='continuous' needs a policy with a stream() method (the local transformers "
+                             f"policy); {type(self.policy).__name__} has none: use batching='static'")
         tok = getattr(self.policy, "tokenizer", None)
         self.tokens = ConversationTokenizer(tok, self.use_chat_template) if tok is not None else None
         self.tokenizer_id = tokenizer_fingerprint(tok) if tok is not None else None  # recorded with the ids
@@ -95,33 +109,101 @@ class RolloutRunner:
         pending = iter(self._jobs(tasks, done_ids))
         total = sum(t.k or self.k for t in tasks) - len(done_ids)
         finished: list[Episode] = []
-        live: list[_Slot] = []
+
+        def finish(slot: _Slot) -> None:
+            self._free_envs.append(slot.env)
+            ep = slot.episode
+            ep.meta.setdefault("wall_ms", round((time.perf_counter() - slot.started) * 1000.0, 1))
+            if writer is not None:
+                writer.write(ep)
+            if self.on_episode is not None:
+                self.on_episode(ep)
+            finished.append(ep)
+            if progress is not None:
+                progress(len(finished), max(total, len(finished)))
+
         try:
-            while True:
-                while len(live) < self.concurrency:
-                    job = next(pending, None)
-                    if job is None:
-                        break
-                    live.append(self._start(*job))
-                if not live:
-                    break
-                ended = self._tick(live)
-                for slot in ended:
-                    live.remove(slot)
-                    self._free_envs.append(slot.env)
-                    ep = slot.episode
-                    ep.meta.setdefault("wall_ms", round((time.perf_counter() - slot.started) * 1000.0, 1))
-                    if writer is not None:
-                        writer.write(ep)
-                    if self.on_episode is not None:
-                        self.on_episode(ep)
-                    finished.append(ep)
-                    if progress is not None:
-                        progress(len(finished), max(total, len(finished)))
+            if self.batching == "continuous":
+                self._run_continuous(pending, finish)
+            else:
+                self._run_static(pending, finish)
         finally:
             if writer is not None:
                 writer.close()
         return finished
+
+    def _run_static(self, pending: Iterator[tuple[RolloutTask, int, str]], finish: Callable[[_Slot], None]) -> None:
+        live: list[_Slot] = []
+        while True:
+            while len(live) < self.concurrency:
+                job = next(pending, None)
+                if job is None:
+                    break
+                live.append(self._start(*job))
+            if not live:
+                break
+            for slot in self._tick(live):
+                live.remove(slot)
+                finish(slot)
+
+    def _run_continuous(self, pending: Iterator[tuple[RolloutTask, int, str]], finish: Callable[[_Slot], None]) -> None:
+        """Hand the policy's decode loop new episodes as slots free up, and step each env as its turn ends."""
+        slots: dict[str, _Slot] = {}
+
+        def feed(free: int) -> list[tuple[str, GenerationRequest]]:
+            out = []
+            while len(out) < free:
+                job = next(pending, None)
+                if job is None:
+                    break
+                slot = self._start(*job)
+                req = self._next_request(slot)
+                if req is None:
+                    finish(slot)
+                    continue
+                slots[slot.episode.id] = slot
+                out.append((slot.episode.id, req))
+            return out
+
+        def deliver(key: str, gen: Generation) -> GenerationRequest | None:
+            slot = slots[key]
+            if self._step(slot, gen, gen.meta.get("wall_ms", 0.0)):
+                del slots[key]
+                finish(slot)
+                return None
+            req = self._next_request(slot)
+            if req is None:
+                del slots[key]
+                finish(slot)
+            return req
+
+        self.policy.stream(feed, deliver, self._sampling_for(self._env_stop()), self.concurrency)
+
+    def _env_stop(self) -> tuple[str, ...]:
+        env = self._env()
+        self._free_envs.append(env)
+        return tuple(env.unwrapped.stop)
+
+    def _sampling_for(self, env_stop: Sequence[str]) -> SamplingParams:
+        """The user's sampling with the env's stop strings added (all slots share one env type)."""
+        stops = tuple(dict.fromkeys(self.sampling.stop + tuple(env_stop)))
+        return self.sampling if stops == self.sampling.stop else dataclasses.replace(self.sampling, stop=stops)
+
+    def _next_request(self, slot: _Slot) -> GenerationRequest | None:
+        """The slot's next generation request, or None after ending an episode out of token budget."""
+        if self._out_of_budget(slot):
+            return None
+        return self._requests([slot])[0]
+
+    def _out_of_budget(self, slot: _Slot) -> bool:
+        """End the episode (saying why) when it may generate no more tokens."""
+        budget = self._budget(slot)
+        if budget is None or budget > 0:
+            return False
+        max_ctx = getattr(self.policy, "max_context", None)
+        full = max_ctx is not None and len(slot.ids) >= max_ctx
+        slot.env.unwrapped.end_episode("context_length" if full else "episode_token_budget")
+        return True
 
     def _jobs(self, tasks: Sequence[RolloutTask], skip: set[str]) -> Iterator[tuple[RolloutTask, int, str]]:
         probe = self._env()
@@ -182,9 +264,20 @@ class RolloutRunner:
             cap = self._budget(slot)
             if slot.ids is not None:
                 reqs.append(GenerationRequest(prompt_ids=slot.ids, max_new_tokens=cap))
+            elif getattr(self.policy, "prompt_format", "chat") == "text":
+                reqs.append(GenerationRequest(prompt_text=self._plain_text(slot)))
             else:
                 reqs.append(GenerationRequest(messages=self._messages(slot), tools=slot.episode.tools))
         return reqs
+
+    @staticmethod
+    def _plain_text(slot: _Slot) -> str:
+        """A base model's transcript for text-only backends: as the local path renders it without a chat
+        template (contents joined by blank lines, then each action and observation as written)."""
+        if slot.episode.tools:
+            raise ChatTemplateError("native tool calling needs chat prompts; this policy sends plain text "
+                                    "(prompt_format='text'): use tool_format='prompting' or prompt_format='chat'")
+        return plain_prompt(slot.episode.prompt) + "".join(t.action + (t.observation or "") for t in slot.episode.turns)
 
     @staticmethod
     def _messages(slot: _Slot) -> list[dict[str, str]]:
@@ -206,25 +299,13 @@ class RolloutRunner:
 
     def _tick(self, live: list[_Slot]) -> list[_Slot]:
         """One batched generation for all live episodes, then one env step each."""
-        ended: list[_Slot] = []
-        runnable = []
-        for slot in live:  # out of token budget: end the episode, say why, keep it
-            budget = self._budget(slot)
-            if budget is not None and budget <= 0:
-                max_ctx = getattr(self.policy, "max_context", None)
-                full = max_ctx is not None and len(slot.ids) >= max_ctx
-                slot.env.unwrapped.end_episode("context_length" if full else "episode_token_budget")
-                ended.append(slot)
-            else:
-                runnable.append(slot)
+        ended = [slot for slot in live if self._out_of_budget(slot)]
+        runnable = [slot for slot in live if slot not in ended]
         if not runnable:
             return ended
-        sampling = self.sampling  # the env's stop strings (all slots share one env type) join the user's
-        stops = tuple(dict.fromkeys(sampling.stop + tuple(runnable[0].env.unwrapped.stop)))
-        if stops != sampling.stop:
-            sampling = dataclasses.replace(sampling, stop=stops)
+        sampling = self._sampling_for(runnable[0].env.unwrapped.stop)
         start = time.perf_counter()
-        gens = self.policy.generate(self._requests(runnable), sampling)
+        gens = self._generate_once(self._requests(runnable), sampling)
         gen_ms = (time.perf_counter() - start) * 1000.0
         if self.step_workers > 1 and len(runnable) > 1:
             with ThreadPoolExecutor(max_workers=self.step_workers) as pool:
@@ -233,6 +314,25 @@ class RolloutRunner:
             results = [self._step(slot, gen, gen_ms) for slot, gen in zip(runnable, gens)]
         ended.extend(slot for slot, is_done in zip(runnable, results) if is_done)
         return ended
+
+    def _generate_once(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
+        """``policy.generate``; with greedy decoding, identical token-id requests are generated once
+        and the result copied (the k samples of a group are identical at temperature 0)."""
+        if sampling.temperature != 0 or any(r.prompt_ids is None for r in requests):
+            return self.policy.generate(requests, sampling)
+        unique: dict[tuple, int] = {}
+        first: list[GenerationRequest] = []
+        which = []
+        for r in requests:
+            key = (tuple(r.prompt_ids), r.max_new_tokens)
+            if key not in unique:
+                unique[key] = len(first)
+                first.append(r)
+            which.append(unique[key])
+        gens = self.policy.generate(first, sampling)
+        return [dataclasses.replace(gens[j], token_ids=None if gens[j].token_ids is None else list(gens[j].token_ids),
+                                    logprobs=None if gens[j].logprobs is None else list(gens[j].logprobs),
+                                    meta=dict(gens[j].meta)) for j in which]
 
     def _step(self, slot: _Slot, gen: Generation, gen_ms: float) -> bool:
         _, _, terminated, truncated, _ = slot.env.step(gen.text)
