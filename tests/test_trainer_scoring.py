@@ -88,12 +88,13 @@ def test_each_process_scores_only_its_own_groups_once(tmp_path, monkeypatch, n_p
     tr.reward = reward
     everyone = list(range(12))  # stand-ins for 12 episodes: 4 groups of 3
     rows_by_proc = []
+    placeholder = [(i, [0.0], [0.0]) for i in range(12)]  # what the other processes would send
     for rank in range(n_proc):
         monkeypatch.setattr(type(tr.accelerator), "num_processes", property(lambda self: n_proc))
         monkeypatch.setattr(type(tr.accelerator), "process_index", property(lambda self, r=rank: r))
         captured = []
-        monkeypatch.setattr(accelerate.utils, "gather_object", lambda rows: captured.extend(rows) or rows_stub())
-        rows_stub = lambda: [(i, [0.0], [0.0]) for i in range(12)]  # noqa: E731
+        monkeypatch.setattr(accelerate.utils, "gather_object",
+                            lambda rows, sink=captured: sink.extend(rows) or placeholder)
         tr._score_shared(everyone, 3)
         rows_by_proc.append(captured)
     scored = sorted(reward.seen)
