@@ -20,7 +20,7 @@ import httpx
 
 from turngym.corpora.corpus import default_passages, write_collection
 from turngym.corpora.datasets import load_dataset
-from turngym.corpora.lucene import Hit, LuceneRetriever, build_index, jvm, parse_raw
+from turngym.corpora.lucene import LuceneRetriever, build_index, jvm
 from turngym.corpora.service import RetrievalServer
 
 
@@ -50,19 +50,7 @@ def main() -> None:
         jq.add(" ".join(q.split()))
         jid.add(str(i))
     retriever.batch_search(queries[:50], 3, args.threads)  # warm-up
-    def per_hit(results):  # turngym's previous path: JNI calls per hit, then parse_raw per hit
-        out = []
-        for i in range(len(queries)):
-            row = []
-            for h in results.get(str(i)) or ():
-                doc = h.lucene_document
-                docid, title, text = parse_raw(doc.get("raw") if doc is not None else None)
-                row.append(Hit(docid=docid if docid is not None else str(h.docid), score=float(h.score),
-                               title=title, text=text))
-            out.append(row)
-        return out
-
-    ours, bare, read, before = [], [], [], []
+    ours, bare, read = [], [], []
     for _ in range(args.repeats):  # interleaved arms
         t = time.perf_counter()
         raw.batch_search(jq, jid, 3, args.threads)  # hits stay in Java: the bare Anserini cost
@@ -72,21 +60,14 @@ def main() -> None:
         _ = [[(h.docid, h.score, h.lucene_document.get("raw")) for h in res.get(str(i))] for i in range(len(queries))]
         read.append(time.perf_counter() - t)
         t = time.perf_counter()
-        new_hits = retriever.batch_search(queries, 3, args.threads)  # hits parsed into turngym Hit records
+        retriever.batch_search(queries, 3, args.threads)  # hits parsed into turngym Hit records
         ours.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        old_hits = per_hit(raw.batch_search(jq, jid, 3, args.threads))  # the same records, per-hit JNI
-        before.append(time.perf_counter() - t)
-        assert new_hits == old_hits, "the bulk path must give the very same hits"
-    q = {name: len(queries) / statistics.median(v)
-         for name, v in (("ours", ours), ("bare", bare), ("read", read), ("before", before))}
+    q = {name: len(queries) / statistics.median(v) for name, v in (("ours", ours), ("bare", bare), ("read", read))}
     print(f"batch search, {len(queries)} NQ queries, top-3, {args.threads} threads: turngym {q['ours']:.0f} q/s; "
           f"raw SimpleSearcher.batch_search {q['bare']:.0f} q/s (hits left in Java), "
           f"{q['read']:.0f} q/s (docid/score/raw read into Python)")
     print(f"ratio vs hits left in Java: {q['ours'] / q['bare']:.2f}x; vs hits read into Python: {q['ours'] / q['read']:.2f}x")
-    print(f"previous turngym path (per-hit JNI, same Hit records): {q['before']:.0f} q/s = {q['before'] / q['bare']:.2f}x "
-          f"of raw; bulk path vs previous: {q['ours'] / q['before']:.2f}x")
-    print("per-repeat ratio bulk/raw: " + ", ".join(f"{b / o:.2f}" for o, b in zip(ours, bare)))
+    print("per-repeat ratio turngym/raw: " + ", ".join(f"{b / o:.2f}" for o, b in zip(ours, bare)))
 
     server = RetrievalServer(str(tmp / "index"), port=0, threads=args.threads)
     threading.Thread(target=server.serve_forever, daemon=True).start()

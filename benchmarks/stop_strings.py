@@ -5,12 +5,16 @@ Arms (same model, prompts, greedy decoding, interleaved repeats):
 - cached: one ``StopStringCriteria`` built once and passed as ``stopping_criteria``;
 - tail: turngym's ``TailStopStrings`` (decodes only the last few generated tokens; what HFPolicy uses).
 Reports the median generate time per call, the one-off build time, and checks that all arms
-return the same tokens. Usage: python benchmarks/stop_strings.py [--model default] [--repeats 5]
+return the same tokens. On a busy machine whole-generate timings are noisy, so the script
+also times the parts that differ, in the same process: building the criteria (what the
+rebuilt arm pays on every call) and one stopping check per decode step, against one decode
+forward of the model. Usage: python benchmarks/stop_strings.py [--model default] [--repeats 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import time
 
@@ -68,6 +72,28 @@ def main() -> None:
                 times[name].append(time.perf_counter() - t)
                 outputs[name] = out
             print(f"repeat {rep}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()), flush=True)
+        # the parts that differ, interleaved: a build per call vs a check per step
+        parts: dict[str, list[float]] = {"build StopStringCriteria": [], "check cached (per step)": [],
+                                          "check tail (per step)": [], "decode forward (per step)": []}
+        seq = outputs["tail"]
+        tail_crit = tail.criterion(width)
+        past = model(input_ids=seq[:, :-1], attention_mask=torch.ones_like(seq[:, :-1])).past_key_values
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            StopStringCriteria(tokenizer=tok, stop_strings=stop)
+            parts["build StopStringCriteria"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            for _ in range(20):
+                cached(seq, None)
+            parts["check cached (per step)"].append((time.perf_counter() - t) / 20)
+            t = time.perf_counter()
+            for _ in range(20):
+                tail_crit(seq, None)
+            parts["check tail (per step)"].append((time.perf_counter() - t) / 20)
+            step_cache = copy.deepcopy(past)
+            t = time.perf_counter()
+            model(input_ids=seq[:, -1:], attention_mask=torch.ones_like(seq), past_key_values=step_cache)
+            parts["decode forward (per step)"].append(time.perf_counter() - t)
     same = all(torch.equal(outputs["rebuilt"], o) for o in outputs.values())
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"model={args.model} batch={args.batch} max_new_tokens={args.max_new_tokens} repeats={args.repeats} "
@@ -76,6 +102,13 @@ def main() -> None:
     for k in arms:
         print(f"{k:8s}: median generate {med[k]:.3f} s  ({med['rebuilt'] / med[k]:.2f}x of rebuilt)")
     print(f"tail vs cached StopStringCriteria: {med['cached'] / med['tail']:.3f}x; same tokens in all arms: {same}")
+    pm = {k: statistics.median(v) for k, v in parts.items()}
+    for k, v in pm.items():
+        print(f"{k:28s}: {v * 1000:9.3f} ms (median of {args.repeats})")
+    steps = args.max_new_tokens
+    print(f"stop-string cost per generate call of {steps} steps: rebuilt {(pm['build StopStringCriteria'] + steps * pm['check cached (per step)']) * 1000:.1f} ms, "
+          f"cached {steps * pm['check cached (per step)'] * 1000:.2f} ms, tail {steps * pm['check tail (per step)'] * 1000:.2f} ms; "
+          f"generating those steps: {steps * pm['decode forward (per step)'] * 1000:.0f} ms")
 
 
 if __name__ == "__main__":

@@ -18,16 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy
-
 _JVM_LOCK = threading.Lock()
 _JVM_PID: int | None = None
 MAX_QUERY_WORDS = 256  # Lucene's BooleanQuery refuses more than 1,024 clauses
-
-
-def _float32(text: str) -> float:
-    """A Java float's shortest decimal form back to the very same float32 value."""
-    return float(numpy.float32(text))
 
 
 class RetrieverError(RuntimeError):
@@ -96,24 +89,8 @@ def parse_raw(raw: str | None) -> tuple[str | None, str, str]:
         doc = json.loads(raw)
     except json.JSONDecodeError:
         return None, "", raw
-    if not isinstance(doc, dict):
+    if not isinstance(doc, dict):  # valid JSON but not a document object: keep it as text
         return None, "", raw
-    return _fields_of(doc)
-
-
-def _parse_raws(raws: Sequence[str | None]) -> list[tuple[str | None, str, str]]:
-    """:func:`parse_raw` of many documents; JSON objects are parsed in one call."""
-    if raws and all(r and r.lstrip().startswith("{") for r in raws):
-        try:
-            docs = json.loads("[" + ",".join(raws) + "]")
-        except json.JSONDecodeError:
-            docs = None
-        if docs is not None and len(docs) == len(raws) and all(isinstance(d, dict) for d in docs):
-            return [_fields_of(d) for d in docs]
-    return [parse_raw(r) for r in raws]
-
-
-def _fields_of(doc: dict[str, Any]) -> tuple[str | None, str, str]:
     docid = None if doc.get("id") is None else str(doc["id"])
     if "title" in doc and "text" in doc:
         return docid, str(doc["title"]), str(doc["text"])
@@ -150,13 +127,6 @@ class LuceneRetriever:
         self.index_dir, self.k1, self.b = str(path), k1, b
         self._jnius = jnius
         self._pid = os.getpid()
-        self._json = jnius.autoclass("com.fasterxml.jackson.databind.ObjectMapper")()
-        self._newline = jnius.autoclass("java.util.regex.Pattern").compile("\n")
-        # Jackson sees a stored document only as its field values, in stored order; Anserini stores
-        # the same fields in the same order for every document, so learn where "raw" is once.
-        names = [f.name() for f in self._searcher.doc(0).getFields().toArray()] if self._searcher.get_total_num_docs() else []
-        self._stored_fields = len(names)
-        self._raw_field = names.index("raw") if "raw" in names else None
 
     def __deepcopy__(self, memo: dict) -> "LuceneRetriever":
         return self  # a JVM searcher is a shared, read-only resource
@@ -165,52 +135,25 @@ class LuceneRetriever:
         if os.getpid() != self._pid:
             raise RetrieverError("this retriever was created before a fork; create one in each process")
 
-    def _hits(self, hits_json: list[dict[str, Any]] | None) -> list[Hit]:
-        return self._hit_lists([hits_json])[0]
-
-    def _hit_lists(self, batches: Sequence[list[dict[str, Any]] | None]) -> list[list[Hit]]:
-        """Python hits from Jackson's JSON of Anserini ``ScoredDoc`` arrays (one JNI call made it);
-        the stored raw documents of all hits are parsed in one ``json.loads``."""
-        raws: list[str | None] = []
-        for hits in batches:
-            for h in hits or ():
-                fields = (h.get("lucene_document") or {}).get("fields") or []
-                if len(fields) == self._stored_fields:
-                    raws.append(fields[self._raw_field]["charSequenceValue"] if self._raw_field is not None else None)
-                else:  # a document stored unlike the first one: ask Lucene for its raw field by name
-                    raws.append(self._searcher.doc_raw(int(h["lucene_docid"])))
-        parsed = _parse_raws(raws)
-        out, n = [], 0
-        for hits in batches:
-            row = []
-            for h in hits or ():
-                docid, title, text = parsed[n]
-                n += 1
-                row.append(Hit(docid=docid if docid is not None else str(h["docid"]), score=h["score"], title=title, text=text))
-            out.append(row)
+    def _hits(self, java_hits: Any) -> list[Hit]:
+        """Python hits from Java ones with as few JNI calls as possible (they dominate the cost)."""
+        out = []
+        for h in java_hits or ():
+            doc = h.lucene_document
+            docid, title, text = parse_raw(doc.get("raw") if doc is not None else None)
+            out.append(Hit(docid=docid if docid is not None else str(h.docid), score=float(h.score), title=title, text=text))
         return out
-
-    def _decode(self, java_value: Any) -> Any:
-        """Anserini results as Python data through one Jackson call; scores exactly Lucene's float32."""
-        return json.loads(self._json.writeValueAsString(java_value), parse_float=_float32)
-
-    def _java_list(self, items: Sequence[str]) -> Any:
-        """A java.util.List of strings in three JNI calls (items hold no newline)."""
-        return self._newline.splitAsStream("\n".join(items)).toList()
 
     def search(self, query: str, k: int = 3) -> list[Hit]:
         self._check_process()
         q = clean_query(query)
         try:
-            return self._hits(self._decode(self._searcher.search(q, int(k))))
+            return self._hits(self._searcher.search(q, int(k)))
         except self._jnius.JavaException as exc:
             raise RetrieverError(f"search failed for {q[:80]!r}: {exc}") from None
 
     def batch_search(self, queries: Sequence[str], k: int = 3, threads: int = 1) -> list[list[Hit]]:
-        """Anserini's multi-threaded batch search; an empty query gets no hits.
-
-        The hits of the whole batch cross from Java as one JSON string (Jackson, bundled with
-        Anserini), not as per-hit JNI calls, which cost more than the search itself."""
+        """Anserini's multi-threaded batch search; an empty query gets no hits."""
         self._check_process()
         cleaned = []
         for q in queries:
@@ -218,15 +161,20 @@ class LuceneRetriever:
                 cleaned.append(clean_query(q))
             except ValueError:
                 cleaned.append("")
-        live = [(str(i), q) for i, q in enumerate(cleaned) if q]
+        ids = [str(i) for i in range(len(cleaned))]
+        live = [(i, q) for i, q in zip(ids, cleaned) if q]
         if not live:
             return [[] for _ in queries]
+        jlist = self._jnius.autoclass("java.util.ArrayList")
+        jq, jid = jlist(), jlist()
+        for i, q in live:
+            jq.add(q)
+            jid.add(i)
         try:
-            results = self._decode(self._searcher.batch_search(self._java_list([q for _, q in live]),
-                                                               self._java_list([i for i, _ in live]), int(k), int(threads)))
+            results = self._searcher.batch_search(jq, jid, int(k), int(threads))
         except self._jnius.JavaException as exc:
             raise RetrieverError(f"batch search failed: {exc}") from None
-        return self._hit_lists([results.get(str(i)) for i in range(len(cleaned))])
+        return [self._hits(results.get(i)) for i in ids]
 
     def raw_searcher(self) -> Any:
         """The underlying ``io.anserini.search.SimpleSearcher`` (for checks against Anserini itself)."""

@@ -1,5 +1,6 @@
-"""Hits cross from Java in one JSON string per batch: they must equal what Anserini's own
-objects say, hit by hit (ids, float32 scores, stored raw documents), on a real Lucene index."""
+"""turngym's hits must equal what Anserini's own objects say, hit by hit (ids, float32 scores,
+stored raw documents with quotes, backslashes and non-BMP text), single and batch search,
+on a real Lucene index."""
 
 import json
 
@@ -48,14 +49,14 @@ def test_batch_and_single_search_equal_anserini_hit_by_hit(retriever, k):
     for q, hits in zip(QUERIES, batch):
         expected = anserini_hits(retriever, q, k)
         got = [(h.docid, h.score, h.title, h.text) for h in hits]
-        assert got == expected  # exact: float32 scores round-trip through their decimal form
+        assert got == expected
         if q:
             assert [(h.docid, h.score, h.title, h.text) for h in retriever.search(q, k)] == expected
     assert any(len(h) == k for h in batch) and batch[QUERIES.index("")] == []
     assert batch[0][0].docid == "p3" and "🙂" in next(h.text for h in batch[1] if h.docid == "p5")
 
 
-def test_raw_batch_search_agrees_with_the_bulk_path(retriever):
+def test_raw_batch_search_agrees_with_turngyms_batch_search(retriever):
     jl = jvm().autoclass("java.util.ArrayList")
     qs, ids = jl(), jl()
     for i, q in enumerate(QUERIES):
