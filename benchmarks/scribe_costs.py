@@ -8,6 +8,9 @@
    a fit pass (decompose + build the library), a scoring pass (decompositions from the
    cache), and a repeat pass (all from the cache, as when a trainer re-scores unchanged content).
 3. Repeat and cross-instance consistency of ``scribe`` vs ``prm`` on the same routed steps.
+   ``--judges-only``: repeat consistency of the two judges alone, on hand-made steps (each
+   paragraph of a turn) all graded against one hand-written math rubric, for a judge model too
+   small to decompose (the default Gemma 3 270M base quotes no step it can be held to).
 
 Episodes: ``--episodes FILE`` (e.g. the main job's), or, without one, episodes played through
 the real MathCode-v0 env from MATH500 reference solutions: per item one rollout is the
@@ -15,7 +18,7 @@ solution (correct) and one is the same solution with a wrong boxed answer (incor
 turn is a long multi-step reasoning turn.
 
 Usage: python benchmarks/scribe_costs.py [--n 1000] [--llm default] [--episodes FILE]
-       [--math-items 4] [--repeats 3] [--max-new-tokens 256]
+       [--math-items 4] [--repeats 3] [--max-new-tokens 256] [--judges-only [--temperature 0.7]]
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import random
 import time
 from typing import Any
 
+import numpy as np
+
 from turngym.episode import Episode, read_episodes
 from turngym.rewards import get_reward
 from turngym.rewards.scribe.embed import SentenceEmbedder
-from turngym.rewards.scribe.library import SkillItem, build_library
+from turngym.rewards.scribe.library import SkillItem, SkillPrototype, build_library
 from turngym.rewards.scribe.reward import make_llm
 
 FAMILIES = [
@@ -59,18 +64,35 @@ def descriptions(n: int, seed: int = 0) -> list[SkillItem]:
 
 
 def bench_library(n: int, llm: Any) -> None:
+    """Embedding and clustering are timed and printed before distillation starts (the LLM stage is
+    by far the slowest on a CPU)."""
+    from turngym.rewards.scribe.cluster import cluster_skills
+    from turngym.rewards.scribe.library import group_families
+
     embedder = SentenceEmbedder("default")
     embedder.embed(["warm up"])
+    items = descriptions(n)
+    t0 = time.perf_counter()
+    vectors = embedder.embed([it.text for it in items])
+    embed_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    clusters = cluster_skills(vectors, min_cluster_size=10)
+    skills = [idx for _, idx in sorted(clusters.groups.items())]
+    centroids = np.stack([vectors[idx].mean(axis=0) for idx in skills])
+    families = group_families(centroids / np.linalg.norm(centroids, axis=1, keepdims=True), 0.3)
+    cluster_s = time.perf_counter() - t0
+    print(f"library for {n} descriptions, before distillation: embed {embed_s:.2f} s, two-level clustering "
+          f"{cluster_s:.2f} s; {clusters.method} -> {len(skills)} skills in {len(set(families))} families", flush=True)
     before = llm.stats.to_dict()
     t0 = time.perf_counter()
-    lib, timings = build_library(descriptions(n), embedder, llm, min_cluster_size=10)
+    lib, timings = build_library(items, embedder, llm, min_cluster_size=10)
     total = time.perf_counter() - t0
     after = llm.stats.to_dict()
     print(f"library build, {n} descriptions: {total:.1f} s total ("
           + ", ".join(f"{k} {v:.2f}" for k, v in timings.items())
           + f"); {lib.clustering['method']} -> {lib.clustering['families']} families, {lib.clustering['skills']} skills "
             f"({lib.failed_distillations} failed distillations); distillation calls {after['calls'] - before['calls']}, "
-            f"failed JSON {after['failed'] - before['failed']}")
+            f"failed JSON {after['failed'] - before['failed']}", flush=True)
 
 
 def wrong_boxed(text: str) -> str:
@@ -138,13 +160,13 @@ def bench_judging(episodes: list[Episode], llm: Any) -> Any:
           f"{0 if lib is None else lib.clustering.get('skills')} skills; steps per episode {steps / len(episodes):.2f} "
           f"({unmatched} unmatched); judge calls per episode {judge_calls / len(episodes):.2f}; "
           f"LLM calls per episode (scoring pass) {(s1['calls'] - s0['calls']) / len(episodes):.2f}; "
-          f"cache hit rate: scoring pass {rate(s0, s1):.2f}, repeat pass {rate(s1, s2):.2f}")
+          f"cache hit rate: scoring pass {rate(s0, s1):.2f}, repeat pass {rate(s1, s2):.2f}", flush=True)
     prm = get_reward("prm", llm=llm)
     p0 = llm.stats.to_dict()
     prm_calls = sum(prm.score_group(g).diagnostics["judge_calls"] for g in groups.values())
     p1 = llm.stats.to_dict()
     print(f"prm on the same episodes: judge calls per episode {prm_calls / len(episodes):.2f}; "
-          f"cache hit rate {rate(p0, p1):.2f} (decompositions shared with scribe)")
+          f"cache hit rate {rate(p0, p1):.2f} (decompositions shared with scribe)", flush=True)
     print(f"LLM totals: {json.dumps(llm.stats.to_dict())}")
     return reward
 
@@ -158,8 +180,48 @@ def bench_reliability(episodes: list[Episode], reward: Any, repeats: int) -> Non
         return
     t0 = time.perf_counter()
     r = reliability(episodes, reward, repeats=repeats)
-    print(f"reliability ({time.perf_counter() - t0:.1f} s):")
-    print("\n".join(reliability_table(r)))
+    print(f"reliability ({time.perf_counter() - t0:.1f} s):", flush=True)
+    print("\n".join(reliability_table(r)), flush=True)
+
+
+MATH_STEP = SkillPrototype(
+    id="hand", name="derive one step of a competition math solution",
+    when_to_use="a step that transforms given quantities into a new fact on the way to the answer",
+    checklist=["each equation follows from what was given or derived before", "every quantity used was defined",
+               "the arithmetic and algebra are correct", "a final answer matches the question asked"],
+    pitfalls=[{"mistake": "an arithmetic slip", "score": 1}, {"mistake": "a boundary or case left implicit", "score": 2},
+              {"mistake": "an answer that does not follow from the work", "score": 0}])
+
+
+def paragraph_jobs(episodes: list[Episode]) -> list[tuple[Episode, SkillItem, SkillPrototype]]:
+    """Hand-made steps: the paragraphs of each turn (blank-line separated), all routed to MATH_STEP."""
+    import re
+
+    jobs = []
+    for ep in episodes:
+        for t in ep.turns:
+            for m in re.finditer(r"(?:[^\n]|\n(?!\n))+", t.action):
+                if m.group().strip():
+                    jobs.append((ep, SkillItem(m.group()[:80], MATH_STEP.name, t.index, m.start(), m.end(), ep.id,
+                                               m.group()), MATH_STEP))
+    return jobs
+
+
+def bench_judges_only(episodes: list[Episode], llm: Any, repeats: int, temperature: float) -> None:
+    """Repeat consistency of the rubric judge vs the open PRM judge on hand-made steps: isolates the judge
+    from the decomposer and the library (for a judge too small to decompose)."""
+    from turngym.rewards.scribe.diagnostics import repeat_consistency
+    from turngym.rewards.scribe.steps import judge_prompts, open_prompts
+
+    jobs = paragraph_jobs(episodes)
+    print(f"judge-only: {len(jobs)} hand-made steps (paragraphs) of {len(episodes)} episodes, {repeats} repeats "
+          f"at temperature {temperature}", flush=True)
+    for name, prompts in (("scribe", judge_prompts(jobs, llm)), ("prm", open_prompts([(e, it) for e, it, _ in jobs], llm))):
+        t0 = time.perf_counter()
+        r = repeat_consistency(prompts, llm, repeats, temperature)
+        print(f"  {name}: exact agreement {r['exact_agreement']}, pairwise agreement {r['pairwise_agreement']}, "
+              f"mean score range {r['mean_score_range']}, mean score std {r['mean_score_std']}, "
+              f"judged every time {r['judged_every_time']}/{r['steps']} ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
 def main() -> None:
@@ -171,19 +233,24 @@ def main() -> None:
     ap.add_argument("--math-items", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-library", action="store_true")
+    ap.add_argument("--judges-only", action="store_true",
+                    help="only repeat consistency of scribe's rubric judge vs prm on hand-made steps (paragraphs)")
+    ap.add_argument("--temperature", type=float, default=0.7)
     args = ap.parse_args()
     llm = make_llm(args.llm, max_concurrency=8, max_new_tokens=args.max_new_tokens)
-    print(f"judge model: {llm.name}")
-    if not args.skip_library:
-        bench_library(args.n, llm)
+    print(f"judge model: {llm.name}", flush=True)
     episodes = read_episodes(args.episodes).episodes if args.episodes else math_episodes(args.math_items)
     if not episodes:
         raise SystemExit(f"no episodes in {args.episodes}")
     chars = [len(t.action) for e in episodes for t in e.turns]
-    print(f"{len(episodes)} episodes, {sum(chars)} action characters, longest turn {max(chars)} characters")
+    print(f"{len(episodes)} episodes, {sum(chars)} action characters, longest turn {max(chars)} characters", flush=True)
+    if args.judges_only:
+        bench_judges_only(episodes, llm, args.repeats, args.temperature)
+        return
     reward = bench_judging(episodes, llm)
     bench_reliability(episodes, reward, args.repeats)
-
+    if not args.skip_library:  # last: distilling a 1,000-description library is the longest stage on a CPU
+        bench_library(args.n, llm)
 
 if __name__ == "__main__":
     main()

@@ -23,7 +23,6 @@ import pytest
 from turngym.agents.policy import Generation
 from turngym.episode import Episode, Turn
 from turngym.rewards import get_reward
-from turngym.rewards.base import REWARDS
 from turngym.rewards.scribe.cluster import cluster_skills
 from turngym.rewards.scribe.decompose import TokenCounter, decompose, split_turn, windows
 from turngym.rewards.scribe.diagnostics import (cross_instance_consistency, neighbour_pairs, reliability,
