@@ -382,6 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_scribe_commands(sub)
 
+    from turngym.evals.commands import add_credit_commands
+
+    add_credit_commands(sub)
+
     lt = sub.add_parser("lm-eval-tasks", help="write lm-eval task YAMLs for turngym's benchmarks")
     lt.add_argument("--out", required=True)
     lt.add_argument("--datasets", default=None, help="comma-separated (default: all)")

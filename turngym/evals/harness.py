@@ -138,6 +138,12 @@ def run_eval(spec: EvalSpec, out_dir: str | Path, policy: Any = None,
     return results
 
 
+def _model_identity(model: str) -> dict[str, Any]:
+    from turngym.agents.loading import model_identity
+
+    return model_identity(model)
+
+
 def _tasks(indices: Sequence[int]):
     from turngym.agents.runner import RolloutTask
 
@@ -156,6 +162,7 @@ def summarise(episodes: Sequence[Episode], spec: EvalSpec, subset: dict[str, Any
         "env": spec.env_id,
         "env_kwargs": spec.env_kwargs,
         "model": spec.model if not spec.base_url else f"{spec.model} @ {spec.base_url}",
+        "model_identity": _model_identity(spec.model) if not spec.base_url else {"name": spec.model, "server": spec.base_url},
         "k": spec.k,
         "sampling": {"temperature": spec.temperature, "max_new_tokens": spec.max_new_tokens, "seed": spec.seed},
         "subset": subset,
