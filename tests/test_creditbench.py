@@ -124,3 +124,15 @@ def test_every_wrapper_scores_and_outcome_credit_follows_the_evidence(searchqa_g
                               built={"searchqa": searchqa_groups})
     assert (tmp_path / "creditbench.md").read_text().count("| outcome |") == 1
     assert summary["envs"]["searchqa"]["labelled_turns"] == SMALL.groups * SMALL.k * SMALL.search_turns
+
+
+def test_ablate_reports_credit_accuracy_on_advantages(searchqa_groups, tmp_path):
+    from turngym.evals.ablate import ablate
+    from turngym.rewards import get_reward
+
+    episodes = [e for g in searchqa_groups for e in g]
+    summary = ablate(episodes, {"outcome": get_reward("outcome"), "funrl": get_reward("funrl")}, tmp_path)
+    adv = summary["rewards"]["outcome"]["credit_accuracy_advantage"]
+    assert adv["estimator"] == "grpo" and adv["n_turns"] == summary["turns_with_ground_truth"] > 0
+    assert adv["auc"] > 0.5  # gold answers follow the retrieval hits the env records
+    assert "credit accuracy on advantages" in (tmp_path / "ablation.md").read_text()
