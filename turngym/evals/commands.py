@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 
@@ -14,10 +15,12 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
         cfg = BenchConfig(envs=tuple(e.strip() for e in args.envs.split(",") if e.strip()) or ENVS, groups=args.groups,
                           k=args.k, seed=args.seed, p_useful=args.p_useful, noise=args.noise,
                           retriever=None if args.index == "default" else args.index)
+        start = time.perf_counter()
         built = build(cfg)
+        build_s = time.perf_counter() - start
         episodes = [e for groups in built.values() for g in groups for e in g]
         wrappers = make_wrappers(names, scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_episodes=episodes)
-        summary = run_creditbench(cfg, wrappers, args.out, n_boot=args.bootstrap, built=built)
+        summary = run_creditbench(cfg, wrappers, args.out, n_boot=args.bootstrap, built=built, build_s=build_s)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         raise SystemExit(f"error: {exc}") from None
     for env_name, e in summary["envs"].items():

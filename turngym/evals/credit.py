@@ -1,9 +1,9 @@
 """Credit accuracy: how well the credit a turn's tokens receive separates useful turns from useless ones.
 
 A wrapper's per-turn rewards become per-turn advantages through the estimator it is paired
-with in training (:data:`PAIRED_ESTIMATOR`): episode-level rewards (outcome, TTRL, EMPO,
-funrl) go through GRPO, which broadcasts the episode's z-scored total to every turn;
-turn-level rewards (SIOP, SCRIBE) through the ``turn`` estimator (group z-score, then a
+with in training (:data:`PAIRED_ESTIMATOR`): episode-level rewards (outcome, TTRL, EMPO)
+go through GRPO, which broadcasts the episode's z-scored total to every turn;
+turn-level rewards (SIOP, SCRIBE, funrl) through the ``turn`` estimator (group z-score, then a
 discounted backward sum); IGPO through ``igpo_separate`` (outcome and process rewards
 z-scored apart, as the IGPO paper does). Credit accuracy is then measured against a per-turn
 truth (1 useful, 0 not) as the AUC of label 1 vs label 0 and as Spearman's ρ, each with a
@@ -20,7 +20,7 @@ import numpy as np
 
 from turngym.agents.advantages import get_estimator
 
-PAIRED_ESTIMATOR = {"outcome": "grpo", "ttrl": "grpo", "empo": "grpo", "funrl": "grpo",
+PAIRED_ESTIMATOR = {"outcome": "grpo", "ttrl": "grpo", "empo": "grpo", "funrl": "turn",
                     "siop": "turn", "igpo": "igpo_separate", "scribe": "turn"}
 
 

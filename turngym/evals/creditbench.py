@@ -23,7 +23,8 @@ Every wrapper scores every group; its rewards become advantages through the esti
 paired with in training (:mod:`turngym.evals.credit`), and credit accuracy is measured on
 those advantages (AUC label 1 vs 0, Spearman ρ, group-bootstrap intervals), on the raw
 turn rewards where they vary, and one turn later (does the credit land on the turn after
-the useful one?). Also reported: mean within-group variance of episode reward totals.
+the useful one?). Raw rewards are scored only where they vary on the labelled turns (an
+episode-level reward sits on the final turn, which is never labelled). Also reported: mean within-group variance of episode reward totals.
 """
 
 from __future__ import annotations
@@ -377,8 +378,9 @@ def score_groups(groups: Sequence[Sequence[Episode]], wrappers: dict[str, Any],
             "group_reward_variance": float(np.mean(variances)) if variances else None,
             "score_s": round(time.perf_counter() - start, 2),
         }
-        if varies([ep for r in rewards for ep in r]):
-            row["raw"] = credit_score([labelled_pairs(r, lab) for r, lab in zip(rewards, labels)], n_boot, seed).to_dict()
+        raw_pairs = [labelled_pairs(r, lab) for r, lab in zip(rewards, labels)]
+        if varies([[x for g in raw_pairs for x, _ in g]]):  # only where the raw rewards vary on labelled turns
+            row["raw"] = credit_score(raw_pairs, n_boot, seed).to_dict()
             row["raw_next_turn"] = credit_score([labelled_pairs(r, lab, lag=1) for r, lab in zip(rewards, labels)],
                                                 n_boot, seed).to_dict()
         out[name] = row
@@ -386,13 +388,16 @@ def score_groups(groups: Sequence[Sequence[Episode]], wrappers: dict[str, Any],
 
 
 def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | Path | None = None,
-                    n_boot: int = 1000, built: dict[str, list[list[Episode]]] | None = None) -> dict[str, Any]:
+                    n_boot: int = 1000, built: dict[str, list[list[Episode]]] | None = None,
+                    build_s: float | None = None) -> dict[str, Any]:
+    """Build (unless ``built`` is given, then ``build_s`` says how long that took) and score."""
     start = time.perf_counter()
-    built = build(cfg) if built is None else built
-    build_s = time.perf_counter() - start
+    if built is None:
+        built = build(cfg)
+        build_s = time.perf_counter() - start
     summary: dict[str, Any] = {"config": {k: v for k, v in asdict(cfg).items() if k != "retriever"},
                                "retriever": "default index" if cfg.retriever is None else str(cfg.retriever),
-                               "build_s": round(build_s, 2), "envs": {}}
+                               "build_s": None if build_s is None else round(build_s, 2), "envs": {}}
     for env_name, groups in built.items():
         labs = [x for g in groups for e in g for x in planted_labels(e) if x is not None]
         summary["envs"][env_name] = {

@@ -66,7 +66,7 @@ class MainJobConfig:
 def run_main_job(cfg: MainJobConfig) -> Path:
     from turngym.agents.loading import load_policy, model_identity
     from turngym.evals.ablate import ablate
-    from turngym.evals.creditbench import BenchConfig, build, make_wrappers, run_creditbench
+    from turngym.evals.creditbench import BenchConfig, make_wrappers, run_creditbench
     from turngym.evals.harness import EvalSpec, run_eval
     from turngym.episode import read_episodes
     from turngym.rewards.support import HFSupportScorer
@@ -101,7 +101,7 @@ def run_main_job(cfg: MainJobConfig) -> Path:
     times["ablation_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
     bench_cfg = BenchConfig(groups=cfg.bench_groups, k=cfg.bench_k, seed=cfg.seed)
-    bench = run_creditbench(bench_cfg, wrappers, out / "creditbench", built=build(bench_cfg))
+    bench = run_creditbench(bench_cfg, wrappers, out / "creditbench")
     times["creditbench_s"] = round(time.perf_counter() - t0, 1)
     # viewer (lead wires up once turngym.evals.viewer lands):
     # write_viewer(out / "creditbench" / "episodes.jsonl", out / "creditbench" / "viewer.html", scores_path=out / "creditbench" / "creditbench.json")
