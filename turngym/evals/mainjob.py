@@ -6,7 +6,9 @@ reward wrappers that take a scorer object, SCRIBE that takes a policy as judge. 
 saves a model load per stage and keeps peak memory at one copy of each model.
 
 Stages and what they share:
-1. load the agent (the instruct model) and the support scorer (a base model, fp32);
+1. load the agent (the instruct model); after generation the same weights, cast to fp32 in
+   place, score support for SIOP/IGPO (the policy scoring its own token ids, as SIOP does;
+   a different ``--scorer`` is loaded once instead);
 2. ``eval`` of the agent on every env (Calculator, MathCode/GSM8K, SearchQA/HotpotQA in the
    native tool format, BFCL simple_python), K samples per item at temperature > 0 so groups vary;
 3. ``ablate`` every reward wrapper on all of those episodes, credit accuracy from the envs'
@@ -78,9 +80,6 @@ def run_main_job(cfg: MainJobConfig) -> Path:
     t0 = time.perf_counter()
     policy = load_policy(cfg.model)
     times["load_agent_s"] = round(time.perf_counter() - t0, 1)
-    t0 = time.perf_counter()
-    scorer = HFSupportScorer.load(cfg.scorer) if {"siop", "igpo"} & set(cfg.rewards) else None
-    times["load_scorer_s"] = round(time.perf_counter() - t0, 1)
     results: dict[str, Any] = {}
     episodes = []
     times["generation_s"] = {}
@@ -95,6 +94,14 @@ def run_main_job(cfg: MainJobConfig) -> Path:
         print(f"[main-job] {r.name}: " + ", ".join(f"{k} {v['value']:.3f}" for k, v in results[r.name]["metrics"].items()
                                                    if isinstance(v, dict) and "value" in v), flush=True)
     names = list(cfg.rewards) + (["scribe"] if cfg.scribe else [])
+    t0 = time.perf_counter()
+    scorer = None
+    if {"siop", "igpo"} & set(names):
+        if cfg.scorer == cfg.model:  # the agent itself, cast to fp32 in place: one copy of the weights in memory
+            scorer = HFSupportScorer(policy.model.float(), policy.tokenizer)
+        else:
+            scorer = HFSupportScorer.load(cfg.scorer)
+    times["load_scorer_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
     wrappers = make_wrappers(names, scorer=scorer, scribe_llm=policy if cfg.scribe else None, scribe_episodes=episodes)
     ablation = ablate(episodes, wrappers, out / "ablation")
