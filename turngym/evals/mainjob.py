@@ -60,12 +60,14 @@ class MainJobConfig:
     scribe: bool = False  # SCRIBE judged by the agent model: many LLM calls, off by default on CPU
     bench_groups: int = 4
     bench_k: int = 4
+    bench_envs: tuple[str, ...] = ("searchqa", "mathcode", "bfcl")
     seed: int = 0
     setup_s: float | None = None  # measured by the caller (scripts/main.sh)
     runs: list[EnvRun] = field(default_factory=list)
 
 
-def run_main_job(cfg: MainJobConfig) -> Path:
+def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
+    """``policy``: an already loaded agent (then ``cfg.model`` only names it)."""
     from turngym.agents.loading import load_policy, model_identity
     from turngym.evals.ablate import ablate
     from turngym.evals.creditbench import BenchConfig, make_wrappers, run_creditbench
@@ -78,7 +80,7 @@ def run_main_job(cfg: MainJobConfig) -> Path:
     runs = cfg.runs or default_runs(cfg.limit)
     times: dict[str, Any] = {"setup_s": cfg.setup_s}
     t0 = time.perf_counter()
-    policy = load_policy(cfg.model)
+    policy = load_policy(cfg.model) if policy is None else policy
     times["load_agent_s"] = round(time.perf_counter() - t0, 1)
     results: dict[str, Any] = {}
     episodes = []
@@ -107,7 +109,7 @@ def run_main_job(cfg: MainJobConfig) -> Path:
     ablation = ablate(episodes, wrappers, out / "ablation")
     times["ablation_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
-    bench_cfg = BenchConfig(groups=cfg.bench_groups, k=cfg.bench_k, seed=cfg.seed)
+    bench_cfg = BenchConfig(envs=cfg.bench_envs, groups=cfg.bench_groups, k=cfg.bench_k, seed=cfg.seed)
     bench = run_creditbench(bench_cfg, wrappers, out / "creditbench")
     times["creditbench_s"] = round(time.perf_counter() - t0, 1)
     # viewer (lead wires up once turngym.evals.viewer lands):
@@ -163,7 +165,8 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
               "| stage | seconds |", "| --- | --- |"]
     if times.get("setup_s") is not None:
         lines.append(f"| set-up (scripts/setup.sh and the model extra; one-time model conversion excluded when cached) | {times['setup_s']} |")
-    lines += [f"| load agent model | {times['load_agent_s']} |", f"| load scorer model | {times['load_scorer_s']} |"]
+    lines += [f"| load agent model | {times['load_agent_s']} |",
+              f"| support scorer ready (the agent cast to fp32, or a separate load) | {times['load_scorer_s']} |"]
     lines += [f"| generation: {k} (includes env steps and result writing) | {v} |" for k, v in times["generation_s"].items()]
     lines += [f"| scoring: reward ablation | {times['ablation_s']} |", f"| scoring: creditbench (build + score) | {times['creditbench_s']} |",
               f"| total in process | {times['total_in_process_s']} |", ""]

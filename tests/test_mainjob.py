@@ -1,0 +1,28 @@
+"""The one-process main job: one loaded policy runs evals, the ablation and creditbench, and one report links them."""
+
+import json
+
+from turngym.evals.mainjob import EnvRun, MainJobConfig, run_main_job
+
+
+def test_main_job_reuses_one_policy_and_links_every_stage(tiny_chat_policy, tmp_path, monkeypatch):
+    import turngym.agents.loading as loading
+
+    def no_second_load(*args, **kwargs):
+        raise AssertionError("the main job loaded a model although one was given")
+
+    monkeypatch.setattr(loading, "load_policy", no_second_load)
+    monkeypatch.setattr(loading, "load_hf_policy", no_second_load)
+    cfg = MainJobConfig(out=tmp_path, model="tiny", scorer="tiny", k=2, temperature=1.0, concurrency=4,
+                        rewards=("outcome", "funrl", "siop", "igpo"), bench_groups=2, bench_k=2, bench_envs=("searchqa",),
+                        runs=[EnvRun("calculator", "turngym/Calculator-v0", {"max_turns": 2}, 2, 8)])
+    report = run_main_job(cfg, policy=tiny_chat_policy)
+    text = report.read_text()
+    for link in ("calculator/report.md", "ablation/ablation.md", "creditbench/creditbench.md"):
+        assert f"]({link})" in text and (tmp_path / link).is_file()
+    job = json.loads((tmp_path / "main_job.json").read_text())
+    assert job["models"]["agent"] == {"name": "tiny"}
+    assert set(job["times"]) >= {"load_agent_s", "load_scorer_s", "generation_s", "ablation_s", "creditbench_s"}
+    bench = json.loads((tmp_path / "creditbench" / "creditbench.json").read_text())
+    assert set(bench["envs"]["searchqa"]["wrappers"]) == {"outcome", "funrl", "siop", "igpo"}
+    assert all("error" not in w for w in bench["envs"]["searchqa"]["wrappers"].values())
