@@ -26,3 +26,16 @@ def test_main_job_reuses_one_policy_and_links_every_stage(tiny_chat_policy, tmp_
     bench = json.loads((tmp_path / "creditbench" / "creditbench.json").read_text())
     assert set(bench["envs"]["searchqa"]["wrappers"]) == {"outcome", "funrl", "siop", "igpo"}
     assert all("error" not in w for w in bench["envs"]["searchqa"]["wrappers"].values())
+
+
+def test_eval_over_several_envs_loads_the_model_once(tiny_chat_policy, tmp_path, monkeypatch):
+    import turngym.agents.loading as loading
+    from turngym.cli import main
+
+    loads = []
+    monkeypatch.setattr(loading, "load_policy", lambda *a, **k: loads.append(a) or tiny_chat_policy)
+    main(["eval", "--env", "Calculator-v0,Digits-v0", "--limit", "2", "--max-new-tokens", "8", "--max-turns", "2",
+          "--out", str(tmp_path)])
+    assert len(loads) == 1
+    for sub in ("Calculator-v0", "Digits-v0"):
+        assert json.loads((tmp_path / sub / "results.json").read_text())["episodes"] == 2

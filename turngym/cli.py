@@ -221,6 +221,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    if "," in args.env:  # several envs in one process: the model is loaded once and reused
+        from turngym.evals.commands import eval_many
+
+        return eval_many(args)
     from tqdm import tqdm
 
     from turngym.agents.policy import PolicyError

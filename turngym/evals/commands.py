@@ -48,6 +48,48 @@ def cmd_main_job(args: argparse.Namespace) -> int:
     return 0
 
 
+def eval_many(args: argparse.Namespace) -> int:
+    """``turngym eval --env A[:dataset],B[:dataset] --out DIR``: one process, the model loaded once and
+    reused for every env; each env's results go to ``DIR/<env>[-<dataset>]``."""
+    from turngym.agents.loading import load_policy
+    from turngym.agents.policy import PolicyError
+    from turngym.cli import _env_kwargs
+    from turngym.agents.tokenization import ChatTemplateError
+    from turngym.evals.harness import EvalError, EvalSpec, run_eval
+
+    if args.dataset:
+        raise SystemExit("error: with several envs give each its dataset as --env NAME:DATASET, not --dataset")
+    if args.subset:
+        raise SystemExit("error: --subset names items of one dataset; evaluate several envs with --limit/--start")
+    runs = []
+    for part in (p.strip() for p in args.env.split(",") if p.strip()):
+        name, _, dataset = part.partition(":")
+        env_id = name if "/" in name else f"turngym/{name}"
+        kwargs = _env_kwargs(args.env_arg)
+        if dataset:
+            kwargs["dataset"] = dataset
+        if args.max_turns:
+            kwargs["max_turns"] = args.max_turns
+        runs.append((env_id, kwargs, Path(args.out) / (env_id.split("/")[-1] + (f"-{dataset}" if dataset else ""))))
+    print(f"loading model {args.model!r} once for {len(runs)} envs ...", flush=True)
+    try:
+        policy = load_policy(args.model, base_url=args.base_url)
+    except (RuntimeError, FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    for env_id, kwargs, out in runs:
+        spec = EvalSpec(env_id=env_id, env_kwargs=kwargs, model=args.model, base_url=args.base_url, k=args.k,
+                        limit=args.limit, start=args.start, concurrency=args.concurrency,
+                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+        try:
+            results = run_eval(spec, out, policy=policy)
+        except (EvalError, PolicyError, RuntimeError, FileNotFoundError, ChatTemplateError) as exc:
+            raise SystemExit(f"error ({env_id}): {exc}") from None
+        for name, m in results["metrics"].items():
+            print(f"{env_id} {name}: {m['value']:.3f} [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}] (n={m['n']})")
+        print(f"report: {out / 'report.md'}")
+    return 0
+
+
 def add_credit_commands(sub: argparse._SubParsersAction) -> None:
     cb = sub.add_parser("creditbench", help="reward wrappers on episodes with planted per-turn truth (credit accuracy)")
     cb.add_argument("--out", required=True)
