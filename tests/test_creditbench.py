@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from turngym.evals.credit import auc, credit_score, group_advantages, labelled_pairs, paired_estimator
-from turngym.evals.creditbench import (BenchConfig, build_bfcl, build_mathcode, build_searchqa, gsm8k_steps,
-                                       planted_labels, run_creditbench, score_groups)
+from turngym.evals.credit import (
+    auc,
+    credit_score,
+    group_advantages,
+    labelled_pairs,
+    paired_estimator,
+)
+from turngym.evals.creditbench import (
+    BenchConfig,
+    build_bfcl,
+    build_mathcode,
+    build_searchqa,
+    gsm8k_steps,
+    planted_labels,
+    run_creditbench,
+    score_groups,
+)
 
 SMALL = BenchConfig(groups=2, k=3, seed=0)
 

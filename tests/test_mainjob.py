@@ -6,7 +6,7 @@ from turngym.evals.mainjob import EnvRun, MainJobConfig, run_main_job
 
 
 def test_main_job_reuses_one_policy_and_links_every_stage(tiny_chat_policy, tmp_path, monkeypatch):
-    import turngym.agents.loading as loading
+    from turngym.agents import loading
 
     def no_second_load(*args, **kwargs):
         raise AssertionError("the main job loaded a model although one was given")
@@ -29,7 +29,7 @@ def test_main_job_reuses_one_policy_and_links_every_stage(tiny_chat_policy, tmp_
 
 
 def test_eval_over_several_envs_loads_the_model_once(tiny_chat_policy, tmp_path, monkeypatch):
-    import turngym.agents.loading as loading
+    from turngym.agents import loading
     from turngym.cli import main
 
     loads = []

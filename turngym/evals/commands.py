@@ -8,7 +8,13 @@ from pathlib import Path
 
 
 def cmd_creditbench(args: argparse.Namespace) -> int:
-    from turngym.evals.creditbench import ENVS, BenchConfig, build, make_wrappers, run_creditbench
+    from turngym.evals.creditbench import (
+        ENVS,
+        BenchConfig,
+        build,
+        make_wrappers,
+        run_creditbench,
+    )
 
     names = [r.strip() for r in args.rewards.split(",") if r.strip()]
     try:
@@ -53,8 +59,8 @@ def eval_many(args: argparse.Namespace) -> int:
     reused for every env; each env's results go to ``DIR/<env>[-<dataset>]``."""
     from turngym.agents.loading import load_policy
     from turngym.agents.policy import PolicyError
-    from turngym.cli import _env_kwargs
     from turngym.agents.tokenization import ChatTemplateError
+    from turngym.cli import _env_kwargs
     from turngym.evals.harness import EvalError, EvalSpec, run_eval
 
     if args.dataset:

@@ -33,14 +33,21 @@ import copy
 import json
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from turngym.episode import Episode, EpisodeWriter
-from turngym.evals.credit import credit_score, group_advantages, labelled_pairs, paired_estimator, varies
+from turngym.evals.credit import (
+    credit_score,
+    group_advantages,
+    labelled_pairs,
+    paired_estimator,
+    varies,
+)
 
 LABEL_KEY = "planted_label"
 ENVS = ("searchqa", "mathcode", "bfcl")
@@ -273,7 +280,7 @@ def _mutated(calls: list[dict[str, dict[str, Any]]]) -> list[dict[str, dict[str,
     for n, c in enumerate(calls):
         name, args = next(iter(c.items()))
         if args:
-            key = sorted(args)[0]
+            key = min(args)
             v = args[key]
             new = (not v) if isinstance(v, bool) else v + 7 if isinstance(v, (int, float)) else \
                 v + "_x" if isinstance(v, str) else (v[:-1] if v else ["x"]) if isinstance(v, list) else "x"
@@ -437,16 +444,16 @@ def _cell(score: dict[str, Any] | None, key: str = "auc") -> str:
 def markdown(s: dict[str, Any]) -> str:
     c = s["config"]
     lines = ["# Credit-assignment benchmark (planted per-turn truth)", "",
-             f"{c['groups']} groups × {c['k']} episodes per env, seed {c['seed']}, P(useful turn) {c['p_useful']}, "
+             (f"{c['groups']} groups × {c['k']} episodes per env, seed {c['seed']}, P(useful turn) {c['p_useful']}, "
              f"answer noise {c['noise']}; SearchQA on {c['searchqa_dataset']} over the {s['retriever']}, MathCode on "
              f"{c['mathcode_dataset']}, BFCL on {c['bfcl_category']}. Credit accuracy = AUC of label-1 vs label-0 turns "
              "(0.5 = no signal) and Spearman ρ, 95% group-bootstrap intervals, on the per-turn advantage of the "
-             "wrapper's paired estimator; 'next turn' scores the turn after the labelled one with the label.", ""]
+             "wrapper's paired estimator; 'next turn' scores the turn after the labelled one with the label."), ""]
     for env_name, e in s["envs"].items():
-        lines += [f"## {env_name}", "", f"{e['groups']} groups, {e['episodes']} episodes, {e['labelled_turns']} labelled "
-                  f"turns ({e['useful_turns']} useful); gold-outcome rate {e['outcome_rate']:.2f}; items {e['items']}.", "",
-                  "| wrapper | estimator | AUC (advantage) | ρ (advantage) | AUC next turn (advantage) | AUC (raw reward) "
-                  "| AUC next turn (raw) | group reward variance |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [f"## {env_name}", "", (f"{e['groups']} groups, {e['episodes']} episodes, {e['labelled_turns']} labelled "
+                  f"turns ({e['useful_turns']} useful); gold-outcome rate {e['outcome_rate']:.2f}; items {e['items']}."), "",
+                  ("| wrapper | estimator | AUC (advantage) | ρ (advantage) | AUC next turn (advantage) | AUC (raw reward) "
+                  "| AUC next turn (raw) | group reward variance |"), "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for name, w in e["wrappers"].items():
             if "error" in w:
                 lines.append(f"| {name} | failed: {w['error']} | | | | | | |")

@@ -69,10 +69,10 @@ class MainJobConfig:
 def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
     """``policy``: an already loaded agent (then ``cfg.model`` only names it)."""
     from turngym.agents.loading import load_policy, model_identity
+    from turngym.episode import read_episodes
     from turngym.evals.ablate import ablate
     from turngym.evals.creditbench import BenchConfig, make_wrappers, run_creditbench
     from turngym.evals.harness import EvalSpec, run_eval
-    from turngym.episode import read_episodes
     from turngym.rewards.support import HFSupportScorer
 
     out = Path(cfg.out)
@@ -144,10 +144,10 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
         lines.append(f"| {r.env_id} {r.env_kwargs.get('tool_format', '')} | {subset} | {metrics} | "
                      f"{'–' if calls is None else f'{calls:.2f}'} | [report]({r.name}/report.md) |")
     lines += ["", "## Reward ablation on these episodes", "",
-              f"{ablation['groups']} groups, {ablation['episodes']} episodes, {ablation['turns_with_ground_truth']} turns with "
-              "per-turn truth from the envs. Credit accuracy on the paired estimator's advantages (AUC, 0.5 = none):", "",
+              (f"{ablation['groups']} groups, {ablation['episodes']} episodes, {ablation['turns_with_ground_truth']} turns with "
+              "per-turn truth from the envs. Credit accuracy on the paired estimator's advantages (AUC, 0.5 = none):"), "",
               "| reward | estimator | AUC | ρ |", "| --- | --- | --- | --- |"]
-    f = lambda x: "–" if x is None else f"{x:.3f}"  # noqa: E731
+    f = lambda x: "–" if x is None else f"{x:.3f}"
     for n, m in ablation["rewards"].items():
         a = m["credit_accuracy_advantage"]
         lines.append(f"| {n} | {a['estimator']} | {f(a['auc'])} | {f(a['spearman'])} |")
@@ -160,8 +160,8 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
             w = e["wrappers"].get(n, {})
             cells.append("failed" if "error" in w else f(w.get("advantage", {}).get("auc")))
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
-    lines += ["", "AUC on advantages; intervals, raw-reward and next-turn columns: "
-              "[creditbench/creditbench.md](creditbench/creditbench.md).", "", "## Wall time", "",
+    lines += ["", ("AUC on advantages; intervals, raw-reward and next-turn columns: "
+              "[creditbench/creditbench.md](creditbench/creditbench.md)."), "", "## Wall time", "",
               "| stage | seconds |", "| --- | --- |"]
     if times.get("setup_s") is not None:
         lines.append(f"| set-up (scripts/setup.sh and the model extra; one-time model conversion excluded when cached) | {times['setup_s']} |")
