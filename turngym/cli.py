@@ -269,6 +269,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    if "," in args.env:  # several envs in one process: the model is loaded once and reused
+        from turngym.evals.commands import eval_many
+
+        return eval_many(args)
     from tqdm import tqdm
 
     from turngym.agents.policy import PolicyError
@@ -463,6 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
     from turngym.rewards.scribe.cli import add_scribe_commands
 
     add_scribe_commands(sub)
+
+    from turngym.evals.commands import add_credit_commands
+
+    add_credit_commands(sub)
 
     lt = sub.add_parser("lm-eval-tasks", help="write lm-eval task YAMLs for turngym's benchmarks")
     lt.add_argument("--out", required=True)

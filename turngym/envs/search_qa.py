@@ -5,10 +5,16 @@ top-k passages; ``<answer>a</answer>`` ends the episode (the last answer tag cou
 anything else gets Search-R1's invalid-action message. Outcome: EM and F1 with SQuAD
 normalisation against every gold answer. Per turn: did this search retrieve a passage
 that contains a gold answer (``retrieval_hit``).
+
+``tool_format="native"`` offers search as a function tool through the chat template
+(``Episode.tools``), as SIOP's official setup runs it: the model calls it with a Hermes
+``<tool_call>{"name": "search", "arguments": {"query": ...}}</tool_call>`` block, the
+passages come back as a ``tool`` message, and ``<answer>a</answer>`` still ends the episode.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 from typing import Any
@@ -16,6 +22,7 @@ from typing import Any
 from turngym.corpora.datasets import QA_DATASETS, Dataset, load_dataset
 from turngym.corpora.lucene import Hit, RetrieverError
 from turngym.envs.base import ActionResult, TextEnv
+from turngym.envs.parsing import parse_hermes_tool_calls
 from turngym.evals.qa_metrics import exact_match, f1_score, normalize_answer
 
 SEARCH_R1_TEMPLATE = (
@@ -32,6 +39,30 @@ INVALID_ACTION = (
     "Let me try again.\n"
 )
 _TAG = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+TOOL_FORMATS = ("tags", "native")
+NATIVE_SYSTEM_PROMPT = (
+    "You are a helpful assistant that answers questions with the help of a search engine. Think step by step. "
+    "If you lack some knowledge, call the search tool; it returns the top matching Wikipedia passages. You can "
+    "search as many times as you want. When no further knowledge is needed, give the final answer inside "
+    "<answer> and </answer>, without detailed illustrations. For example, <answer> Beijing </answer>."
+)
+NATIVE_USER_TEMPLATE = "Question: {question}\n"
+NATIVE_INVALID_ACTION = (
+    "Your previous reply neither called the search tool nor gave an answer. To search, call the search tool; "
+    "to answer, put the final answer between <answer> and </answer>."
+)
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search Wikipedia and return the top passages for a query.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "what to look up"}},
+            "required": ["query"],
+        },
+    },
+}
 
 
 def format_passages(hits: list[Hit]) -> str:
@@ -51,8 +82,15 @@ class SearchQAEnv(TextEnv):
 
     def __init__(self, dataset: str = "nq", split: str | None = None, retriever: Any = None, topk: int = 3,
                  max_turns: int = 4, prompt_style: str = "chat", max_query_chars: int = 2000,
-                 render_mode: str | None = None):
+                 tool_format: str = "tags", render_mode: str | None = None):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if tool_format not in TOOL_FORMATS:
+            raise ValueError(f"tool_format must be one of {TOOL_FORMATS}, got {tool_format!r}")
+        if tool_format == "native" and prompt_style == "base":
+            raise ValueError("tool_format='native' needs a chat model (prompt_style='chat'): tools go through the chat template")
+        self.tool_format = tool_format
+        if tool_format == "native":
+            self.stop = ("</tool_call>", "</answer>")
         if prompt_style not in ("chat", "base"):
             raise ValueError(f"prompt_style must be 'chat' or 'base', got {prompt_style!r}")
         if topk < 1:
@@ -92,9 +130,35 @@ class SearchQAEnv(TextEnv):
         question = task["question"].strip()
         if question and question[-1] != "?":
             question += "?"
+        if self.tool_format == "native":
+            return [{"role": "system", "content": NATIVE_SYSTEM_PROMPT},
+                    {"role": "user", "content": NATIVE_USER_TEMPLATE.format(question=question)}]
         return [{"role": "user", "content": SEARCH_R1_TEMPLATE.format(question=question)}]
 
+    def make_tools(self, task: dict[str, Any]) -> list[dict[str, Any]] | None:
+        return [copy.deepcopy(SEARCH_TOOL)] if self.tool_format == "native" else None
+
+    def _queries(self, action: str) -> tuple[list[str], str | None]:
+        """The search queries an action issues (native: Hermes tool calls; tags: ``<search>``) and any parse error."""
+        if self.tool_format == "tags":
+            return [body.strip() for name, body in _TAG.findall(action) if name == "search"], None
+        if "<tool_call>" not in action:
+            return [], None
+        parsed = parse_hermes_tool_calls(action)
+        queries, errors = [], [parsed.error] if parsed.error else []
+        for call in parsed.calls:
+            query = call["arguments"].get("query")
+            if call["name"] != "search":
+                errors.append(f"unknown tool {call['name']!r}; the only tool is 'search'")
+            elif not isinstance(query, str):
+                errors.append("search takes one string argument 'query'")
+            else:
+                queries.append(query.strip())
+        return queries, "; ".join(errors) or None
+
     def act(self, action: str) -> ActionResult:
+        if self.tool_format == "native":
+            return self._act_native(action)
         tags = _TAG.findall(action)
         answers = [body.strip() for name, body in tags if name == "answer"]
         if answers:
@@ -105,7 +169,26 @@ class SearchQAEnv(TextEnv):
         if not searches:
             return ActionResult(observation=INVALID_ACTION, parse_error="no <search> or <answer> tag",
                                 metrics={"action": "invalid"})
-        query = searches[-1]
+        return self._search(searches[-1])
+
+    def _act_native(self, action: str) -> ActionResult:
+        queries, error = self._queries(action)
+        if queries:  # the last call counts, as with tags; the passages come back as a tool message
+            result = self._search(queries[-1])
+            result.parse_error = result.parse_error or error
+            result.observation = result.observation.strip() + "\n" if result.observation else result.observation
+            result.observation_role = "tool"
+            return result
+        answers = [body.strip() for name, body in _TAG.findall(action) if name == "answer"]
+        if answers:
+            return ActionResult(observation=None, terminated=True, final_answer=answers[-1], parse_error=error,
+                                tool_calls=[{"name": "answer", "arguments": {"answer": answers[-1]}}],
+                                metrics={"action": "answer"})
+        message = f"{error}. {NATIVE_INVALID_ACTION}" if error else NATIVE_INVALID_ACTION
+        return ActionResult(observation=message, parse_error=error or "no search call and no <answer> tag",
+                            metrics={"action": "invalid"}, observation_role="user")
+
+    def _search(self, query: str) -> ActionResult:
         call = {"name": "search", "arguments": {"query": query}}
         if not query:
             return ActionResult(observation="\n\n<information>Error: the search query is empty.</information>\n\n",
@@ -136,4 +219,4 @@ class SearchQAEnv(TextEnv):
                 "answered": episode.final_answer is not None}
 
 
-__all__ = ["SearchQAEnv", "QA_DATASETS", "format_passages"]
+__all__ = ["SearchQAEnv", "QA_DATASETS", "SEARCH_TOOL", "TOOL_FORMATS", "format_passages"]

@@ -76,6 +76,7 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
                 variances.append(float(np.var(tot, ddof=1)))
         summary["rewards"][name] = {
             "credit_accuracy": spearman([p[0] for p in pairs], [p[1] for p in pairs]),
+            "credit_accuracy_advantage": _advantage_credit(name, rows, truths, list(groups.values())),
             "agreement_with_gold_outcome": spearman(totals, gold),
             "within_group_variance": float(np.mean(variances)) if variances else None,
             "mean_turn_reward": float(np.mean(flat[name])) if flat[name] else None,
@@ -107,6 +108,20 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
     return summary
 
 
+def _advantage_credit(name: str, rows: list[list[float]], truths: list[list[float | None]],
+                      groups: list[list[Episode]]) -> dict[str, Any]:
+    """Credit accuracy on the paired estimator's per-turn advantages, groups kept whole for the bootstrap."""
+    from turngym.evals.credit import credit_score, group_advantages, labelled_pairs, paired_estimator
+
+    pairs, start = [], 0
+    for g in groups:
+        adv = group_advantages(name, rows[start:start + len(g)])
+        labels = [[None if x is None else int(x) for x in tr] for tr in truths[start:start + len(g)]]
+        pairs.append(labelled_pairs(adv, labels))
+        start += len(g)
+    return {"estimator": paired_estimator(name), **credit_score(pairs).to_dict()}
+
+
 def _costs(wrapper: Any) -> dict[str, Any]:
     """LLM-judged wrappers (scribe): their LLM call counts and library, for the report."""
     out: dict[str, Any] = {}
@@ -125,11 +140,14 @@ def _markdown(s: dict[str, Any]) -> str:
     f = lambda x: "–" if x is None else f"{x:.3f}"  # noqa: E731
     lines = ["# Reward ablation", "", f"{s['groups']} groups, {s['episodes']} episodes, "
              f"{s['turns_with_ground_truth']} turns with per-turn ground truth.", "",
-             "| reward | credit accuracy (ρ vs per-turn truth) | agreement with gold outcome (ρ) | within-group variance | mean turn reward |",
-             "| --- | --- | --- | --- | --- |"]
+             "| reward | credit accuracy (ρ vs per-turn truth) | advantage estimator | credit accuracy on advantages: AUC [95% CI] | ρ [95% CI] "
+             "| agreement with gold outcome (ρ) | within-group variance | mean turn reward |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    ci = lambda m, k: "–" if m.get(k) is None else f(m[k]) + (f" [{m[k + '_ci95'][0]:.3f}, {m[k + '_ci95'][1]:.3f}]" if m.get(k + "_ci95") else "")  # noqa: E731
     for n, m in s["rewards"].items():
-        lines.append(f"| {n} | {f(m['credit_accuracy'])} | {f(m['agreement_with_gold_outcome'])} | "
-                     f"{f(m['within_group_variance'])} | {f(m['mean_turn_reward'])} |")
+        adv = m["credit_accuracy_advantage"]
+        lines.append(f"| {n} | {f(m['credit_accuracy'])} | {adv['estimator']} | {ci(adv, 'auc')} | {ci(adv, 'spearman')} | "
+                     f"{f(m['agreement_with_gold_outcome'])} | {f(m['within_group_variance'])} | {f(m['mean_turn_reward'])} |")
     names = list(s["correlation"])
     if names:
         lines += ["", "Rank correlation between wrappers' per-turn rewards:", "", "| | " + " | ".join(names) + " |",

@@ -173,6 +173,12 @@ def _run_eval_locked(spec: EvalSpec, out: Path, policy: Any, progress: Callable[
     return results
 
 
+def _model_identity(model: str) -> dict[str, Any]:
+    from turngym.agents.loading import model_identity
+
+    return model_identity(model)
+
+
 def _tasks(indices: Sequence[int]):
     from turngym.agents.runner import RolloutTask
 
@@ -191,6 +197,7 @@ def summarise(episodes: Sequence[Episode], spec: EvalSpec, subset: dict[str, Any
         "env": spec.env_id,
         "env_kwargs": spec.env_kwargs,
         "model": _model_name(episodes, spec),
+        "model_identity": _model_identity(spec.model) if not spec.base_url else {"name": spec.model, "server": spec.base_url},
         "k": spec.k,
         "sampling": {"temperature": spec.temperature, "max_new_tokens": spec.max_new_tokens, "seed": spec.seed},
         "subset": subset,

@@ -1,0 +1,41 @@
+"""The one-process main job: one loaded policy runs evals, the ablation and creditbench, and one report links them."""
+
+import json
+
+from turngym.evals.mainjob import EnvRun, MainJobConfig, run_main_job
+
+
+def test_main_job_reuses_one_policy_and_links_every_stage(tiny_chat_policy, tmp_path, monkeypatch):
+    from turngym.agents import loading
+
+    def no_second_load(*args, **kwargs):
+        raise AssertionError("the main job loaded a model although one was given")
+
+    monkeypatch.setattr(loading, "load_policy", no_second_load)
+    monkeypatch.setattr(loading, "load_hf_policy", no_second_load)
+    cfg = MainJobConfig(out=tmp_path, model="tiny", scorer="tiny", k=2, temperature=1.0, concurrency=4,
+                        rewards=("outcome", "funrl", "siop", "igpo"), bench_groups=2, bench_k=2, bench_envs=("searchqa",),
+                        runs=[EnvRun("calculator", "turngym/Calculator-v0", {"max_turns": 2}, 2, 8)])
+    report = run_main_job(cfg, policy=tiny_chat_policy)
+    text = report.read_text()
+    for link in ("calculator/report.md", "ablation/ablation.md", "creditbench/creditbench.md"):
+        assert f"]({link})" in text and (tmp_path / link).is_file()
+    job = json.loads((tmp_path / "main_job.json").read_text())
+    assert job["models"]["agent"] == {"name": "tiny"}
+    assert set(job["times"]) >= {"load_agent_s", "load_scorer_s", "generation_s", "ablation_s", "creditbench_s"}
+    bench = json.loads((tmp_path / "creditbench" / "creditbench.json").read_text())
+    assert set(bench["envs"]["searchqa"]["wrappers"]) == {"outcome", "funrl", "siop", "igpo"}
+    assert all("error" not in w for w in bench["envs"]["searchqa"]["wrappers"].values())
+
+
+def test_eval_over_several_envs_loads_the_model_once(tiny_chat_policy, tmp_path, monkeypatch):
+    from turngym.agents import loading
+    from turngym.cli import main
+
+    loads = []
+    monkeypatch.setattr(loading, "load_policy", lambda *a, **k: loads.append(a) or tiny_chat_policy)
+    main(["eval", "--env", "Calculator-v0,Digits-v0", "--limit", "2", "--max-new-tokens", "8", "--max-turns", "2",
+          "--out", str(tmp_path)])
+    assert len(loads) == 1
+    for sub in ("Calculator-v0", "Digits-v0"):
+        assert json.loads((tmp_path / sub / "results.json").read_text())["episodes"] == 2

@@ -1,0 +1,127 @@
+"""``turngym creditbench`` and ``turngym main-job``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+
+def cmd_creditbench(args: argparse.Namespace) -> int:
+    from turngym.evals.creditbench import (
+        ENVS,
+        BenchConfig,
+        build,
+        make_wrappers,
+        run_creditbench,
+    )
+
+    names = [r.strip() for r in args.rewards.split(",") if r.strip()]
+    try:
+        cfg = BenchConfig(envs=tuple(e.strip() for e in args.envs.split(",") if e.strip()) or ENVS, groups=args.groups,
+                          k=args.k, seed=args.seed, p_useful=args.p_useful, noise=args.noise,
+                          retriever=None if args.index == "default" else args.index)
+        start = time.perf_counter()
+        built = build(cfg)
+        build_s = time.perf_counter() - start
+        episodes = [e for groups in built.values() for g in groups for e in g]
+        wrappers = make_wrappers(names, scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_episodes=episodes)
+        summary = run_creditbench(cfg, wrappers, args.out, n_boot=args.bootstrap, built=built, build_s=build_s)
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    for env_name, e in summary["envs"].items():
+        for name, w in e["wrappers"].items():
+            if "error" in w:
+                print(f"{env_name:9s} {name:8s} FAILED: {w['error']}")
+                continue
+            a = w["advantage"]["auc"]
+            print(f"{env_name:9s} {name:8s} credit AUC on advantages {'–' if a is None else f'{a:.3f}'} ({w['estimator']})")
+    print(f"report: {Path(args.out) / 'creditbench.md'}")
+    return 0
+
+
+def cmd_main_job(args: argparse.Namespace) -> int:
+    from turngym.evals.mainjob import MainJobConfig, run_main_job
+
+    cfg = MainJobConfig(out=Path(args.out), model=args.model, scorer=args.scorer or args.model, k=args.k, limit=args.limit,
+                        concurrency=args.concurrency, scribe=args.scribe, bench_groups=args.bench_groups,
+                        bench_k=args.bench_k, seed=args.seed, setup_s=args.setup_s)
+    try:
+        path = run_main_job(cfg)
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"report: {path}")
+    return 0
+
+
+def eval_many(args: argparse.Namespace) -> int:
+    """``turngym eval --env A[:dataset],B[:dataset] --out DIR``: one process, the model loaded once and
+    reused for every env; each env's results go to ``DIR/<env>[-<dataset>]``."""
+    from turngym.agents.loading import load_policy
+    from turngym.agents.policy import PolicyError
+    from turngym.agents.tokenization import ChatTemplateError
+    from turngym.cli import _env_kwargs
+    from turngym.evals.harness import EvalError, EvalSpec, run_eval
+
+    if args.dataset:
+        raise SystemExit("error: with several envs give each its dataset as --env NAME:DATASET, not --dataset")
+    if args.subset:
+        raise SystemExit("error: --subset names items of one dataset; evaluate several envs with --limit/--start")
+    runs = []
+    for part in (p.strip() for p in args.env.split(",") if p.strip()):
+        name, _, dataset = part.partition(":")
+        env_id = name if "/" in name else f"turngym/{name}"
+        kwargs = _env_kwargs(args.env_arg)
+        if dataset:
+            kwargs["dataset"] = dataset
+        if args.max_turns:
+            kwargs["max_turns"] = args.max_turns
+        runs.append((env_id, kwargs, Path(args.out) / (env_id.split("/")[-1] + (f"-{dataset}" if dataset else ""))))
+    print(f"loading model {args.model!r} once for {len(runs)} envs ...", flush=True)
+    try:
+        policy = load_policy(args.model, base_url=args.base_url)
+    except (RuntimeError, FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    for env_id, kwargs, out in runs:
+        spec = EvalSpec(env_id=env_id, env_kwargs=kwargs, model=args.model, base_url=args.base_url, k=args.k,
+                        limit=args.limit, start=args.start, concurrency=args.concurrency,
+                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+        try:
+            results = run_eval(spec, out, policy=policy)
+        except (EvalError, PolicyError, RuntimeError, FileNotFoundError, ChatTemplateError) as exc:
+            raise SystemExit(f"error ({env_id}): {exc}") from None
+        for name, m in results["metrics"].items():
+            print(f"{env_id} {name}: {m['value']:.3f} [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}] (n={m['n']})")
+        print(f"report: {out / 'report.md'}")
+    return 0
+
+
+def add_credit_commands(sub: argparse._SubParsersAction) -> None:
+    cb = sub.add_parser("creditbench", help="reward wrappers on episodes with planted per-turn truth (credit accuracy)")
+    cb.add_argument("--out", required=True)
+    cb.add_argument("--envs", default="searchqa,mathcode,bfcl")
+    cb.add_argument("--rewards", default="outcome,ttrl,empo,funrl,siop,igpo", help="add scribe to judge with --scribe-llm")
+    cb.add_argument("--scorer", default="qwen2.5-coder-0.5b-instruct", help="support-scoring model for siop/igpo")
+    cb.add_argument("--scribe-llm", default="qwen2.5-coder-0.5b-instruct", help="scribe's decomposer/judge model")
+    cb.add_argument("--groups", type=int, default=8, help="groups per env")
+    cb.add_argument("--k", type=int, default=4, help="episodes per group")
+    cb.add_argument("--seed", type=int, default=0)
+    cb.add_argument("--p-useful", type=float, default=0.5, help="chance a tool turn is useful (label 1)")
+    cb.add_argument("--noise", type=float, default=0.15, help="chance the final answer ignores the evidence")
+    cb.add_argument("--index", default="default", help="SearchQA index directory or server URL")
+    cb.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals")
+    cb.set_defaults(func=cmd_creditbench)
+
+    mj = sub.add_parser("main-job", help="evals on every env, reward ablation and creditbench in one process")
+    mj.add_argument("--out", default="runs/main")
+    mj.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    mj.add_argument("--scorer", default=None, help="support scorer for siop/igpo (default: the agent model, fp32)")
+    mj.add_argument("--k", type=int, default=4)
+    mj.add_argument("--limit", type=int, default=3, help="items per env")
+    mj.add_argument("--concurrency", type=int, default=16)
+    mj.add_argument("--scribe", action="store_true", help="also score with SCRIBE judged by the agent model (slow on CPU)")
+    mj.add_argument("--bench-groups", type=int, default=4)
+    mj.add_argument("--bench-k", type=int, default=4)
+    mj.add_argument("--seed", type=int, default=0)
+    mj.add_argument("--setup-s", type=float, default=None, help="set-up seconds measured by the caller, for the report")
+    mj.set_defaults(func=cmd_main_job)

@@ -1,0 +1,173 @@
+"""The main job in one process: every model loaded once, then evals, the reward ablation and creditbench.
+
+``bash scripts/main.sh`` runs ``turngym main-job``. One process (not a warm worker) because
+every stage is in-process Python that takes a loaded model object: ``run_eval(policy=...)``,
+reward wrappers that take a scorer object, SCRIBE that takes a policy as judge. Loading once
+saves a model load per stage and keeps peak memory at one copy of each model.
+
+Stages and what they share:
+1. load the agent (the instruct model); after generation the same weights, cast to fp32 in
+   place, score support for SIOP/IGPO (the policy scoring its own token ids, as SIOP does;
+   a different ``--scorer`` is loaded once instead);
+2. ``eval`` of the agent on every env (Calculator, MathCode/GSM8K, SearchQA/HotpotQA in the
+   native tool format, BFCL simple_python), K samples per item at temperature > 0 so groups vary;
+3. ``ablate`` every reward wrapper on all of those episodes, credit accuracy from the envs'
+   per-turn truth, on the paired estimators' advantages;
+4. ``creditbench`` (planted per-turn truth) with the same wrappers and scorer;
+5. one report linking everything, with the wall time split into model load, generation and scoring.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+INSTRUCT_MODEL = "qwen2.5-coder-0.5b-instruct"
+
+
+@dataclass
+class EnvRun:
+    name: str
+    env_id: str
+    env_kwargs: dict[str, Any]
+    limit: int
+    max_new_tokens: int
+
+
+def default_runs(limit: int = 3) -> list[EnvRun]:
+    return [
+        EnvRun("calculator", "turngym/Calculator-v0", {"max_turns": 3}, limit, 48),
+        EnvRun("mathcode-gsm8k", "turngym/MathCode-v0", {"dataset": "gsm8k", "max_turns": 3}, limit, 160),
+        EnvRun("searchqa-hotpotqa", "turngym/SearchQA-v0", {"dataset": "hotpotqa", "max_turns": 3, "tool_format": "native"},
+               limit, 64),
+        EnvRun("bfcl-simple_python", "turngym/BFCL-v0", {"dataset": "simple_python", "tool_format": "prompting"}, limit, 64),
+    ]
+
+
+@dataclass
+class MainJobConfig:
+    out: Path
+    model: str = INSTRUCT_MODEL
+    scorer: str = INSTRUCT_MODEL  # fp32 copy of the agent: scores support for siop / igpo on its own token ids
+    k: int = 4
+    limit: int = 3
+    temperature: float = 0.7
+    concurrency: int = 16
+    rewards: tuple[str, ...] = ("outcome", "ttrl", "empo", "funrl", "siop", "igpo")
+    scribe: bool = False  # SCRIBE judged by the agent model: many LLM calls, off by default on CPU
+    bench_groups: int = 4
+    bench_k: int = 4
+    bench_envs: tuple[str, ...] = ("searchqa", "mathcode", "bfcl")
+    seed: int = 0
+    setup_s: float | None = None  # measured by the caller (scripts/main.sh)
+    runs: list[EnvRun] = field(default_factory=list)
+
+
+def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
+    """``policy``: an already loaded agent (then ``cfg.model`` only names it)."""
+    from turngym.agents.loading import load_policy, model_identity
+    from turngym.episode import read_episodes
+    from turngym.evals.ablate import ablate
+    from turngym.evals.creditbench import BenchConfig, make_wrappers, run_creditbench
+    from turngym.evals.harness import EvalSpec, run_eval
+    from turngym.rewards.support import HFSupportScorer
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = cfg.runs or default_runs(cfg.limit)
+    times: dict[str, Any] = {"setup_s": cfg.setup_s}
+    t0 = time.perf_counter()
+    policy = load_policy(cfg.model) if policy is None else policy
+    times["load_agent_s"] = round(time.perf_counter() - t0, 1)
+    results: dict[str, Any] = {}
+    episodes = []
+    times["generation_s"] = {}
+    for r in runs:
+        t0 = time.perf_counter()
+        spec = EvalSpec(env_id=r.env_id, env_kwargs=r.env_kwargs, model=cfg.model, k=cfg.k, limit=r.limit,
+                        concurrency=cfg.concurrency, max_new_tokens=r.max_new_tokens, temperature=cfg.temperature,
+                        seed=cfg.seed)
+        results[r.name] = run_eval(spec, out / r.name, policy=policy)
+        times["generation_s"][r.name] = round(time.perf_counter() - t0, 1)
+        episodes += read_episodes(out / r.name / "episodes.jsonl").episodes
+        print(f"[main-job] {r.name}: " + ", ".join(f"{k} {v['value']:.3f}" for k, v in results[r.name]["metrics"].items()
+                                                   if isinstance(v, dict) and "value" in v), flush=True)
+    names = list(cfg.rewards) + (["scribe"] if cfg.scribe else [])
+    t0 = time.perf_counter()
+    scorer = None
+    if {"siop", "igpo"} & set(names):
+        if cfg.scorer == cfg.model:  # the agent itself, cast to fp32 in place: one copy of the weights in memory
+            scorer = HFSupportScorer(policy.model.float(), policy.tokenizer)
+        else:
+            scorer = HFSupportScorer.load(cfg.scorer)
+    times["load_scorer_s"] = round(time.perf_counter() - t0, 1)
+    t0 = time.perf_counter()
+    wrappers = make_wrappers(names, scorer=scorer, scribe_llm=policy if cfg.scribe else None, scribe_episodes=episodes)
+    ablation = ablate(episodes, wrappers, out / "ablation")
+    times["ablation_s"] = round(time.perf_counter() - t0, 1)
+    t0 = time.perf_counter()
+    bench_cfg = BenchConfig(envs=cfg.bench_envs, groups=cfg.bench_groups, k=cfg.bench_k, seed=cfg.seed)
+    bench = run_creditbench(bench_cfg, wrappers, out / "creditbench")
+    times["creditbench_s"] = round(time.perf_counter() - t0, 1)
+    # viewer (lead wires up once turngym.evals.viewer lands):
+    # write_viewer(out / "creditbench" / "episodes.jsonl", out / "creditbench" / "viewer.html", scores_path=out / "creditbench" / "creditbench.json")
+    gen_total = sum(times["generation_s"].values())
+    times["generation_total_s"] = round(gen_total, 1)
+    times["scoring_total_s"] = round(times["ablation_s"] + times["creditbench_s"], 1)
+    times["total_in_process_s"] = round(times["load_agent_s"] + times["load_scorer_s"] + gen_total
+                                        + times["scoring_total_s"], 1)
+    identity = {"agent": model_identity(cfg.model), "scorer": model_identity(cfg.scorer) if scorer else None}
+    (out / "main_job.json").write_text(json.dumps({"models": identity, "times": times, "config": {
+        "k": cfg.k, "limit": cfg.limit, "temperature": cfg.temperature, "rewards": names,
+        "bench_groups": cfg.bench_groups, "bench_k": cfg.bench_k, "seed": cfg.seed}}, indent=1, default=str))
+    path = out / "report.md"
+    path.write_text(_report(cfg, runs, results, ablation, bench, times, identity))
+    return path
+
+
+def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], ablation: dict[str, Any],
+            bench: dict[str, Any], times: dict[str, Any], identity: dict[str, Any]) -> str:
+    agent = identity["agent"]
+    lines = ["# turngym main job", "",
+             f"Agent: **{agent['name']}**" + (f" (sha256 `{agent['sha256']}`)" if agent.get("sha256") else "")
+             + (f"; support scorer for siop/igpo: {identity['scorer']['name']}" if identity.get("scorer") else "")
+             + f". K={cfg.k} samples per item at temperature {cfg.temperature}, first {cfg.limit} items of each subset.", "",
+             "## Evals", "", "| env | subset | metrics | tool calls / episode | report |", "| --- | --- | --- | --- | --- |"]
+    for r in runs:
+        res = results[r.name]
+        metrics = ", ".join(f"{k} {v['value']:.3f}" for k, v in res["metrics"].items() if isinstance(v, dict) and "value" in v)
+        calls = res["behaviour"].get("tool_calls_per_episode", {}).get("value")
+        subset = res["subset"].get("dataset", "") if isinstance(res.get("subset"), dict) else ""
+        lines.append(f"| {r.env_id} {r.env_kwargs.get('tool_format', '')} | {subset} | {metrics} | "
+                     f"{'–' if calls is None else f'{calls:.2f}'} | [report]({r.name}/report.md) |")
+    lines += ["", "## Reward ablation on these episodes", "",
+              (f"{ablation['groups']} groups, {ablation['episodes']} episodes, {ablation['turns_with_ground_truth']} turns with "
+              "per-turn truth from the envs. Credit accuracy on the paired estimator's advantages (AUC, 0.5 = none):"), "",
+              "| reward | estimator | AUC | ρ |", "| --- | --- | --- | --- |"]
+    f = lambda x: "–" if x is None else f"{x:.3f}"
+    for n, m in ablation["rewards"].items():
+        a = m["credit_accuracy_advantage"]
+        lines.append(f"| {n} | {a['estimator']} | {f(a['auc'])} | {f(a['spearman'])} |")
+    lines += ["", "Full table: [ablation/ablation.md](ablation/ablation.md).", "",
+              "## Credit benchmark (planted per-turn truth)", "", "| reward | " + " | ".join(bench["envs"]) + " |",
+              "| --- |" + " --- |" * len(bench["envs"])]
+    for n in next(iter(bench["envs"].values()))["wrappers"] if bench["envs"] else []:
+        cells = []
+        for e in bench["envs"].values():
+            w = e["wrappers"].get(n, {})
+            cells.append("failed" if "error" in w else f(w.get("advantage", {}).get("auc")))
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    lines += ["", ("AUC on advantages; intervals, raw-reward and next-turn columns: "
+              "[creditbench/creditbench.md](creditbench/creditbench.md)."), "", "## Wall time", "",
+              "| stage | seconds |", "| --- | --- |"]
+    if times.get("setup_s") is not None:
+        lines.append(f"| set-up (scripts/setup.sh and the model extra; one-time model conversion excluded when cached) | {times['setup_s']} |")
+    lines += [f"| load agent model | {times['load_agent_s']} |",
+              f"| support scorer ready (the agent cast to fp32, or a separate load) | {times['load_scorer_s']} |"]
+    lines += [f"| generation: {k} (includes env steps and result writing) | {v} |" for k, v in times["generation_s"].items()]
+    lines += [f"| scoring: reward ablation | {times['ablation_s']} |", f"| scoring: creditbench (build + score) | {times['creditbench_s']} |",
+              f"| total in process | {times['total_in_process_s']} |", ""]
+    return "\n".join(lines)
