@@ -142,9 +142,28 @@ def test_ablate_saves_per_turn_scores_and_writes_a_linked_viewer(tmp_path):
     assert {(r.episode_id, r.reward) for r in recs} == {(e.id, n) for e in eps for n in ("outcome", "ttrl")}
     by = {(r.episode_id, r.reward): r for r in recs}
     assert by[("s3", "outcome")].turn_rewards == [0.0, 0.0, 0.0, 1.0]
-    assert set(by[("s3", "outcome")].advantages) == {"grpo", "turn", "igpo_separate"}
+    from turngym.agents.advantages import ESTIMATORS
+    from turngym.evals.scores import NEEDS_POLICY
+
+    assert NEEDS_POLICY.keys() <= ESTIMATORS.keys()  # every estimator left out is a registered one
+    assert set(by[("s3", "outcome")].advantages) == ESTIMATORS.keys() - NEEDS_POLICY.keys()
     assert "(view.html)" in (tmp_path / "ablation.md").read_text()
     assert payload(tmp_path / "view.html")["r"]["ttrl"][0] == by[("s0", "ttrl")].turn_rewards
+
+
+def test_egpo_from_rewards_alone_is_labelled_as_its_base_advantage(tmp_path):
+    from turngym.agents.advantages import egpo, grpo
+
+    eps = hand_made()
+    path = tmp_path / "episodes.jsonl"
+    with EpisodeWriter(path) as w:
+        w.write_all(eps)
+    rewards = rewards_of(eps, "hits")
+    write_scores(tmp_path / "s.jsonl", [ScoreRecord(e.id, "hits", r, {}, "egpo") for e, r in zip(eps, rewards)])
+    d = payload(write_viewer(path, tmp_path / "v.html", scores_path=tmp_path / "s.jsonl"))
+    assert d["adv"]["hits"]["egpo"][:3] == egpo(rewards[:3]) == grpo(rewards[:3], eps=1e-6)
+    assert d["partial_estimators"] == ["egpo"]
+    assert any(n.startswith("egpo advantages here come from the rewards alone") and "entropies" in n for n in d["notes"])
 
 
 def test_token_view_decodes_with_the_episodes_tokenizer(tmp_path):

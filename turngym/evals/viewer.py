@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from turngym._version import __version__
 from turngym.episode import Episode, read_episodes
-from turngym.evals.scores import ScoreRecord, read_scores
+from turngym.evals.scores import NEEDS_POLICY, ScoreRecord, read_scores
 
 TRUNCATION_MARKERS = ("[output truncated]",)  # what the envs append when they cut a tool output
 OUTCOME_KEYS = ("correct", "em", "bfcl_valid")
@@ -102,9 +102,11 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
     vocab, tok_note = _vocab(episodes)
     wrappers = list(rewards)
     estimators = sorted({e for w in advantages.values() for e in w})
+    partial = {e: NEEDS_POLICY[e] for e in estimators if e in NEEDS_POLICY}
+    notes = list(notes) + [f"{e} advantages here come from the rewards alone: {why}" for e, why in partial.items()]
     return {
         "title": f"turngym episodes · {source}" if source else "turngym episodes",
-        "source": source, "turngym": __version__, "notes": list(notes),
+        "source": source, "turngym": __version__, "notes": notes, "partial_estimators": sorted(partial),
         "models": sorted({model_name(str(ep.meta["model"])) for ep in episodes if ep.meta.get("model")}),
         "wrappers": wrappers, "estimators": estimators,
         "scale": _limit(v for w in rewards.values() for r in w if r for v in r),

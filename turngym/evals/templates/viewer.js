@@ -70,7 +70,7 @@
       }
     }
     if (D.estimators.length) {
-      for (const e of D.estimators) option($("f-est"), e, e);
+      for (const e of D.estimators) option($("f-est"), e, D.partial_estimators.includes(e) ? `${e} (rewards only, see note)` : e);
       option($("f-est"), "", "hide");
       $("f-est").value = state.est;
     } else $("est-label").classList.add("hidden");
