@@ -39,12 +39,34 @@ def test_one_rule_for_rates_and_undefined_rather_than_false_zero_width():
     assert one.n == 1 and math.isnan(one.low) and "one unit" in one.ci
     flat = bootstrap_mean([2.0] * 50)
     assert math.isnan(flat.high) and "all values equal" in flat.ci
-    assert rate([0.5, 0.5]).ci.startswith("no interval") and rate([1.0]).ci == "wilson"
+    assert rate([0.5, 0.5], binary=False).ci.startswith("no interval") and rate([1.0], binary=True).ci == "wilson"
+    with pytest.raises(ValueError, match="0 or 1"):
+        rate([0.5], binary=True)
     spread = bootstrap_mean([0.1, 0.9, 0.4, 0.7])
     assert spread.low < spread.value < spread.high
-    assert math.isnan(rate([]).value)
+    assert math.isnan(rate([], binary=True).value) and math.isnan(rate([], binary=False).value)
     with pytest.raises(ValueError, match="whole number"):
         wilson(1.5, 3)
+
+
+def test_the_task_is_the_unit_when_tasks_have_several_samples():
+    # 4 tasks x K = 3 samples: accuracy must not count 12 independent episodes (pseudo-replication)
+    k3 = outcome_metrics(episodes([1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 1, 0], k=3), k=3)
+    assert k3["accuracy"] == k3["pass@1"]
+    assert k3["accuracy"]["n"] == 4 and k3["accuracy"]["ci"] == "bootstrap BCa"
+    assert k3["accuracy"]["value"] == pytest.approx(0.5)
+    # the method follows the metric, not the data: per-task fractions that happen to be 0 or 1 stay bootstrap
+    same = outcome_metrics(episodes([1, 1, 0, 0, 1, 1, 0, 0], k=2), k=1)
+    assert same["accuracy"]["ci"] == same["pass@1"]["ci"] == "bootstrap BCa" and same["accuracy"]["n"] == 4
+    # one sample per task: episodes are the units and a binary score gets Wilson, for accuracy and pass@1 alike
+    k1 = outcome_metrics(episodes([1, 0, 1, 1]))
+    assert k1["accuracy"] == k1["pass@1"] and k1["accuracy"]["ci"] == "wilson" and k1["accuracy"]["n"] == 4
+    # F1 is fractional by definition: bootstrap even when every episode scores 0 or 1; EM is binary: Wilson
+    qa = episodes([1, 0, 1])
+    for e in qa:
+        e.outcome = {"em": e.outcome["correct"], "f1": e.outcome["correct"]}
+    qm = outcome_metrics(qa)
+    assert qm["f1"]["ci"] == "bootstrap BCa" and qm["em"]["ci"] == "wilson"
 
 
 @pytest.mark.parametrize("correct", [[0] * 300, [1] * 300, [1], [0], [1, 0] * 5000])

@@ -157,7 +157,8 @@ def render_eval_report(results: dict[str, Any], episodes: Sequence[Episode], out
             lines.append(f"| {ds} | " + " | ".join(_fmt(m.get(n, "")) for n in names) + " |")
     if "bfcl" in results:
         lines += bfcl_lines(results["bfcl"])
-    lines += ["", ("Intervals: Wilson for rates whose units all score 0 or 1, BCa bootstrap otherwise; "
+    lines += ["", ("Intervals: the unit is the task when any task has several samples, else the episode; "
+                   "Wilson for metrics that score each unit 0 or 1, BCa bootstrap for fractional ones; "
                    "none where the sample has no spread (turngym docs/viewer.md)."), ""]
     if names:
         lines += ["![metrics](metrics.png)", ""]
