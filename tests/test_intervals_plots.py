@@ -2,13 +2,14 @@
 
 import json
 import math
+import re
 
 import pytest
 
 from turngym.episode import Episode, Turn
 from turngym.evals.harness import EvalSpec, summarise, write_results
 from turngym.evals.metrics import bootstrap_mean, outcome_metrics, rate, wilson
-from turngym.evals.report import compare_runs, credit_heatmap
+from turngym.evals.report import compare_runs, credit_figure, credit_heatmap, integer_ticks
 
 
 def episodes(correct, k=1, turns=2):
@@ -96,6 +97,29 @@ def test_comparison_and_credit_maps_draw_all_zero_values(tmp_path):
     credit_heatmap({"a": [[0.0, 0.0], [0.0]], "b": [[1.0, -2.0], [0.5]]}, tmp_path / "maps.png")
     credit_heatmap({"a": [[0.0]]}, tmp_path / "one.png")
     assert (tmp_path / "maps.png").exists() and (tmp_path / "one.png").exists()
+
+
+def tick_labels(axis):
+    return [t.get_text() for t in axis.get_ticklabels() if t.get_text()]
+
+
+@pytest.mark.parametrize("rows,width", [(1, 1), (1, 3), (2, 1), (5, 7), (32, 20), (40, 2)])
+def test_credit_maps_tick_whole_episodes_and_turns_and_say_what_is_cut(rows, width):
+    import matplotlib.pyplot as plt
+
+    rewards = {"a": [[0.1 * i] + [0.2] * (width - 1) for i in range(rows)],
+               "b": [[-1.0] * width for _ in range(rows)]}
+    fig = credit_figure(rewards)
+    fig.canvas.draw()
+    for ax in fig.axes[:2]:  # the two panels (the third axes is the colour bar)
+        xs, ys = tick_labels(ax.xaxis), tick_labels(ax.yaxis)
+        assert xs and ys and all(re.fullmatch(r"[1-9][0-9]*", t) for t in xs + ys), (xs, ys)
+        assert xs[0] == "1" and ys[0] == "1" and int(xs[-1]) <= width and int(ys[-1]) <= min(rows, 32)
+    title = fig._suptitle.get_text() if fig._suptitle else ""
+    assert (title == f"first 32 of {rows} episodes shown") == (rows > 32) and (rows > 32 or not title)
+    plt.close(fig)
+    assert integer_ticks(1, 8) == [1] and integer_ticks(20, 8) == [1, 4, 7, 10, 13, 16, 19]
+    assert integer_ticks(8, 8) == list(range(1, 9)) and integer_ticks(10, 8) == [1, 3, 5, 7, 9]
 
 
 def test_report_names_the_model_that_played_the_episodes(tmp_path):
