@@ -182,8 +182,26 @@ def test_token_view_decodes_with_the_episodes_tokenizer(tmp_path):
     with EpisodeWriter(path) as w:
         w.write(ep)
     d = payload(write_viewer(path, tmp_path / "v.html"))
-    assert d["tokenizer"]["status"] == "decoded"
+    assert d["tokenizer"]["status"] == "decoded" and "not checked" in d["tokenizer"]["note"]
     assert "".join(d["vocab"][str(i)] for i in ep.turns[0].action_ids) == tok.decode(ep.turns[0].action_ids)
+    # the recorded fingerprint is compared with the tokenizer that loads: a match decodes, a mismatch shows ids
+    from turngym.agents.tokenization import tokenizer_fingerprint
+
+    fp = tokenizer_fingerprint(tok)
+    for name, recorded, status in (("same", fp, "decoded"), ("other", {**fp, "vocab_sha256": "0" * 16}, "ids")):
+        ep.meta["tokenizer"] = recorded
+        with EpisodeWriter(tmp_path / f"{name}.jsonl") as w:
+            w.write(ep)
+        d = payload(write_viewer(tmp_path / f"{name}.jsonl", tmp_path / f"{name}.html"))
+        assert d["tokenizer"]["status"] == status, d["tokenizer"]
+    assert "not the one that produced the ids (vocab_sha256 differ" in d["tokenizer"]["note"] and not d["vocab"]
+    second = hand_made()[1]
+    second.prompt_ids, second.meta = [1, 2], {"model": model, "tokenizer": fp}
+    with EpisodeWriter(tmp_path / "mixed.jsonl") as w:
+        w.write_all([ep, second])
+    d = payload(write_viewer(tmp_path / "mixed.jsonl", tmp_path / "mixed.html"))
+    assert d["tokenizer"]["status"] == "ids" and "2 different tokenizers" in d["tokenizer"]["note"]
+    ep.meta.pop("tokenizer")
     ep.meta["model"] = "nowhere/no-such-model"
     with EpisodeWriter(tmp_path / "f.jsonl") as w:
         w.write(ep)
