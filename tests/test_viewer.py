@@ -325,7 +325,43 @@ def test_browser_pages_through_groups_and_shows_trained_and_masked_tokens(browse
     assert sec.locator(".tokens .tok-prompt[title]").count() == len(ep.prompt_ids)
     assert sec.locator(".tokens .tok-action[title]").count() == sum(len(t.action_ids) for t in ep.turns)
     assert sec.locator(".tokens .tok-obs[title]").count() == sum(len(t.observation_ids or []) for t in ep.turns)
-    shown = "".join(sec.locator(".tokens .tok-action[title]").all_inner_texts())
-    assert shown.replace(" ", "") == "".join(tok.decode(t.action_ids) for t in ep.turns).replace(" ", "")
+    shown = "".join(sec.locator(".tokens .tok-action[title]").evaluate_all("ts => ts.map(t => t.textContent)"))
+    assert " " not in shown  # spaces are drawn as ·
+    assert unmark(shown) == "".join(tok.decode(t.action_ids) for t in ep.turns)
+    assert problems == []
+    page.close()
+
+
+def unmark(text):
+    return text.replace("↵", "").replace("·", " ").replace("⇥", "\t")
+
+
+def test_browser_makes_whitespace_only_actions_and_tokens_visible(browser, tmp_path):
+    from transformers import AutoTokenizer
+
+    from turngym.agents.tiny import tiny_model_dir
+
+    model = str(tiny_model_dir(chat=True))
+    tok = AutoTokenizer.from_pretrained(model)
+    ep = search_episode(0, "g0", "Paris", [True])
+    ep.meta["model"] = model
+    ep.turns[0].action = "\n" * 24
+    ep.turns[0].action_ids = tok(ep.turns[0].action, add_special_tokens=False)["input_ids"]
+    ep.turns[1].action = " \t "
+    path = tmp_path / "e.jsonl"
+    with EpisodeWriter(path) as w:
+        w.write(ep)
+    page, problems = open_page(browser, write_viewer(path, tmp_path / "v.html"))
+    turns = page.locator("section.episode[data-id='s0'] li.turn")
+    assert turns.nth(0).locator(".wsnote").inner_text().startswith("whitespace-only action (24 newlines)")
+    assert turns.nth(0).locator("pre.action").text_content() == "↵\n" * 24
+    assert turns.nth(1).locator(".wsnote").inner_text().startswith("whitespace-only action (2 spaces, 1 tab)")
+    assert turns.nth(1).locator("pre.action").text_content() == "·⇥·"
+    assert page.locator("section.episode[data-id='s0'] .wsnote").count() == 2
+    page.locator("section.episode[data-id='s0'] .tokbtn").click()
+    trained = page.locator("section.episode[data-id='s0'] .tokens .tok-action[title]")
+    texts = trained.evaluate_all("ts => ts.map(t => t.textContent)")
+    assert len(texts) == len(ep.turns[0].action_ids) and all(t and set(t) <= {"↵", "\n"} for t in texts)
+    assert "".join(texts).count("↵") == 24
     assert problems == []
     page.close()
