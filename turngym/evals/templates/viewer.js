@@ -187,7 +187,7 @@
   function tokenView(i) {
     const e = D.eps[i], box = el("div", { class: "tokens" });
     const decoded = D.tokenizer.status === "decoded";
-    box.append(el("div", { text: D.tokenizer.note + (decoded ? " · whitespace: ↵ newline, · space, ⇥ tab · " : " · ") }, el("span", { class: "tok tok-prompt", text: "prompt" }), " ",
+    box.append(el("div", { text: D.tokenizer.note + (decoded ? ". Whitespace: ↵ newline, · space, ⇥ tab. Styles: " : ". Styles: ") }, el("span", { class: "tok tok-prompt", text: "prompt" }), " ",
       el("span", { class: "tok tok-action", text: "action (trained)" }), " ", el("span", { class: "tok tok-obs", text: "observation (masked)" })));
     const add = (ids, cls) => {
       for (const id of ids || []) {
