@@ -31,8 +31,12 @@ def ep(i, group, correct, turns=2, **outcome):
 def test_metrics_on_hand_made_episodes():
     eps = [ep(0, "a", 1.0), ep(1, "a", 0.0), ep(2, "a", 1.0), ep(3, "b", 0.0), ep(4, "b", 0.0), ep(5, "b", 0.0, turns=4)]
     m = outcome_metrics(eps, k=2)
-    assert m["accuracy"]["value"] == pytest.approx(2 / 6) and m["accuracy"]["n"] == 6
-    lo, hi = m["accuracy"]["ci95"]
+    # 2 tasks of 3 samples: the task is the unit, so accuracy is pass@1 (same value, n, interval)
+    assert m["accuracy"]["value"] == pytest.approx(2 / 6) and m["accuracy"]["n"] == 2
+    assert m["accuracy"] == m["pass@1"]
+    single = outcome_metrics([ep(i, f"t{i}", float(i < 2)) for i in range(6)])
+    lo, hi = single["accuracy"]["ci95"]
+    assert single["accuracy"]["n"] == 6 and single["accuracy"]["ci"] == "wilson"
     assert lo == pytest.approx(0.0968, abs=1e-3) and hi == pytest.approx(0.7000, abs=1e-3)  # Wilson 95%
     assert m["pass@1"]["value"] == pytest.approx((2 / 3 + 0) / 2)
     assert m["pass@2"]["value"] == pytest.approx(((1 - math.comb(1, 2) / math.comb(3, 2)) + 0) / 2)

@@ -142,9 +142,28 @@ def test_ablate_saves_per_turn_scores_and_writes_a_linked_viewer(tmp_path):
     assert {(r.episode_id, r.reward) for r in recs} == {(e.id, n) for e in eps for n in ("outcome", "ttrl")}
     by = {(r.episode_id, r.reward): r for r in recs}
     assert by[("s3", "outcome")].turn_rewards == [0.0, 0.0, 0.0, 1.0]
-    assert set(by[("s3", "outcome")].advantages) == {"grpo", "turn", "igpo_separate"}
+    from turngym.agents.advantages import ESTIMATORS
+    from turngym.evals.scores import NEEDS_POLICY
+
+    assert NEEDS_POLICY.keys() <= ESTIMATORS.keys()  # every estimator left out is a registered one
+    assert set(by[("s3", "outcome")].advantages) == ESTIMATORS.keys() - NEEDS_POLICY.keys()
     assert "(view.html)" in (tmp_path / "ablation.md").read_text()
     assert payload(tmp_path / "view.html")["r"]["ttrl"][0] == by[("s0", "ttrl")].turn_rewards
+
+
+def test_egpo_from_rewards_alone_is_labelled_as_its_base_advantage(tmp_path):
+    from turngym.agents.advantages import egpo, grpo
+
+    eps = hand_made()
+    path = tmp_path / "episodes.jsonl"
+    with EpisodeWriter(path) as w:
+        w.write_all(eps)
+    rewards = rewards_of(eps, "hits")
+    write_scores(tmp_path / "s.jsonl", [ScoreRecord(e.id, "hits", r, {}, "egpo") for e, r in zip(eps, rewards)])
+    d = payload(write_viewer(path, tmp_path / "v.html", scores_path=tmp_path / "s.jsonl"))
+    assert d["adv"]["hits"]["egpo"][:3] == egpo(rewards[:3]) == grpo(rewards[:3], eps=1e-6)
+    assert d["partial_estimators"] == ["egpo"]
+    assert any(n.startswith("egpo advantages here come from the rewards alone") and "entropies" in n for n in d["notes"])
 
 
 def test_token_view_decodes_with_the_episodes_tokenizer(tmp_path):
@@ -163,8 +182,26 @@ def test_token_view_decodes_with_the_episodes_tokenizer(tmp_path):
     with EpisodeWriter(path) as w:
         w.write(ep)
     d = payload(write_viewer(path, tmp_path / "v.html"))
-    assert d["tokenizer"]["status"] == "decoded"
+    assert d["tokenizer"]["status"] == "decoded" and "not checked" in d["tokenizer"]["note"]
     assert "".join(d["vocab"][str(i)] for i in ep.turns[0].action_ids) == tok.decode(ep.turns[0].action_ids)
+    # the recorded fingerprint is compared with the tokenizer that loads: a match decodes, a mismatch shows ids
+    from turngym.agents.tokenization import tokenizer_fingerprint
+
+    fp = tokenizer_fingerprint(tok)
+    for name, recorded, status in (("same", fp, "decoded"), ("other", {**fp, "vocab_sha256": "0" * 16}, "ids")):
+        ep.meta["tokenizer"] = recorded
+        with EpisodeWriter(tmp_path / f"{name}.jsonl") as w:
+            w.write(ep)
+        d = payload(write_viewer(tmp_path / f"{name}.jsonl", tmp_path / f"{name}.html"))
+        assert d["tokenizer"]["status"] == status, d["tokenizer"]
+    assert "not the one that produced the ids (vocab_sha256 differ" in d["tokenizer"]["note"] and not d["vocab"]
+    second = hand_made()[1]
+    second.prompt_ids, second.meta = [1, 2], {"model": model, "tokenizer": fp}
+    with EpisodeWriter(tmp_path / "mixed.jsonl") as w:
+        w.write_all([ep, second])
+    d = payload(write_viewer(tmp_path / "mixed.jsonl", tmp_path / "mixed.html"))
+    assert d["tokenizer"]["status"] == "ids" and "2 different tokenizers" in d["tokenizer"]["note"]
+    ep.meta.pop("tokenizer")
     ep.meta["model"] = "nowhere/no-such-model"
     with EpisodeWriter(tmp_path / "f.jsonl") as w:
         w.write(ep)
@@ -288,7 +325,43 @@ def test_browser_pages_through_groups_and_shows_trained_and_masked_tokens(browse
     assert sec.locator(".tokens .tok-prompt[title]").count() == len(ep.prompt_ids)
     assert sec.locator(".tokens .tok-action[title]").count() == sum(len(t.action_ids) for t in ep.turns)
     assert sec.locator(".tokens .tok-obs[title]").count() == sum(len(t.observation_ids or []) for t in ep.turns)
-    shown = "".join(sec.locator(".tokens .tok-action[title]").all_inner_texts())
-    assert shown.replace(" ", "") == "".join(tok.decode(t.action_ids) for t in ep.turns).replace(" ", "")
+    shown = "".join(sec.locator(".tokens .tok-action[title]").evaluate_all("ts => ts.map(t => t.textContent)"))
+    assert " " not in shown  # spaces are drawn as ·
+    assert unmark(shown) == "".join(tok.decode(t.action_ids) for t in ep.turns)
+    assert problems == []
+    page.close()
+
+
+def unmark(text):
+    return text.replace("↵", "").replace("·", " ").replace("⇥", "\t")
+
+
+def test_browser_makes_whitespace_only_actions_and_tokens_visible(browser, tmp_path):
+    from transformers import AutoTokenizer
+
+    from turngym.agents.tiny import tiny_model_dir
+
+    model = str(tiny_model_dir(chat=True))
+    tok = AutoTokenizer.from_pretrained(model)
+    ep = search_episode(0, "g0", "Paris", [True])
+    ep.meta["model"] = model
+    ep.turns[0].action = "\n" * 24
+    ep.turns[0].action_ids = tok(ep.turns[0].action, add_special_tokens=False)["input_ids"]
+    ep.turns[1].action = " \t "
+    path = tmp_path / "e.jsonl"
+    with EpisodeWriter(path) as w:
+        w.write(ep)
+    page, problems = open_page(browser, write_viewer(path, tmp_path / "v.html"))
+    turns = page.locator("section.episode[data-id='s0'] li.turn")
+    assert turns.nth(0).locator(".wsnote").inner_text().startswith("whitespace-only action (24 newlines)")
+    assert turns.nth(0).locator("pre.action").text_content() == "↵\n" * 24
+    assert turns.nth(1).locator(".wsnote").inner_text().startswith("whitespace-only action (2 spaces, 1 tab)")
+    assert turns.nth(1).locator("pre.action").text_content() == "·⇥·"
+    assert page.locator("section.episode[data-id='s0'] .wsnote").count() == 2
+    page.locator("section.episode[data-id='s0'] .tokbtn").click()
+    trained = page.locator("section.episode[data-id='s0'] .tokens .tok-action[title]")
+    texts = trained.evaluate_all("ts => ts.map(t => t.textContent)")
+    assert len(texts) == len(ep.turns[0].action_ids) and all(t and set(t) <= {"↵", "\n"} for t in texts)
+    assert "".join(texts).count("↵") == 24
     assert problems == []
     page.close()

@@ -2,18 +2,23 @@
 
 One rule decides every interval (documented in docs/viewer.md, "Intervals"):
 
-- **Rates** (accuracy, EM, F1, pass@k, BFCL accuracy, truncated/answered rate): the mean of
-  per-unit scores in [0, 1]. When every unit scores exactly 0 or 1 it is a binomial
-  proportion and gets the Wilson score interval (``scipy.stats.binomtest(k, n)
-  .proportion_ci(method="wilson")``), which is defined for k = 0, k = n and n = 1.
-  Otherwise (F1, pass@k over several samples per task) it gets the BCa bootstrap interval
-  of the mean (``scipy.stats.bootstrap``, 2,000 resamples, seeded: reports are reproducible).
-- **Means of counts** (turns, tool calls, parse errors per episode): always the bootstrap.
+- **The unit** is the episode when every task was sampled once, and the task (its K samples
+  averaged) as soon as any task has more than one sample: the K samples of one query are not
+  independent, so counting them as K units would make intervals too narrow (pseudo-replication).
+  This depends on the sampling design only, never on the outcomes.
+- **The method** follows from what the metric scores per unit, by definition:
+  binary per unit (correct, EM, BFCL validity, truncated, answered, each over single-sample
+  episodes) → the Wilson score interval (``scipy.stats.binomtest(k, n)
+  .proportion_ci(method="wilson")``), defined for k = 0, k = n and n = 1;
+  fractional per unit (F1, any per-task average of K > 1 samples, pass@k for k > 1, counts
+  per episode) → the BCa bootstrap interval of the mean (``scipy.stats.bootstrap``, 2,000
+  resamples, seeded: reports are reproducible). An env that gives partial credit (a
+  ``correct`` strictly between 0 and 1, e.g. the digits env) makes accuracy fractional.
 - A bootstrap needs at least two units that differ. With one unit, or all units equal, the
   sample says nothing about spread: the interval is *undefined* (NaN bounds, ``ci`` says
   why) rather than a false zero width. An empty sample has value NaN.
 
-Units are episodes, except pass@k, whose unit is the task (the K samples of one query).
+So accuracy and pass@1 are the same estimate with the same interval, whatever K is.
 pass@k uses the unbiased estimator 1 − C(n−c, k)/C(n, k) per task (Chen et al., 2021).
 """
 
@@ -94,12 +99,35 @@ def bootstrap_mean(values: Sequence[float], reps: int = BOOTSTRAP_RESAMPLES, see
     return Estimate(mean, lo, hi, int(arr.size), "bootstrap BCa")
 
 
-def rate(values: Sequence[float]) -> Estimate:
-    """A rate in [0, 1] over units: Wilson when every unit is 0 or 1, else the bootstrap (the module's rule)."""
+def rate(values: Sequence[float], *, binary: bool) -> Estimate:
+    """A rate in [0, 1] over units: Wilson when the metric scores each unit 0 or 1 by definition
+    (``binary``), else the bootstrap of the mean (the module's rule)."""
     arr = np.asarray(values, dtype=float)
-    if arr.size and np.all((arr == 0.0) | (arr == 1.0)):
-        return wilson(float(arr.sum()), int(arr.size))
-    return bootstrap_mean(arr)
+    if not binary:
+        return bootstrap_mean(arr)
+    if not np.all((arr == 0.0) | (arr == 1.0)):
+        raise ValueError("a binary rate needs every unit to score 0 or 1")
+    return wilson(float(arr.sum()), int(arr.size))
+
+
+def units(episodes: Sequence[Episode]) -> list[list[Episode]]:
+    """The sampling units: one per task when any task has more than one sample, else one per episode."""
+    tasks = group_by_task(episodes)
+    if any(len(g) > 1 for g in tasks.values()):
+        return list(tasks.values())
+    return [[e] for e in episodes]
+
+
+def unit_rate(groups: Sequence[Sequence[Episode]], score: Any, binary: bool) -> Estimate:
+    """The mean over units of each unit's mean ``score``; binary per unit only for a binary score
+    on single-episode units."""
+    values = [sum(score(e) for e in u) / len(u) for u in groups]
+    return rate(values, binary=binary and all(len(u) == 1 for u in groups))
+
+
+def unit_mean(groups: Sequence[Sequence[Episode]], score: Any) -> Estimate:
+    """The mean over units of each unit's mean ``score`` (a count), with the bootstrap interval."""
+    return bootstrap_mean([sum(score(e) for e in u) / len(u) for u in groups])
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -122,24 +150,32 @@ def _binary(ep: Episode, key: str) -> float:
     return float(bool(ep.outcome.get(key)))
 
 
+def _score(ep: Episode, key: str) -> float:
+    return float(ep.outcome.get(key) or 0.0)
+
+
 def outcome_metrics(episodes: Sequence[Episode], k: int = 1) -> dict[str, Any]:
     """Accuracy-style metrics for whatever outcome fields the episodes carry."""
     out: dict[str, Any] = {}
     if not episodes:
         return out
     keys = set().union(*(e.outcome.keys() for e in episodes))
+    groups = units(episodes)
     if "correct" in keys:
-        out["accuracy"] = rate([float(e.outcome.get("correct") or 0.0) for e in episodes]).to_dict()
+        scores = [_score(e, "correct") for e in episodes]
+        whole = all(v in (0.0, 1.0) for v in scores)  # False only for envs that give partial credit
+        out["accuracy"] = unit_rate(groups, lambda e: _score(e, "correct"), binary=whole).to_dict()
         tasks = group_by_task(episodes)
         per_task_c = [(len(g), sum(_binary(e, "correct") for e in g)) for g in tasks.values()]
-        out["pass@1"] = rate([c / n for n, c in per_task_c]).to_dict()
+        out["pass@1"] = rate([c / n for n, c in per_task_c], binary=all(n == 1 for n, _ in per_task_c)).to_dict()
         if k > 1 and all(n >= k for n, _ in per_task_c):
-            out[f"pass@{k}"] = rate([pass_at_k(n, int(c), k) for n, c in per_task_c]).to_dict()
-    for key in ("em", "f1"):
-        if key in keys:
-            out[key] = rate([float(e.outcome.get(key) or 0.0) for e in episodes]).to_dict()
+            out[f"pass@{k}"] = rate([pass_at_k(n, int(c), k) for n, c in per_task_c], binary=False).to_dict()
+    if "em" in keys:
+        out["em"] = unit_rate(groups, lambda e: _binary(e, "em"), binary=True).to_dict()
+    if "f1" in keys:
+        out["f1"] = unit_rate(groups, lambda e: _score(e, "f1"), binary=False).to_dict()
     if "bfcl_valid" in keys:
-        out["bfcl_accuracy"] = rate([_binary(e, "bfcl_valid") for e in episodes]).to_dict()
+        out["bfcl_accuracy"] = unit_rate(groups, lambda e: _binary(e, "bfcl_valid"), binary=True).to_dict()
     return out
 
 
@@ -147,18 +183,16 @@ def behaviour_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
     """Turns, tool calls, errors, latency and truncation: what the agent did, not how well."""
     if not episodes:
         return {}
-    turns = [len(e.turns) for e in episodes]
-    calls = [sum(len(t.tool_calls) for t in e.turns) for e in episodes]
-    errors = [sum(t.parse_error is not None for t in e.turns) for e in episodes]
+    groups = units(episodes)
     gen = [sum(t.latency_ms.get("generate", 0.0) for t in e.turns) for e in episodes]
     tool = [sum(t.latency_ms.get("tool", 0.0) for t in e.turns) for e in episodes]
     return {
         "episodes": len(episodes),
-        "turns_per_episode": bootstrap_mean(turns).to_dict(),
-        "tool_calls_per_episode": bootstrap_mean(calls).to_dict(),
-        "parse_errors_per_episode": bootstrap_mean(errors).to_dict(),
-        "truncated_rate": rate([float(e.truncated) for e in episodes]).to_dict(),
-        "answered_rate": rate([float(e.final_answer is not None) for e in episodes]).to_dict(),
+        "turns_per_episode": unit_mean(groups, lambda e: len(e.turns)).to_dict(),
+        "tool_calls_per_episode": unit_mean(groups, lambda e: sum(len(t.tool_calls) for t in e.turns)).to_dict(),
+        "parse_errors_per_episode": unit_mean(groups, lambda e: sum(t.parse_error is not None for t in e.turns)).to_dict(),
+        "truncated_rate": unit_rate(groups, lambda e: float(e.truncated), binary=True).to_dict(),
+        "answered_rate": unit_rate(groups, lambda e: float(e.final_answer is not None), binary=True).to_dict(),
         "latency_ms": {"generate_mean": float(np.mean(gen)), "tool_mean": float(np.mean(tool)),
                        "episode_p50": float(np.percentile([e.meta.get("wall_ms", 0.0) for e in episodes], 50)),
                        "episode_p95": float(np.percentile([e.meta.get("wall_ms", 0.0) for e in episodes], 95))},

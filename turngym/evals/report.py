@@ -157,7 +157,8 @@ def render_eval_report(results: dict[str, Any], episodes: Sequence[Episode], out
             lines.append(f"| {ds} | " + " | ".join(_fmt(m.get(n, "")) for n in names) + " |")
     if "bfcl" in results:
         lines += bfcl_lines(results["bfcl"])
-    lines += ["", ("Intervals: Wilson for rates whose units all score 0 or 1, BCa bootstrap otherwise; "
+    lines += ["", ("Intervals: the unit is the task when any task has several samples, else the episode; "
+                   "Wilson for metrics that score each unit 0 or 1, BCa bootstrap for fractional ones; "
                    "none where the sample has no spread (turngym docs/viewer.md)."), ""]
     if names:
         lines += ["![metrics](metrics.png)", ""]
@@ -226,13 +227,30 @@ def compare_runs(dirs: Sequence[str | Path], out: str | Path) -> Path:
     return out
 
 
+def integer_ticks(count: int, most: int) -> list[int]:
+    """At most ``most`` whole-number ticks from 1 to ``count`` (both shown), evenly stepped."""
+    step = max(1, math.ceil(count / most))
+    ticks = list(range(1, count + 1, step))
+    if count - ticks[-1] > step // 2 and len(ticks) < most:  # the last index, unless it would crowd its neighbour
+        ticks.append(count)
+    return ticks
+
+
 def credit_heatmap(rewards: dict[str, list[list[float]]], out: Path, max_rows: int = 32) -> None:
+    """Write :func:`credit_figure` to ``out``."""
+    plt = _plt()
+    fig = credit_figure(rewards, max_rows)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def credit_figure(rewards: dict[str, list[list[float]]], max_rows: int = 32) -> Any:
     """Per-turn credit maps: one panel per reward wrapper (rows: episodes, columns: turns, both numbered
-    from 1), all on one diverging scale centred on 0 with one labelled colour bar."""
+    from 1, whole-number ticks), all on one diverging scale centred on 0 with one labelled colour bar.
+    Only the first ``max_rows`` episodes fit; the figure title says so when there are more."""
     import numpy as np
     from matplotlib.colors import TwoSlopeNorm
     from matplotlib.patches import Rectangle
-    from matplotlib.ticker import MaxNLocator
 
     plt = _plt()
     names = list(rewards)
@@ -259,11 +277,13 @@ def credit_heatmap(rewards: dict[str, list[list[float]]], out: Path, max_rows: i
                           extent=extent, zorder=1)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("turn")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=min(width, 8)))
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=min(grid.shape[0], 10)))
+        ax.set_xticks(integer_ticks(width, 8))
+        ax.set_yticks(integer_ticks(grid.shape[0], 10))
     axes[0][0].set_ylabel("episode")
+    total = max((len(rs) for rs in rewards.values()), default=0)
+    if total > max_rows:
+        fig.suptitle(f"first {max_rows} of {total} episodes shown", fontsize=9)
     if image is not None:
         bar = fig.colorbar(image, ax=axes[0].tolist(), shrink=0.85)
         bar.set_label("per-turn reward (one scale; hatched: no turn)", fontsize=8)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    return fig

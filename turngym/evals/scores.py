@@ -9,6 +9,9 @@ Format (JSONL, ``scores.jsonl``): one object per line, one line per (episode, re
 ``turn_rewards`` has one finite number per turn of the episode. ``advantages`` maps names of
 advantage estimators (``turngym.agents.advantages.ESTIMATORS``) to per-turn values; when only
 ``estimator`` is given, the viewer computes them per group with that estimator's defaults.
+
+Estimators in :data:`NEEDS_POLICY` depend on more than the rewards: ``records_for`` leaves them
+out, and the viewer labels what it can compute of them from rewards alone.
 """
 
 from __future__ import annotations
@@ -21,6 +24,18 @@ from typing import Any, Sequence
 
 from turngym.agents.advantages import ESTIMATORS, get_estimator
 from turngym.episode import Episode
+
+# Estimators whose advantage needs the policy, not only the saved rewards: name -> why.
+NEEDS_POLICY: dict[str, str] = {
+    "egpo": ("its entropy term min(alpha·H, |A|/kappa) is per token and needs the policy's token "
+             "entropies, which a saved episode does not record; from rewards alone egpo is its base "
+             "advantage, GRPO's z-scored episode reward (eps 1e-6), which the grpo column already shows"),
+}
+
+
+def reward_only_estimators() -> list[str]:
+    """The registered estimators that a saved episode's rewards determine completely."""
+    return [name for name in ESTIMATORS if name not in NEEDS_POLICY]
 
 
 @dataclass
@@ -81,18 +96,20 @@ def read_scores(path: str | Path) -> list[ScoreRecord]:
 
 
 def records_for(episodes: Sequence[Episode], per_turn: dict[str, list[list[float]]]) -> list[ScoreRecord]:
-    """Records for rewards given in episode order, with the group advantages of every registered estimator."""
+    """Records for rewards given in episode order, with the group advantages of every registered estimator
+    that rewards alone determine (not those in ``NEEDS_POLICY``)."""
     groups: dict[str, list[int]] = {}
     for i, ep in enumerate(episodes):
         groups.setdefault(ep.group or ep.id, []).append(i)
     out = []
     for name, rows in per_turn.items():
-        adv: dict[str, list[list[float]]] = {est: [[] for _ in rows] for est in ESTIMATORS}
+        estimators = reward_only_estimators()
+        adv: dict[str, list[list[float]]] = {est: [[] for _ in rows] for est in estimators}
         for members in groups.values():
-            for est in ESTIMATORS:
+            for est in estimators:
                 for i, a in zip(members, get_estimator(est)([rows[i] for i in members])):
                     adv[est][i] = [float(x) for x in a]
-        out += [ScoreRecord(ep.id, name, [float(x) for x in rows[i]], {est: adv[est][i] for est in ESTIMATORS})
+        out += [ScoreRecord(ep.id, name, [float(x) for x in rows[i]], {est: adv[est][i] for est in estimators})
                 for i, ep in enumerate(episodes)]
     return out
 

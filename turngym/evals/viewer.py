@@ -10,7 +10,8 @@ Where the data comes from:
   file in that format (``turngym.evals.scores``); advantages as stored there, or computed per
   group when a record names its estimator;
 - token view: the episode's own ids, decoded with the tokenizer of the model named in
-  ``Episode.meta["model"]`` when it loads offline, else shown as ids (the page says why);
+  ``Episode.meta["model"]`` when it loads offline and its fingerprint matches the one recorded
+  with the ids (``Episode.meta["tokenizer"]``), else shown as ids (the page says why);
 - answer clusters: the group's final answers clustered by the env family's key-based offline
   equivalence (normalised text for QA and math, canonical calls for BFCL); A is the largest.
 """
@@ -25,7 +26,7 @@ from typing import Any, Sequence
 
 from turngym._version import __version__
 from turngym.episode import Episode, read_episodes
-from turngym.evals.scores import ScoreRecord, read_scores
+from turngym.evals.scores import NEEDS_POLICY, ScoreRecord, read_scores
 
 TRUNCATION_MARKERS = ("[output truncated]",)  # what the envs append when they cut a tool output
 OUTCOME_KEYS = ("correct", "em", "bfcl_valid")
@@ -102,9 +103,11 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
     vocab, tok_note = _vocab(episodes)
     wrappers = list(rewards)
     estimators = sorted({e for w in advantages.values() for e in w})
+    partial = {e: NEEDS_POLICY[e] for e in estimators if e in NEEDS_POLICY}
+    notes = list(notes) + [f"{e} advantages here come from the rewards alone: {why}" for e, why in partial.items()]
     return {
         "title": f"turngym episodes · {source}" if source else "turngym episodes",
-        "source": source, "turngym": __version__, "notes": list(notes),
+        "source": source, "turngym": __version__, "notes": notes, "partial_estimators": sorted(partial),
         "models": sorted({model_name(str(ep.meta["model"])) for ep in episodes if ep.meta.get("model")}),
         "wrappers": wrappers, "estimators": estimators,
         "scale": _limit(v for w in rewards.values() for r in w if r for v in r),
@@ -215,12 +218,23 @@ def _letter(r: int) -> str:
     return chr(ord("A") + r) if r < 26 else f"#{r + 1}"
 
 
+FINGERPRINT_KEYS = ("vocab_size", "vocab_sha256", "probe")  # turngym.agents.tokenization.tokenizer_fingerprint
+
+
 def _vocab(episodes: Sequence[Episode]) -> tuple[dict[str, str], dict[str, Any]]:
-    """Text of every token id the episodes use, with the tokenizer of the model they name."""
+    """Text of every token id the episodes use, with the tokenizer of the model they name, when its
+    fingerprint matches the one the episodes recorded with their ids (``meta["tokenizer"]``)."""
+    from turngym.agents.tokenization import tokenizer_fingerprint
+
     with_ids = [ep for ep in episodes if ep.prompt_ids is not None or any(t.action_ids for t in ep.turns)]
     if not with_ids:
         return {}, {"status": "none", "note": "no token ids were recorded in these episodes"}
     model = str(with_ids[0].meta.get("model") or "")
+    recorded = {json.dumps(ep.meta["tokenizer"], sort_keys=True): ep.meta["tokenizer"]
+                for ep in with_ids if isinstance(ep.meta.get("tokenizer"), dict)}
+    if len(recorded) > 1:
+        return {}, {"status": "ids", "note": f"token ids shown as numbers: the episodes were tokenised by "
+                                             f"{len(recorded)} different tokenizers (meta['tokenizer'] differs)"}
     ids = set()
     for ep in with_ids:
         ids.update(ep.prompt_ids or [])
@@ -230,8 +244,19 @@ def _vocab(episodes: Sequence[Episode]) -> tuple[dict[str, str], dict[str, Any]]
     tok, reason = _load_tokenizer(model)
     if tok is None:
         return {}, {"status": "ids", "note": f"token ids shown as numbers: {reason}"}
+    if recorded:
+        theirs, ours = next(iter(recorded.values())), tokenizer_fingerprint(tok)
+        diffs = [k for k in FINGERPRINT_KEYS if theirs.get(k) != ours.get(k)]
+        if diffs:
+            return {}, {"status": "ids", "note": f"token ids shown as numbers: the tokenizer of {model!r} that loads "
+                                                 f"here is not the one that produced the ids ({', '.join(diffs)} differ: "
+                                                 f"vocab_size {theirs.get('vocab_size')} recorded vs "
+                                                 f"{ours.get('vocab_size')} here), so decoding would show wrong text"}
+        checked = "; its fingerprint matches the one recorded with the ids"
+    else:
+        checked = "; not checked: the episodes record no tokenizer fingerprint (meta['tokenizer'])"
     return ({str(i): tok.decode([i]) for i in sorted(ids)},
-            {"status": "decoded", "note": f"decoded with the tokenizer of {model!r}"})
+            {"status": "decoded", "note": f"decoded with the tokenizer of {model!r}{checked}"})
 
 
 def _load_tokenizer(model: str) -> tuple[Any, str]:

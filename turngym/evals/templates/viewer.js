@@ -38,6 +38,15 @@
     const bar = el("span", { class: "bar", style: `background: linear-gradient(to right, rgb(${NEG}), #fff, rgb(${POS}))` });
     return el("span", { class: "scale" }, el("b", { text: label }), el("span", { text: fmt(-lim) }), bar, el("span", { text: "+" + fmt(lim) }));
   }
+  // whitespace made visible: newline ↵ (the line still breaks), tab ⇥, space ·
+  function visibleWs(text) { return text.replace(/ /g, "·").replace(/\t/g, "⇥").replace(/\r?\n/g, (m) => "↵" + m); }
+  function wsSummary(text) {
+    const counts = [["newline", (text.match(/\n/g) || []).length], ["space", (text.match(/ /g) || []).length],
+      ["tab", (text.match(/\t/g) || []).length]];
+    const other = text.length - counts.reduce((s, c) => s + c[1], 0);
+    if (other) counts.push(["other whitespace character", other]);
+    return counts.filter((c) => c[1]).map(([n, k]) => `${k} ${n}${k === 1 ? "" : "s"}`).join(", ");
+  }
   function option(sel, value, label) { sel.append(el("option", { value: value, text: label })); }
   function fillSelect(sel, values, allLabel) {
     option(sel, "", allLabel);
@@ -70,7 +79,7 @@
       }
     }
     if (D.estimators.length) {
-      for (const e of D.estimators) option($("f-est"), e, e);
+      for (const e of D.estimators) option($("f-est"), e, D.partial_estimators.includes(e) ? `${e} (rewards only, see note)` : e);
       option($("f-est"), "", "hide");
       $("f-est").value = state.est;
     } else $("est-label").classList.add("hidden");
@@ -160,7 +169,12 @@
     const gt = t.gt === null || t.gt === undefined ? "–" : t.gt ? "✓" : "✗";
     head.append(el("span", { class: "gt", title: "per-turn ground truth recorded by the env", text: `truth ${gt}` }));
     for (const c of chipsFor(i, j)) head.append(c);
-    const li = el("li", { class: "turn", "data-turn": String(j) }, head, el("pre", { class: "action", text: t.a }));
+    const li = el("li", { class: "turn", "data-turn": String(j) }, head);
+    const blank = typeof t.a === "string" && t.a.trim() === "";
+    if (blank) {
+      li.append(el("div", { class: "wsnote", text: t.a.length ? `whitespace-only action (${wsSummary(t.a)}), shown as ↵ newline · space ⇥ tab` : "empty action" }));
+      li.append(el("pre", { class: "action ws", title: "whitespace made visible", text: visibleWs(t.a) }));
+    } else li.append(el("pre", { class: "action", text: t.a }));
     if (t.tc && t.tc.length) li.append(el("pre", { class: "calls", text: t.tc.map((c) => JSON.stringify(c)).join("\n") }));
     if (t.pe) li.append(el("div", { class: "perr", text: `parse error: ${t.pe}` }));
     const ms = Object.entries(t.m || {});
@@ -173,12 +187,13 @@
   function tokenView(i) {
     const e = D.eps[i], box = el("div", { class: "tokens" });
     const decoded = D.tokenizer.status === "decoded";
-    box.append(el("div", { text: D.tokenizer.note + " · " }, el("span", { class: "tok tok-prompt", text: "prompt" }), " ",
+    box.append(el("div", { text: D.tokenizer.note + (decoded ? ". Whitespace: ↵ newline, · space, ⇥ tab. Styles: " : ". Styles: ") }, el("span", { class: "tok tok-prompt", text: "prompt" }), " ",
       el("span", { class: "tok tok-action", text: "action (trained)" }), " ", el("span", { class: "tok tok-obs", text: "observation (masked)" })));
     const add = (ids, cls) => {
       for (const id of ids || []) {
-        const text = decoded ? (D.vocab[String(id)] ?? `[${id}]`) : `${id} `;
-        box.append(el("span", { class: "tok " + cls, title: `id ${id}`, text: text }));
+        const raw = decoded ? D.vocab[String(id)] : undefined;
+        const text = raw === undefined ? (decoded ? `[${id}]` : `${id} `) : visibleWs(raw);
+        box.append(el("span", { class: "tok " + cls, title: raw === undefined ? `id ${id}` : `id ${id}: ${JSON.stringify(raw)}`, text: text }));
       }
     };
     if (e.pi >= 0) add(D.prompt_ids[e.pi], "tok-prompt");
