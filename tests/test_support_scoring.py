@@ -158,7 +158,8 @@ def test_outcome_reward_as_a_gymnasium_wrapper():
     env = TurnRewardWrapper(CalculatorEnv(), get_reward("outcome"))
     _, info = env.reset(options={"index": 0})
     _, r1, *_ = env.step("<calc>1+1</calc>")
-    _, r2, term, _, _ = env.step(f"<answer>{info['task']['answers'][0]}</answer>")
+    gold = env.unwrapped.episode.task["answers"][0]  # info carries no gold answers
+    _, r2, term, _, _ = env.step(f"<answer>{gold}</answer>")
     assert (r1, r2, term) == (0.0, 1.0, True)
     with pytest.raises(TypeError, match="groups only"):
         TurnRewardWrapper(CalculatorEnv(), get_reward("ttrl"))

@@ -72,11 +72,12 @@ def test_estimators_by_hand():
         get_estimator("nope")
 
 
-def test_one_turn_outcome_advantages_and_loss_equal_stock_trl(tmp_path):
+@pytest.mark.parametrize("estimator,eps", [("turn", 1e-4), ("grpo", None)])  # grpo: its own default is TRL's 1e-4
+def test_one_turn_outcome_advantages_and_loss_equal_stock_trl(tmp_path, estimator, eps):
     model, tok = model_and_tokenizer()
     ours = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: ParityCalculator(max_turns=1),
                            reward=get_reward("outcome"), args=config(tmp_path), train_dataset=task_dataset(range(4)),
-                           estimator="turn", advantage_eps=1e-4)
+                           estimator=estimator, advantage_eps=eps)
     batch = inputs_for([0])
     torch.manual_seed(1)
     replay = ours._rollout([b["prompt"] for b in batch], ours)  # the same episodes, as TRL's rollout_func output

@@ -51,9 +51,31 @@ def test_trainer_uses_each_estimators_own_eps_unless_told(tmp_path):
            "max_completion_length": 8, "max_steps": 1, "report_to": "none", "use_cpu": True}
     base = dict(env={"id": "turngym/Calculator-v0"}, data={"indices": [0, 4]}, trl=trl,
                 model={"name_or_path": str(tiny_model_dir(chat=True))})
-    assert build_trainer(TrainConfig(**base, estimator={"name": "turn"})).advantage_eps is None
+    from turngym.episode import Episode, Turn
+    from turngym.rewards.base import GroupScores
+
+    class FixedRewardsForTest:
+        """A fake reward inside this test: fixed per-turn rewards, so the advantages can be computed by hand."""
+
+        def __init__(self, rewards):
+            self.rewards = rewards
+
+        def score_group(self, episodes):
+            return GroupScores(rewards=[list(r) for r in self.rewards])
+
+    rewards = [[0.0, 1.0], [2.0, 0.5]]
+    group = [Episode(id=f"e{i}", env_id="t", turns=[Turn(index=j, action="a") for j in range(2)]) for i in range(2)]
+    tr = build_trainer(TrainConfig(**base, estimator={"name": "turn"}))
+    assert tr.advantage_eps is None
+    tr.reward = FixedRewardsForTest(rewards)
+    _, advs = tr.turn_advantages(group, 2)
+    z = zscore([0.0, 1.0, 2.0, 0.5], 1e-6)  # what the trainer feeds the loss uses the estimator's own eps
+    assert advs == [pytest.approx([z[0] + z[1], z[1]], abs=1e-12), pytest.approx([z[2] + z[3], z[3]], abs=1e-12)]
     tr = build_trainer(TrainConfig(**base, estimator={"name": "grpo", "eps": 1e-3}))
     assert tr.advantage_eps == 1e-3
+    tr.reward = FixedRewardsForTest(rewards)
+    z = zscore([1.0, 2.5], 1e-3)
+    assert tr.turn_advantages(group, 2)[1] == [pytest.approx([z[0]] * 2), pytest.approx([z[1]] * 2)]
 
 
 def test_scorer_policy_scores_with_the_live_policy(tmp_path):

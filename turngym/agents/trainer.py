@@ -241,7 +241,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         rewards, advantages = [], []
         for g in (range(len(episodes) // group_size) if groups is None else groups):
             group = list(episodes[g * group_size:(g + 1) * group_size])
-            pool = (voters or {}).get(group[0].meta.get("task_key"))
+            pool = voters.get(group[0].meta.get("task_key")) if voters else None
             scores = self.reward.score_group(group, vote_pool=pool) if pool else self.reward.score_group(group)
             rewards += scores.rewards
             advantages += self.estimator(scores.rewards, gamma=self.gamma, **eps_kw)

@@ -106,7 +106,11 @@ def scoring_points(episode: Episode, tokenizer: Any, mode: str = "before_observa
     if tokens not in TOKEN_MODES:
         raise ValueError(f"tokens must be one of {TOKEN_MODES}, got {tokens!r}")
     have_ids = episode.prompt_ids is not None and all(t.action_ids is not None for t in episode.turns)
-    if tokens == "ids" and have_ids:
+    if tokens == "ids" and not have_ids:
+        raise ValueError(f"episode {episode.id} carries no token ids (a text-only backend?), so it cannot be scored "
+                         "on the ids the policy saw; score it with tokens='text' (re-tokenised with the scorer's "
+                         "own tokenizer)")
+    if tokens == "ids":
         ids = list(episode.prompt_ids)
         acts = [list(t.action_ids) for t in episode.turns]
         obs = [list(t.observation_ids or []) for t in episode.turns]
