@@ -532,3 +532,19 @@ def test_seccomp_program_is_valid_bpf():
                 assert i + 1 + jt < len(ins) and i + 1 + jf < len(ins)
         assert ins[-1][0] == 0x06 and ins[-2][0] == 0x06
     assert iso.seccomp_program("riscv64") is None
+
+
+def test_a_stopped_supervisor_cannot_hang_the_host_on_a_large_cell(pool):
+    """A cell's thread stops the supervisor after its reply; the next cell is larger than a pipe
+    holds. The host's write gives up at the time limit, kills the worker and says so."""
+    with pool.session() as s:
+        r = s.run("import os, signal, threading, time\n"
+                  "def stop():\n    time.sleep(0.5)\n    os.kill(os.getppid(), signal.SIGSTOP)\n"
+                  "threading.Thread(target=stop, daemon=True).start()")
+        assert r.ok, r.render()
+        time.sleep(1.0)
+        start = time.monotonic()
+        r = s.run("x = 1\n" + "#" * (256 << 10) + "\nprint(x)")
+        assert time.monotonic() - start < LIMITS.wall_s + 6
+        assert r.status == "timeout" and r.restarted, r.render()
+        _assert_next_cell_works(s)

@@ -188,6 +188,7 @@ class _Worker:
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "MPLBACKEND": "Agg"}
         cmd_r, self._cmd_w = os.pipe()
+        os.set_blocking(self._cmd_w, False)  # a stopped supervisor must not stall the host (see _send)
         self._res_r, res_w = os.pipe()
         # -c: the worker's folder must not be on sys.path (it would shadow user imports)
         args = [sys.executable, "-I", "-B", "-c", _worker_source(), str(cmd_r), str(res_w), json.dumps(cfg)]
@@ -239,8 +240,13 @@ class _Worker:
         nonce = secrets.token_hex(16)
         try:
             self._send({"op": "exec", "nonce": nonce, "code": code, "wall_s": limits.wall_s, "cpu_s": limits.cpu_s,
-                        "max_output": limits.max_output})
-        except (BrokenPipeError, OSError):
+                        "max_output": limits.max_output}, limits.wall_s + 2.0)
+        except TimeoutError:
+            self.kill()
+            return ExecResult(status="timeout", restarted=True,
+                              error="TimeoutError: the sandbox stopped reading the cell within the time limit "
+                                    f"({limits.wall_s:g} s); the interpreter was killed")
+        except OSError:
             return self._dead("the interpreter process had already exited")
         try:
             msg = self._recv(limits.wall_s + 2.0, max_output=limits.max_output)
@@ -286,11 +292,20 @@ class _Worker:
             detail = detail or f"the interpreter exited (code {rc})"
         return ExecResult(status="crashed", error=f"SandboxCrash: {detail}", restarted=True)
 
-    def _send(self, obj: dict) -> None:
+    def _send(self, obj: dict, timeout: float) -> None:
+        """Write one frame within ``timeout`` seconds, else TimeoutError: a cell can stop the
+        supervisor (it is the same uid inside the sandbox), and a full pipe must not hang the host."""
         data = json.dumps(obj).encode()
-        msg = struct.pack(">I", len(data)) + data
+        msg = memoryview(struct.pack(">I", len(data)) + data)
+        deadline = time.monotonic() + timeout
         while msg:
-            msg = msg[os.write(self._cmd_w, msg):]
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [self._cmd_w], [], left)[1]:
+                raise TimeoutError(f"the worker read no command for {timeout:g} s")
+            try:
+                msg = msg[os.write(self._cmd_w, msg):]
+            except BlockingIOError:
+                continue
 
     def _recv(self, timeout: float, max_output: int = 0) -> dict | None:
         """One frame as a dict; None on timeout or end of stream; ProtocolError if malformed."""
@@ -379,7 +394,7 @@ class _Worker:
     def close(self) -> None:
         if self.proc.poll() is None and self._cmd_w >= 0:
             try:
-                self._send({"op": "exit"})
+                self._send({"op": "exit"}, 1.0)
             except OSError:
                 pass
         self.kill()
