@@ -548,3 +548,72 @@ def test_a_stopped_supervisor_cannot_hang_the_host_on_a_large_cell(pool):
         assert time.monotonic() - start < LIMITS.wall_s + 6
         assert r.status == "timeout" and r.restarted, r.render()
         _assert_next_cell_works(s)
+
+
+GOLD = "data/math/gsm8k/test.jsonl"
+
+
+def _venv_with_turngym_installed(parent: str) -> tuple[Path, Path]:
+    """A virtualenv under ``parent`` with turngym laid out as a wheel installs it (the package,
+    data files included, inside site-packages); returns (its python, the package folder there)."""
+    import importlib.resources
+
+    root = Path(__import__("tempfile").mkdtemp(prefix="turngym-venv-", dir=parent))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(root / "venv")],
+                   check=True, timeout=120)
+    python = root / "venv" / "bin" / "python"
+    site = subprocess.run([str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    src = Path(str(importlib.resources.files("turngym")))
+    shutil.copytree(src, Path(site) / "turngym", ignore=shutil.ignore_patterns("__pycache__"))
+    found = subprocess.run([str(python), "-I", "-c", "import importlib.util; "
+                            "print(importlib.util.find_spec('turngym').submodule_search_locations[0])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(found, GOLD).is_file()
+    return python, Path(found)
+
+
+def _run_in_bwrap(python: Path, code: str, disk_bytes: int = 8 << 20) -> subprocess.CompletedProcess:
+    cmd = iso.bwrap_command(iso.bwrap_path(), disk_bytes, None, python=str(python)) + [str(python), "-I", "-c", code]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+READ_PACKAGE = ("import os, sys\nfor p in sys.argv[1:]:\n"
+                "    try:\n        print(len(open(p).read()) if p.endswith('.jsonl') else os.listdir(p))\n"
+                "    except OSError as e:\n        print(type(e).__name__)\n")
+
+
+def test_a_wheel_installed_turngym_is_hidden_from_cells():
+    """In a non-editable install the gold answers sit in site-packages, which the sandbox shows."""
+    _require_bubblewrap()
+    parent = "/var/tmp" if os.path.isdir("/var/tmp") else str(Path.home())
+    python, pkg = _venv_with_turngym_installed(parent)
+    try:
+        code = READ_PACKAGE.replace("sys.argv[1:]", repr([str(pkg / GOLD), str(pkg), str(pkg / "data")]))
+        out = _run_in_bwrap(python, code)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[0] in ("FileNotFoundError", "PermissionError"), out.stdout
+        assert lines[1] in ("[]", "FileNotFoundError", "PermissionError"), out.stdout
+        assert lines[2] in ("FileNotFoundError", "PermissionError"), out.stdout
+        # the rest of site-packages is still there: the interpreter starts and imports from it
+        assert _run_in_bwrap(python, "import json, sysconfig; print(1)").stdout == "1\n"
+    finally:
+        shutil.rmtree(python.parent.parent.parent)
+
+
+def test_cells_cannot_read_the_packages_gold_answers(pool):
+    """The editable install here: the package folder the host imports and the one the worker's
+    interpreter would find are both out of a cell's reach."""
+    import importlib.resources
+
+    host_pkg = Path(str(importlib.resources.files("turngym")))
+    worker_pkg = subprocess.run([sys.executable, "-I", "-c", "import importlib.util; "
+                                 "print(importlib.util.find_spec('turngym').submodule_search_locations[0])"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+    paths = [str(host_pkg / GOLD), str(host_pkg), str(Path(worker_pkg) / GOLD), worker_pkg]
+    with pool.session() as s:
+        r = s.run(READ_PACKAGE.replace("sys.argv[1:]", repr(paths)))
+        assert r.ok, r.render()
+        assert all(line in ("[]", "FileNotFoundError", "PermissionError") for line in r.stdout.splitlines()), r.stdout
+        _assert_next_cell_works(s)

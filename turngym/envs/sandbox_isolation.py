@@ -6,7 +6,8 @@ Levels, strongest first (recorded in every MathCode episode's ``meta["sandbox"]`
 - ``bubblewrap+cgroup``: each worker runs under ``bwrap`` in fresh user, PID, network, IPC,
   UTS, mount and cgroup namespaces with no way to create more (``--disable-userns``), a
   seccomp filter refusing keyrings, ptrace, perf, BPF, userfaultfd, io_uring and foreign ABIs
-  (x86_64 and aarch64), a read-only view of only the interpreter's trees and system libraries, a private ``/proc``,
+  (x86_64 and aarch64), a read-only view of only the interpreter's trees and system libraries (with turngym's own
+  package folder, and so its benchmark data, hidden), a private ``/proc``,
   size-capped tmpfs working directory, ``/tmp`` and ``/dev/shm``, no capabilities, and one
   cgroup per worker capping memory (tmpfs pages included) and process count for the whole
   cell tree.
@@ -62,20 +63,53 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
+@dataclass(frozen=True)
+class InterpreterView:
+    """What the sandbox shows of one interpreter: the directories it reads (its prefixes and the
+    import path it has when started as the worker is: ``-I``, no PYTHONPATH, no script folder;
+    nested ones folded), and the turngym package folders to hide inside them (a wheel install
+    ships the benchmarks' gold answers under ``turngym/data``; the worker needs none of it)."""
+
+    trees: tuple[str, ...]
+    hidden: tuple[str, ...]
+
+
+_VIEW_PROBE = """\
+import importlib.util, json, os, sys
+spec = importlib.util.find_spec("turngym")
+pkgs = list(spec.submodule_search_locations or []) if spec else []
+print(json.dumps({"paths": [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                            os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))] + sys.path,
+                  "packages": pkgs}))
+"""
+
+
 @functools.cache
-def interpreter_trees(python: str = sys.executable) -> tuple[str, ...]:
-    """The directories the worker's interpreter reads: its prefixes and the import path it has
-    when started as the worker is (``-I``: no PYTHONPATH, no script folder), nested ones folded."""
-    probe = ("import json, os, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, "
-             "sys.base_exec_prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))] + sys.path))")
-    out = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, check=True, timeout=60)
-    paths = [p for p in json.loads(out.stdout) if p and os.path.isdir(p)]
+def interpreter_view(python: str = sys.executable) -> InterpreterView:
+    out = subprocess.run([python, "-I", "-c", _VIEW_PROBE], capture_output=True, text=True, check=True, timeout=60)
+    found = json.loads(out.stdout)
+    paths = [p for p in found["paths"] if p and os.path.isdir(p)]
     real = sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})
     trees: list[str] = []
     for p in real:
-        if p != "/" and not any(p == q or p.startswith(q.rstrip("/") + "/") for q in trees):
+        if p != "/" and not any(_within(p, q) for q in trees):
             trees.append(p)
-    return tuple(trees)
+    # this package wherever the interpreter finds it, and wherever the host imported it from
+    packages = {os.path.realpath(p) for p in found["packages"]}
+    packages |= {os.path.realpath(p) for p in sys.modules["turngym"].__path__} if "turngym" in sys.modules else set()
+    hidden = sorted(p for p in packages if os.path.isdir(p) and any(_within(p, t) for t in (*trees, *_SYSTEM_TOPS)))
+    return InterpreterView(tuple(trees), tuple(hidden))
+
+
+def interpreter_trees(python: str = sys.executable) -> tuple[str, ...]:
+    return interpreter_view(python).trees
+
+
+def _within(path: str, tree: str) -> bool:
+    return path == tree or path.startswith(tree.rstrip("/") + "/")
+
+
+_SYSTEM_TOPS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin")
 
 
 # Syscalls refused inside the sandbox (EPERM), beyond what missing capabilities already stop:
@@ -128,13 +162,15 @@ def seccomp_fd() -> int | None:
     return fd
 
 
-def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None) -> list[str]:
-    """The ``bwrap`` prefix for one worker: namespaces, a read-only system, private tmpfs mounts,
-    and the seccomp filter read from descriptor ``seccomp`` (which the caller passes on)."""
+def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None, python: str = sys.executable) -> list[str]:
+    """The ``bwrap`` prefix for one worker of interpreter ``python``: namespaces, a read-only
+    system, private tmpfs mounts, the turngym package hidden, and the seccomp filter read from
+    descriptor ``seccomp`` (which the caller passes on)."""
+    view = interpreter_view(python)
     args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--die-with-parent", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
-    for top in ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin"):
+    for top in _SYSTEM_TOPS:
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
@@ -142,13 +178,15 @@ def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None) -> li
     for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
         if os.path.exists(etc):
             args += ["--ro-bind", etc, etc]
-    for tree in interpreter_trees():
+    for tree in view.trees:
         if not tree.startswith(("/usr/", "/lib")):
             args += ["--ro-bind", tree, tree]
     size = str(int(disk_bytes))
     args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", SANDBOX_WORKDIR,
-             "--remount-ro", "/", "--chdir", SANDBOX_WORKDIR]
+             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", SANDBOX_WORKDIR]
+    for pkg in view.hidden:  # an empty read-only folder over it (bwrap mounts in order: after the binds)
+        args += ["--size", "4096", "--perms", "0555", "--tmpfs", pkg, "--remount-ro", pkg]
+    args += ["--remount-ro", "/", "--chdir", SANDBOX_WORKDIR]
     if seccomp is not None:
         args += ["--seccomp", str(seccomp)]
     return args + ["--"]
