@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -617,3 +618,25 @@ def test_cells_cannot_read_the_packages_gold_answers(pool):
         assert r.ok, r.render()
         assert all(line in ("[]", "FileNotFoundError", "PermissionError") for line in r.stdout.splitlines()), r.stdout
         _assert_next_cell_works(s)
+
+
+def test_an_interpreter_under_tmp_runs_sandboxed_with_a_private_capped_tmp():
+    """CI may clone (and build its venv) under /tmp: the interpreter's folders stay visible over
+    the private /tmp, which stays writable, private and capped; the package is still hidden."""
+    _require_bubblewrap()
+    python, pkg = _venv_with_turngym_installed(tempfile.gettempdir())
+    host_tmp = Path(tempfile.gettempdir())
+    try:
+        code = ("import os, sys\nprint(sys.executable)\nopen('/tmp/f', 'w').write('x')\n"
+                f"print(os.path.exists({str(host_tmp / 'nothing-here')!r}), os.path.exists({str(pkg / GOLD)!r}))\n"
+                "try:\n    open('/tmp/big', 'wb').write(b'x' * (16 << 20))\nexcept OSError as e:\n"
+                "    print(type(e).__name__, e.errno)\n"
+                f"print(sorted(os.listdir('/tmp')))")
+        (host_tmp / "nothing-here").write_text("host")
+        out = _run_in_bwrap(python, code, disk_bytes=8 << 20)
+        assert out.returncode == 0, out.stderr
+        top = python.parent.parent.parent.name  # only the interpreter's own folder shows through
+        assert out.stdout.splitlines() == [str(python), "False False", "OSError 28", str(["big", "f", top])], out.stdout
+    finally:
+        (host_tmp / "nothing-here").unlink(missing_ok=True)
+        shutil.rmtree(python.parent.parent.parent)

@@ -178,12 +178,13 @@ def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None, pytho
     for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
         if os.path.exists(etc):
             args += ["--ro-bind", etc, etc]
-    for tree in view.trees:
-        if not tree.startswith(("/usr/", "/lib")):
-            args += ["--ro-bind", tree, tree]
     size = str(int(disk_bytes))
     args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
              "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", SANDBOX_WORKDIR]
+    # after the tmpfs mounts (bwrap mounts in order): an interpreter or venv under /tmp stays visible
+    for tree in view.trees:
+        if not tree.startswith(("/usr/", "/lib")):
+            args += ["--ro-bind", tree, tree]
     for pkg in view.hidden:  # an empty read-only folder over it (bwrap mounts in order: after the binds)
         args += ["--size", "4096", "--perms", "0555", "--tmpfs", pkg, "--remount-ro", pkg]
     args += ["--remount-ro", "/", "--chdir", SANDBOX_WORKDIR]
