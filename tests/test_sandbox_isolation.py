@@ -640,3 +640,35 @@ def test_an_interpreter_under_tmp_runs_sandboxed_with_a_private_capped_tmp():
     finally:
         (host_tmp / "nothing-here").unlink(missing_ok=True)
         shutil.rmtree(python.parent.parent.parent)
+
+
+def _tree_cpu_s(pid: int) -> float:
+    root = psutil.Process(pid)
+    total = 0.0
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def test_what_a_cell_leaves_running_gets_no_cpu_between_cells(pool):
+    """A thread that forks busy children after its cell returned: frozen with the worker's cgroup
+    until the next cell, whose end removes the children."""
+    if not pool.chosen.describe()["frozen_between_cells"]:
+        pytest.skip(f"no cgroup freezer here: {pool.chosen.note}")
+    with pool.session() as s:
+        r = s.run("import os, threading, time\n"
+                  "def spin():\n    time.sleep(0.3)\n"
+                  "    for _ in range(2):\n        if os.fork() == 0:\n            while True: pass\n"
+                  "    while True: pass\n"
+                  "threading.Thread(target=spin, daemon=True).start()")
+        assert r.ok, r.render()
+        pid = s._worker.proc.pid
+        time.sleep(0.6)
+        before = _tree_cpu_s(pid)
+        time.sleep(1.5)
+        assert _tree_cpu_s(pid) - before < 0.1
+        _assert_next_cell_works(s)

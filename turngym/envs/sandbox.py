@@ -109,6 +109,8 @@ class Isolation:
 
     def describe(self) -> dict:
         return {"isolation": self.level, "cgroup": self.cgroups.version if self.cgroups else None,
+                "frozen_between_cells": self.cgroups is not None and (self.cgroups.version == "v2"
+                                                                      or self.cgroups.freezer is not None),
                 "seccomp": self.bwrap is not None and iso.seccomp_program() is not None, "note": self.note}
 
 
@@ -236,7 +238,22 @@ class _Worker:
         return self.ready
 
     def execute(self, code: str, limits: SandboxLimits) -> ExecResult:
+        """Run one cell; between cells the worker's cgroup is frozen where the kernel allows it."""
         self.wait_ready()
+        self._freeze(False)
+        result = self._execute(code, limits)
+        if not result.restarted:
+            self._freeze(True)
+        return result
+
+    def _freeze(self, frozen: bool) -> None:
+        if self.cgroup is not None:
+            try:
+                self.cgroup.freeze(frozen)
+            except OSError:
+                pass  # a worker that cannot be frozen still runs; its leftovers die at its next cell
+
+    def _execute(self, code: str, limits: SandboxLimits) -> ExecResult:
         nonce = secrets.token_hex(16)
         try:
             self._send({"op": "exec", "nonce": nonce, "code": code, "wall_s": limits.wall_s, "cpu_s": limits.cpu_s,
@@ -340,6 +357,7 @@ class _Worker:
 
     def kill(self) -> None:
         """Kill this worker and everything it started, and nothing else; remove its state."""
+        self._freeze(False)  # a frozen process takes no signal (cgroup v1) until it is thawed
         if self.isolation.bwrap is not None:
             # the namespace's init is bwrap's child: when it dies the kernel kills the whole namespace
             try:
@@ -392,6 +410,7 @@ class _Worker:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def close(self) -> None:
+        self._freeze(False)
         if self.proc.poll() is None and self._cmd_w >= 0:
             try:
                 self._send({"op": "exit"}, 1.0)

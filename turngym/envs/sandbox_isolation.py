@@ -221,6 +221,7 @@ class CgroupParents:
     version: str  # "v2" | "v1"
     memory: Path
     pids: Path
+    freezer: Path | None = None  # v1 only: the freezer hierarchy's parent, where it is available (v2 has cgroup.freeze)
 
 
 def _own_cgroup_paths() -> dict[str, str]:
@@ -280,7 +281,7 @@ def cgroup_parents() -> tuple[CgroupParents | None, str]:
             why = _enable_v2_controllers(parent) or _try_mkdir(parent)
             if why is None:
                 where = "below this process's cgroup" if parent == own_dir else "beside this process's cgroup"
-                return CgroupParents("v2", parent, parent), f"cgroup v2 (memory, pids), {where}"
+                return CgroupParents("v2", parent, parent), f"cgroup v2 (memory, pids, freeze), {where}"
         return None, why
     mem, pids = root / "memory", root / "pids"
     if not ((mem / "cgroup.procs").exists() and (pids / "cgroup.procs").exists()):
@@ -291,16 +292,27 @@ def cgroup_parents() -> tuple[CgroupParents | None, str]:
         why = _try_mkdir(parent)
         if why:
             return None, why
-    return CgroupParents("v1", mem_parent, pids_parent), "cgroup v1 (memory, pids)"
+    freezer_parent = root / "freezer" / own.get("freezer", "/").lstrip("/")
+    if (root / "freezer" / "cgroup.procs").exists() and _try_mkdir(freezer_parent) is None:
+        return CgroupParents("v1", mem_parent, pids_parent, freezer_parent), "cgroup v1 (memory, pids, freezer)"
+    return CgroupParents("v1", mem_parent, pids_parent), "cgroup v1 (memory, pids; no freezer)"
 
 
 class WorkerCgroup:
-    """One cgroup (v2) or pair (v1) for one worker's whole process tree."""
+    """One cgroup (v2) or one per controller (v1) for one worker's whole process tree."""
 
     def __init__(self, parents: CgroupParents, name: str, memory_bytes: int, processes: int):
         self.version = parents.version
         self.final_peak: int | None = None
-        self.dirs = [parents.memory / name] if parents.version == "v2" else [parents.memory / name, parents.pids / name]
+        if parents.version == "v2":
+            self.dirs = [parents.memory / name]
+            self._freeze_file: Path | None = self.dirs[0] / "cgroup.freeze"
+        else:
+            self.dirs = [parents.memory / name, parents.pids / name]
+            self._freeze_file = None
+            if parents.freezer is not None:
+                self.dirs.append(parents.freezer / name)
+                self._freeze_file = self.dirs[-1] / "freezer.state"
         try:
             self._create(memory_bytes, processes)
         except OSError:
@@ -310,7 +322,7 @@ class WorkerCgroup:
     def _create(self, memory_bytes: int, processes: int) -> None:
         for d in self.dirs:
             d.mkdir()
-        mem, pids = self.dirs[0], self.dirs[-1]
+        mem, pids = self.dirs[0], self.dirs[0 if self.version == "v2" else 1]
         if self.version == "v2":
             (mem / "memory.max").write_text(str(memory_bytes))
             if (mem / "memory.swap.max").exists():
@@ -345,6 +357,18 @@ class WorkerCgroup:
         except (OSError, ValueError):
             return 0
 
+    @property
+    def can_freeze(self) -> bool:
+        return self._freeze_file is not None and self._freeze_file.exists()
+
+    def freeze(self, frozen: bool) -> None:
+        """Stop (or resume) every process of the worker: between cells nothing a cell left
+        behind (a thread, a child it forks later) gets any CPU time."""
+        if self._freeze_file is None:
+            return
+        value = ("1" if frozen else "0") if self.version == "v2" else ("FROZEN" if frozen else "THAWED")
+        self._freeze_file.write_text(value)
+
     def kill_and_remove(self) -> None:
         """Kill what is left in it and remove it; its peak memory stays readable as ``final_peak``."""
         self.final_peak = self.peak_memory()
@@ -353,6 +377,13 @@ class WorkerCgroup:
 
 def remove_cgroup_dirs(dirs: list[Path]) -> None:
     """SIGKILL every process left in these cgroups, then remove them."""
+    for d in dirs:  # frozen tasks (v1) take no signal until thawed
+        for name, value in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
+            if (d / name).exists():
+                try:
+                    (d / name).write_text(value)
+                except OSError:
+                    pass
     for _ in range(100):
         left = False
         for d in dirs:
