@@ -178,6 +178,9 @@ HOST_FORGERIES = {
     "wrong types": json.dumps({"nonce": "n0", "status": "ok", "stdout": 5, "stderr": "", "error": None,
                                "truncated": False, "elapsed_s": 0.0}).encode(),
     "oversize length": None,
+    **{f"elapsed {v}": json.dumps({"nonce": "n0", "status": "ok", "stdout": "", "stderr": "", "error": None,
+                                   "truncated": False, "elapsed_s": v}).encode()
+       for v in (float("nan"), float("inf"), -1.0, 1e9)},
 }
 
 

@@ -672,3 +672,28 @@ def test_what_a_cell_leaves_running_gets_no_cpu_between_cells(pool):
         time.sleep(1.5)
         assert _tree_cpu_s(pid) - before < 0.1
         _assert_next_cell_works(s)
+
+
+@pytest.mark.parametrize("elapsed", ["float('nan')", "float('inf')", "-1.0", "None"])
+def test_a_cell_cannot_choose_the_elapsed_time_it_is_recorded_with(pool, elapsed):
+    """A cell forging its own status frame (with or without a time of its choosing) gets a time
+    the supervisor measured, finite and within the limit, or a protocol error."""
+    fields = "'seq': seq, 'status': 'ok', 'error': None" + ("" if elapsed == "None" else f", 'elapsed_s': {elapsed}")
+    forge = textwrap.dedent("""
+        import json, os, stat, struct, sys
+        f, seq = sys._getframe(), None
+        while f is not None and seq is None:
+            seq = (f.f_locals.get('msg') or {}).get('seq') if isinstance(f.f_locals.get('msg'), dict) else None
+            f = f.f_back
+        data = json.dumps({FIELDS}).encode()
+        for fd in sorted(int(x) for x in os.listdir('/proc/self/fd')):
+            try:
+                if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, struct.pack('>I', len(data)) + data)
+            except OSError:
+                pass
+    """).replace("FIELDS", fields)
+    with pool.session() as s:
+        for r in (s.run(forge), s.run("print(1)")):
+            assert isinstance(r.elapsed_s, float) and 0.0 <= r.elapsed_s <= LIMITS.wall_s + 2.0, r
+        _assert_next_cell_works(s)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import functools
 import json
+import math
 import os
 import secrets
 import select
@@ -296,6 +297,8 @@ class _Worker:
             raise ProtocolError("a reply with missing, extra or wrongly typed fields")
         if msg["status"] not in ("ok", "error", "timeout"):
             raise ProtocolError(f"a reply with an unknown status {msg['status'][:40]!r}")
+        if not (math.isfinite(msg["elapsed_s"]) and 0.0 <= msg["elapsed_s"] <= limits.wall_s + 2.0):
+            raise ProtocolError(f"a reply with an impossible elapsed time {msg['elapsed_s']!r}")
         return ExecResult(status=msg["status"], stdout=msg["stdout"][: limits.max_output],
                           stderr=msg["stderr"][: limits.max_output], error=msg["error"],
                           truncated=msg["truncated"], elapsed_s=msg["elapsed_s"])
