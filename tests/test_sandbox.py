@@ -229,3 +229,13 @@ def test_without_bubblewrap_auto_falls_back_loudly_and_episodes_record_it(monkey
         assert "42" in obs
         assert env.episode.meta["sandbox"]["isolation"] == "rlimits-only"
         env.close()
+
+
+def test_a_huge_exception_message_is_cut_not_taken_for_a_forgery(pool):
+    with pool.session() as s:
+        assert s.run("kept = 7").ok
+        r = s.run("raise ValueError('x' * 2_000_000)")
+        assert r.status == "error" and not r.restarted, r.render()
+        assert r.error.startswith("Traceback") and "ValueError: xxx" in r.error and r.error.endswith("[error truncated]")
+        assert len(r.error) <= pool.limits.max_output + 30
+        assert s.run("print(kept)").stdout == "7\n"  # the interpreter's state survived

@@ -321,6 +321,8 @@ def _interpreter_loop(code_r, done_w, out_fd, err_fd, cfg):
             sys.stderr.flush()
         except Exception:  # noqa: BLE001
             pass
+        if error is not None and len(error) > msg["max_output"]:  # a huge message must not look like a forgery
+            error = error[: msg["max_output"]] + "\n... [error truncated]"
         _send(done_w, {"seq": msg["seq"], "status": status, "error": error})  # the supervisor times the cell
 
 
@@ -456,7 +458,8 @@ def main():
             return
         start = time.monotonic()  # timed here: a cell could forge any number it reported itself
         try:
-            _send(interp.code_w, {"seq": seq, "code": msg["code"], "wall_s": msg["wall_s"], "cpu_s": msg["cpu_s"]})
+            _send(interp.code_w, {"seq": seq, "code": msg["code"], "wall_s": msg["wall_s"], "cpu_s": msg["cpu_s"],
+                                  "max_output": cap})
         except OSError:
             _send(res_fd, {"nonce": nonce, "crashed": interp.death()})
             return
@@ -464,7 +467,7 @@ def main():
         try:
             if interp.done_r not in ready:  # exited without a word (a descendant may hold its pipe open)
                 raise EOFError
-            frame = _check_cell_frame(_recv(interp.done_r, MAX_CELL_FRAME, stall_s=1.0), seq, cap)
+            frame = _check_cell_frame(_recv(interp.done_r, max(MAX_CELL_FRAME, 16 * cap + 4096), stall_s=1.0), seq, cap)
             elapsed = time.monotonic() - start
         except EOFError:
             _send(res_fd, {"nonce": nonce, "crashed": interp.death()})
