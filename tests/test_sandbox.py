@@ -239,3 +239,14 @@ def test_a_huge_exception_message_is_cut_not_taken_for_a_forgery(pool):
         assert r.error.startswith("Traceback") and "ValueError: xxx" in r.error and r.error.endswith("[error truncated]")
         assert len(r.error) <= pool.limits.max_output + 30
         assert s.run("print(kept)").stdout == "7\n"  # the interpreter's state survived
+
+
+@pytest.mark.parametrize("char", ["é", "€", "😀"])
+def test_output_cap_counts_characters_not_bytes(pool, char):
+    cap = pool.limits.max_output
+    with pool.session() as s:
+        r = s.run(f"print({char!r} * {cap + 10})")
+        assert r.ok and r.truncated, r.render()
+        assert r.stdout == char * cap  # whole characters, no replacement character at the cut
+        r = s.run(f"print({char!r} * {cap - 1})")
+        assert r.stdout == char * (cap - 1) + "\n" and not r.truncated

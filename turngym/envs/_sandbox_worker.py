@@ -335,12 +335,15 @@ def _on_limit(signum, frame):
 
 
 def _read_output(fd, cap):
+    """The first ``cap`` characters a stream got, and whether there were more. At most 4 bytes
+    a character: the first ``cap`` characters lie whole within ``4 * cap`` bytes."""
     try:
         size = os.fstat(fd).st_size
-        data = os.pread(fd, cap, 0)
+        data = os.pread(fd, 4 * cap, 0)
     except OSError:
         return "", False
-    return data.decode("utf-8", "replace"), size > cap
+    text = data.decode("utf-8", "replace")
+    return text[:cap], len(text) > cap or size > len(data)
 
 
 def _check_cell_frame(raw, seq, cap):

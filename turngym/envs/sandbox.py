@@ -331,7 +331,7 @@ class _Worker:
         """One frame as a dict; None on timeout or end of stream; ProtocolError if malformed."""
         deadline = time.monotonic() + timeout
         self._eof = False
-        limit = (1 << 20) + 16 * max_output  # stdout + stderr (JSON-escaped) + an error text
+        limit = (1 << 20) + 40 * max_output  # stdout, stderr, error: max_output characters each, JSON-escaped
         buf, need, header_done = b"", 4, False
         while len(buf) < need:
             left = deadline - time.monotonic()
