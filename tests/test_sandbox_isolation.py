@@ -697,3 +697,40 @@ def test_a_cell_cannot_choose_the_elapsed_time_it_is_recorded_with(pool, elapsed
         for r in (s.run(forge), s.run("print(1)")):
             assert isinstance(r.elapsed_s, float) and 0.0 <= r.elapsed_s <= LIMITS.wall_s + 2.0, r
         _assert_next_cell_works(s)
+
+
+def test_state_records_are_removed_when_workers_end(pool):
+    """The host's list of worker cgroups holds only live workers, however many have come and gone."""
+    state = iso.host_state()
+    for _ in range(4):
+        with pool.session() as s:
+            assert s.run("print(1)").ok
+            r = s.run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")  # a restart: another worker ends
+            assert r.restarted
+    pool.wait_warm()
+    recorded = state.recorded_cgroups()
+    assert all(d.exists() for d in recorded), [str(d) for d in recorded if not d.exists()]
+
+
+def test_uid_claims_leave_no_lock_files():
+    claims = [iso.UidClaim() for _ in range(5)]
+    assert len({c.uid for c in claims}) == 5 and all(c.path.exists() for c in claims)
+    lock_dir = claims[0].path.parent
+    for c in claims:
+        c.release()
+    assert not any(c.path.exists() for c in claims)
+    again = iso.UidClaim()  # a claim still works after a release, and releases cleanly
+    again.release()
+    assert not again.path.exists() and lock_dir.is_dir()
+
+
+def test_unheld_uid_lock_files_are_removed_at_the_next_start():
+    held = iso.UidClaim()
+    left = iso.private_state_root() / "uids" / "12345"
+    left.write_text("")  # what a killed host (or an older version) left
+    try:
+        removed = iso.clean_stale_state()
+        assert str(left) in removed and not left.exists()
+        assert held.path.exists() and str(held.path) not in removed
+    finally:
+        held.release()

@@ -206,7 +206,8 @@ class _Worker:
         if isolation.cgroups is not None:
             self.cgroup = iso.WorkerCgroup(isolation.cgroups, f"turngym-{os.getpid()}-{os.urandom(6).hex()}",
                                            limits.tree_memory_bytes, limits.processes)
-            state.record_cgroup(self.cgroup.dirs)
+            state.record_cgroup(self.cgroup.dirs[0].name, self.cgroup.dirs)
+            self._state = state
             # join the cgroup before bwrap starts, so every process of the worker is inside it
             join = " && ".join(f'echo $$ > "${i + 1}"' for i in range(len(self.cgroup.procs_files)))
             args = ["/bin/sh", "-c", f'{join} && shift {len(self.cgroup.procs_files)} && exec "$@"', "sh",
@@ -406,6 +407,8 @@ class _Worker:
     def _release(self) -> None:
         if self.cgroup is not None:
             self.cgroup.kill_and_remove()
+            if not any(d.exists() for d in self.cgroup.dirs):
+                self._state.forget_cgroup(self.cgroup.dirs[0].name)
         if self._uid is not None:
             self._uid.release()
             self._uid = None

@@ -423,15 +423,17 @@ def _start_ticks(pid: int) -> int | None:
 
 
 class HostState:
-    """This process's folder of sandbox state: fallback working directories and a list of the
-    cgroups it created. Named after the host's pid and start time, so the next start can tell
-    a folder whose owner is gone (killed without clean-up) and remove what it lists."""
+    """This process's folder of sandbox state: fallback working directories and one record per
+    live worker cgroup (removed when the worker ends, so the folder does not grow). Named after
+    the host's pid and start time, so the next start can tell a folder whose owner is gone
+    (killed without clean-up) and remove what it lists."""
 
     def __init__(self) -> None:
         pid = os.getpid()
         self.dir = private_state_root() / f"host-{pid}-{_start_ticks(pid)}"
         self.dir.mkdir(mode=0o700, exist_ok=True)
         self._cgroups = self.dir / "cgroups"
+        self._cgroups.mkdir(mode=0o700, exist_ok=True)
         atexit.register(self.remove)  # registered before any pool's close, so it runs after them
 
     def remove(self) -> None:
@@ -439,10 +441,14 @@ class HostState:
         if os.getpid() == int(self.dir.name.split("-")[1]):
             _remove_state_dir(self.dir)
 
-    def record_cgroup(self, dirs: list[Path]) -> None:
-        with open(self._cgroups, "a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            fh.writelines(f"{d}\n" for d in dirs)
+    def record_cgroup(self, name: str, dirs: list[Path]) -> None:
+        (self._cgroups / name).write_text("".join(f"{d}\n" for d in dirs))
+
+    def forget_cgroup(self, name: str) -> None:
+        (self._cgroups / name).unlink(missing_ok=True)
+
+    def recorded_cgroups(self) -> list[Path]:
+        return _recorded_cgroups(self.dir)
 
     def workdir(self) -> str:
         return tempfile.mkdtemp(prefix="work-", dir=self.dir)
@@ -482,19 +488,44 @@ def clean_stale_state(root: Path = STATE_ROOT) -> list[str]:
         if str(_start_ticks(pid)) == ticks:
             continue  # its owner still runs
         removed += _remove_state_dir(entry)
+    return removed + _remove_unheld_uid_locks(root / "uids")
+
+
+def _remove_unheld_uid_locks(lock_dir: Path) -> list[str]:
+    """Lock files of uid claims no live worker holds (a killed host's, or older versions')."""
+    removed = []
+    for path in sorted(lock_dir.iterdir()) if lock_dir.is_dir() else []:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            path.unlink()  # held locked: a claimer that opened it meanwhile sees another inode and moves on
+            removed.append(str(path))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
     return removed
 
 
 def _remove_state_dir(entry: Path) -> list[str]:
     removed = []
-    cgroups = entry / "cgroups"
-    if cgroups.exists():
-        dirs = [Path(line) for line in cgroups.read_text().splitlines() if line.strip()]
+    dirs = _recorded_cgroups(entry)
+    if dirs:
         remove_cgroup_dirs([d for d in dirs if d.exists()])
         removed += [str(d) for d in dirs]
     _make_writable(entry)
     shutil.rmtree(entry, ignore_errors=True)
     return removed + [str(entry)]
+
+
+def _recorded_cgroups(state_dir: Path) -> list[Path]:
+    """The cgroups a host's state folder lists: one file per worker (a single file in older versions)."""
+    where = state_dir / "cgroups"
+    files = sorted(where.iterdir()) if where.is_dir() else [where] if where.exists() else []
+    return [Path(line) for f in files for line in f.read_text().splitlines() if line.strip()]
 
 
 def _make_writable(tree: Path) -> None:
@@ -513,7 +544,8 @@ def _make_writable(tree: Path) -> None:
 class UidClaim:
     """A throwaway uid held by one live worker (rlimits-only level, as root): claimed by an
     exclusive lock on a file, so no two live workers on this machine, in any process, share one;
-    the kernel drops the lock when its holder dies."""
+    the kernel drops the lock when its holder dies. Release deletes the file (while still
+    holding the lock); a claim counts only if its locked file is still the one at the path."""
 
     BASE = 200000
     SPAN = 1 << 16
@@ -524,17 +556,23 @@ class UidClaim:
         start = (os.getpid() * 97 + time.monotonic_ns()) % self.SPAN
         for k in range(self.SPAN):
             uid = self.BASE + (start + k) % self.SPAN
-            fd = os.open(lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            path = lock_dir / str(uid)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = os.fstat(fd)
+                now = os.stat(path)  # a releasing holder may have deleted the file we locked
+                if (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino):
+                    raise OSError("stale lock file")
             except OSError:
                 os.close(fd)
                 continue
-            self.uid, self._fd = uid, fd
+            self.uid, self._fd, self.path = uid, fd, path
             return
         raise RuntimeError("no free sandbox uid")
 
     def release(self) -> None:
         if self._fd >= 0:
+            self.path.unlink(missing_ok=True)
             os.close(self._fd)
             self._fd = -1
