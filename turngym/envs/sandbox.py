@@ -5,7 +5,8 @@ backed by a worker started in advance by a :class:`SandboxPool`, so a cell costs
 round trip, not an interpreter start. Where the machine allows it each worker runs under
 bubblewrap in its own user, PID, network, IPC and UTS namespaces with a read-only view of
 the interpreter only, private size-capped tmpfs working directory, ``/tmp`` and
-``/dev/shm``, and one cgroup capping memory and processes for the whole cell tree (see
+``/dev/shm``, and one cgroup capping memory and processes for the whole cell tree and frozen
+between cells (see
 :mod:`turngym.envs.sandbox_isolation` for the levels; the pool's ``isolation`` says which
 ran). Each cell runs under wall-clock and CPU limits; address-space, file-size and
 open-file rlimits apply per process. The host talks only to a supervisor inside the
