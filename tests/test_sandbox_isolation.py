@@ -567,16 +567,20 @@ def _venv_with_turngym_installed(parent: str) -> tuple[Path, Path]:
                           capture_output=True, text=True, check=True).stdout.strip()
     src = Path(str(importlib.resources.files("turngym")))
     shutil.copytree(src, Path(site) / "turngym", ignore=shutil.ignore_patterns("__pycache__"))
-    found = subprocess.run([str(python), "-I", "-c", "import importlib.util; "
-                            "print(importlib.util.find_spec('turngym').submodule_search_locations[0])"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    assert Path(found, GOLD).is_file()
-    return python, Path(found)
+    found = _package_dir_seen_by(str(python))
+    assert (found / GOLD).is_file()
+    return python, found
+
+
+def _package_dir_seen_by(python: str) -> Path:
+    """Where ``python`` (started as the worker is, ``-I``) finds the turngym package."""
+    probe = "import importlib.util; print(importlib.util.find_spec('turngym').submodule_search_locations[0])"
+    return Path(subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, check=True).stdout.strip())
 
 
 def _run_in_bwrap(python: Path, code: str, disk_bytes: int = 8 << 20) -> subprocess.CompletedProcess:
     cmd = iso.bwrap_command(iso.bwrap_path(), disk_bytes, None, python=str(python)) + [str(python), "-I", "-c", code]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
 
 
 READ_PACKAGE = ("import os, sys\nfor p in sys.argv[1:]:\n"
@@ -609,10 +613,8 @@ def test_cells_cannot_read_the_packages_gold_answers(pool):
     import importlib.resources
 
     host_pkg = Path(str(importlib.resources.files("turngym")))
-    worker_pkg = subprocess.run([sys.executable, "-I", "-c", "import importlib.util; "
-                                 "print(importlib.util.find_spec('turngym').submodule_search_locations[0])"],
-                                capture_output=True, text=True, check=True).stdout.strip()
-    paths = [str(host_pkg / GOLD), str(host_pkg), str(Path(worker_pkg) / GOLD), worker_pkg]
+    worker_pkg = _package_dir_seen_by(sys.executable)
+    paths = [str(host_pkg / GOLD), str(host_pkg), str(worker_pkg / GOLD), str(worker_pkg)]
     with pool.session() as s:
         r = s.run(READ_PACKAGE.replace("sys.argv[1:]", repr(paths)))
         assert r.ok, r.render()
