@@ -250,3 +250,16 @@ def test_output_cap_counts_characters_not_bytes(pool, char):
         assert r.stdout == char * cap  # whole characters, no replacement character at the cut
         r = s.run(f"print({char!r} * {cap - 1})")
         assert r.stdout == char * (cap - 1) + "\n" and not r.truncated
+
+
+def test_processes_forked_after_a_cell_returned_do_not_live_until_the_next(pool):
+    """A cell's thread forks a child once the cell has returned: it is gone within moments,
+    at every level (with a cgroup freezer the thread does not even run between cells)."""
+    with pool.session() as s:
+        r = s.run("import subprocess, threading, time\n"
+                  "def later():\n    time.sleep(0.3)\n    subprocess.Popen(['sleep', '997'])\n"
+                  "threading.Thread(target=later, daemon=True).start()")
+        assert r.ok, r.render()
+        time.sleep(1.2)
+        assert [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "997"]] == []
+        assert s.run("print(3)").stdout == "3\n"

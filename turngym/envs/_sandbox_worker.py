@@ -34,6 +34,7 @@ MS_BIND = 4096
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
+IDLE_SWEEP_S = 0.1  # between cells, processes are removed this often (a frozen cgroup needs no sweep)
 MAX_CELL_FRAME = 1 << 20  # a cell's status frame: status + error text, far below this
 STATUSES = ("ok", "error", "timeout")
 
@@ -445,6 +446,8 @@ def main():
     _send(res_fd, {"ready": True, "caps": conf.caps, "pid": os.getpid()})
     seq = 0
     while True:
+        while not select.select([cmd_fd], [], [], IDLE_SWEEP_S)[0]:
+            _kill_leftovers(interp.pid)  # what a cell's thread forks after the cell returned
         raw = _recv(cmd_fd)
         msg = None if raw is None else json.loads(raw.decode("utf-8", "surrogatepass"))
         if msg is None or msg.get("op") == "exit":
