@@ -178,6 +178,9 @@ HOST_FORGERIES = {
     "wrong types": json.dumps({"nonce": "n0", "status": "ok", "stdout": 5, "stderr": "", "error": None,
                                "truncated": False, "elapsed_s": 0.0}).encode(),
     "oversize length": None,
+    **{f"elapsed {v}": json.dumps({"nonce": "n0", "status": "ok", "stdout": "", "stderr": "", "error": None,
+                                   "truncated": False, "elapsed_s": v}).encode()
+       for v in (float("nan"), float("inf"), -1.0, 1e9)},
 }
 
 
@@ -226,3 +229,37 @@ def test_without_bubblewrap_auto_falls_back_loudly_and_episodes_record_it(monkey
         assert "42" in obs
         assert env.episode.meta["sandbox"]["isolation"] == "rlimits-only"
         env.close()
+
+
+def test_a_huge_exception_message_is_cut_not_taken_for_a_forgery(pool):
+    with pool.session() as s:
+        assert s.run("kept = 7").ok
+        r = s.run("raise ValueError('x' * 2_000_000)")
+        assert r.status == "error" and not r.restarted, r.render()
+        assert r.error.startswith("Traceback") and "ValueError: xxx" in r.error and r.error.endswith("[error truncated]")
+        assert len(r.error) <= pool.limits.max_output + 30
+        assert s.run("print(kept)").stdout == "7\n"  # the interpreter's state survived
+
+
+@pytest.mark.parametrize("char", ["é", "€", "😀"])
+def test_output_cap_counts_characters_not_bytes(pool, char):
+    cap = pool.limits.max_output
+    with pool.session() as s:
+        r = s.run(f"print({char!r} * {cap + 10})")
+        assert r.ok and r.truncated, r.render()
+        assert r.stdout == char * cap  # whole characters, no replacement character at the cut
+        r = s.run(f"print({char!r} * {cap - 1})")
+        assert r.stdout == char * (cap - 1) + "\n" and not r.truncated
+
+
+def test_processes_forked_after_a_cell_returned_do_not_live_until_the_next(pool):
+    """A cell's thread forks a child once the cell has returned: it is gone within moments,
+    at every level (with a cgroup freezer the thread does not even run between cells)."""
+    with pool.session() as s:
+        r = s.run("import subprocess, threading, time\n"
+                  "def later():\n    time.sleep(0.3)\n    subprocess.Popen(['sleep', '997'])\n"
+                  "threading.Thread(target=later, daemon=True).start()")
+        assert r.ok, r.render()
+        time.sleep(1.2)
+        assert [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "997"]] == []
+        assert s.run("print(3)").stdout == "3\n"

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -532,3 +533,206 @@ def test_seccomp_program_is_valid_bpf():
                 assert i + 1 + jt < len(ins) and i + 1 + jf < len(ins)
         assert ins[-1][0] == 0x06 and ins[-2][0] == 0x06
     assert iso.seccomp_program("riscv64") is None
+
+
+def test_a_stopped_supervisor_cannot_hang_the_host_on_a_large_cell(pool):
+    """A cell's thread stops the supervisor after its reply; the next cell is larger than a pipe
+    holds. The host's write gives up at the time limit, kills the worker and says so."""
+    with pool.session() as s:
+        r = s.run("import os, signal, threading, time\n"
+                  "def stop():\n    time.sleep(0.5)\n    os.kill(os.getppid(), signal.SIGSTOP)\n"
+                  "threading.Thread(target=stop, daemon=True).start()")
+        assert r.ok, r.render()
+        time.sleep(1.0)
+        start = time.monotonic()
+        r = s.run("x = 1\n" + "#" * (256 << 10) + "\nprint(x)")
+        assert time.monotonic() - start < LIMITS.wall_s + 6
+        assert r.status == "timeout" and r.restarted, r.render()
+        _assert_next_cell_works(s)
+
+
+GOLD = "data/math/gsm8k/test.jsonl"
+
+
+def _venv_with_turngym_installed(parent: str) -> tuple[Path, Path]:
+    """A virtualenv under ``parent`` with turngym laid out as a wheel installs it (the package,
+    data files included, inside site-packages); returns (its python, the package folder there)."""
+    import importlib.resources
+
+    root = Path(__import__("tempfile").mkdtemp(prefix="turngym-venv-", dir=parent))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(root / "venv")],
+                   check=True, timeout=120)
+    python = root / "venv" / "bin" / "python"
+    site = subprocess.run([str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    src = Path(str(importlib.resources.files("turngym")))
+    shutil.copytree(src, Path(site) / "turngym", ignore=shutil.ignore_patterns("__pycache__"))
+    found = _package_dir_seen_by(str(python))
+    assert (found / GOLD).is_file()
+    return python, found
+
+
+def _package_dir_seen_by(python: str) -> Path:
+    """Where ``python`` (started as the worker is, ``-I``) finds the turngym package."""
+    probe = "import importlib.util; print(importlib.util.find_spec('turngym').submodule_search_locations[0])"
+    return Path(subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, check=True).stdout.strip())
+
+
+def _run_in_bwrap(python: Path, code: str, disk_bytes: int = 8 << 20) -> subprocess.CompletedProcess:
+    cmd = iso.bwrap_command(iso.bwrap_path(), disk_bytes, None, python=str(python)) + [str(python), "-I", "-c", code]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+
+
+READ_PACKAGE = ("import os, sys\nfor p in sys.argv[1:]:\n"
+                "    try:\n        print(len(open(p).read()) if p.endswith('.jsonl') else os.listdir(p))\n"
+                "    except OSError as e:\n        print(type(e).__name__)\n")
+
+
+def test_a_wheel_installed_turngym_is_hidden_from_cells():
+    """In a non-editable install the gold answers sit in site-packages, which the sandbox shows."""
+    _require_bubblewrap()
+    parent = "/var/tmp" if os.path.isdir("/var/tmp") else str(Path.home())
+    python, pkg = _venv_with_turngym_installed(parent)
+    try:
+        code = READ_PACKAGE.replace("sys.argv[1:]", repr([str(pkg / GOLD), str(pkg), str(pkg / "data")]))
+        out = _run_in_bwrap(python, code)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[0] in ("FileNotFoundError", "PermissionError"), out.stdout
+        assert lines[1] in ("[]", "FileNotFoundError", "PermissionError"), out.stdout
+        assert lines[2] in ("FileNotFoundError", "PermissionError"), out.stdout
+        # the rest of site-packages is still there: the interpreter starts and imports from it
+        assert _run_in_bwrap(python, "import json, sysconfig; print(1)").stdout == "1\n"
+    finally:
+        shutil.rmtree(python.parent.parent.parent)
+
+
+def test_cells_cannot_read_the_packages_gold_answers(pool):
+    """The editable install here: the package folder the host imports and the one the worker's
+    interpreter would find are both out of a cell's reach."""
+    import importlib.resources
+
+    host_pkg = Path(str(importlib.resources.files("turngym")))
+    worker_pkg = _package_dir_seen_by(sys.executable)
+    paths = [str(host_pkg / GOLD), str(host_pkg), str(worker_pkg / GOLD), str(worker_pkg)]
+    with pool.session() as s:
+        r = s.run(READ_PACKAGE.replace("sys.argv[1:]", repr(paths)))
+        assert r.ok, r.render()
+        assert all(line in ("[]", "FileNotFoundError", "PermissionError") for line in r.stdout.splitlines()), r.stdout
+        _assert_next_cell_works(s)
+
+
+def test_an_interpreter_under_tmp_runs_sandboxed_with_a_private_capped_tmp():
+    """CI may clone (and build its venv) under /tmp: the interpreter's folders stay visible over
+    the private /tmp, which stays writable, private and capped; the package is still hidden."""
+    _require_bubblewrap()
+    python, pkg = _venv_with_turngym_installed(tempfile.gettempdir())
+    host_tmp = Path(tempfile.gettempdir())
+    try:
+        code = ("import os, sys\nprint(sys.executable)\nopen('/tmp/f', 'w').write('x')\n"
+                f"print(os.path.exists({str(host_tmp / 'nothing-here')!r}), os.path.exists({str(pkg / GOLD)!r}))\n"
+                "try:\n    open('/tmp/big', 'wb').write(b'x' * (16 << 20))\nexcept OSError as e:\n"
+                "    print(type(e).__name__, e.errno)\n"
+                f"print(sorted(os.listdir('/tmp')))")
+        (host_tmp / "nothing-here").write_text("host")
+        out = _run_in_bwrap(python, code, disk_bytes=8 << 20)
+        assert out.returncode == 0, out.stderr
+        top = python.parent.parent.parent.name  # only the interpreter's own folder shows through
+        assert out.stdout.splitlines() == [str(python), "False False", "OSError 28", str(["big", "f", top])], out.stdout
+    finally:
+        (host_tmp / "nothing-here").unlink(missing_ok=True)
+        shutil.rmtree(python.parent.parent.parent)
+
+
+def _tree_cpu_s(pid: int) -> float:
+    root = psutil.Process(pid)
+    total = 0.0
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def test_what_a_cell_leaves_running_gets_no_cpu_between_cells(pool):
+    """A thread that forks busy children after its cell returned: frozen with the worker's cgroup
+    until the next cell, whose end removes the children."""
+    if not pool.chosen.describe()["frozen_between_cells"]:
+        pytest.skip(f"no cgroup freezer here: {pool.chosen.note}")
+    with pool.session() as s:
+        r = s.run("import os, threading, time\n"
+                  "def spin():\n    time.sleep(0.3)\n"
+                  "    for _ in range(2):\n        if os.fork() == 0:\n            while True: pass\n"
+                  "    while True: pass\n"
+                  "threading.Thread(target=spin, daemon=True).start()")
+        assert r.ok, r.render()
+        pid = s._worker.proc.pid
+        time.sleep(0.6)
+        before = _tree_cpu_s(pid)
+        time.sleep(1.5)
+        assert _tree_cpu_s(pid) - before < 0.1
+        _assert_next_cell_works(s)
+
+
+@pytest.mark.parametrize("elapsed", ["float('nan')", "float('inf')", "-1.0", "None"])
+def test_a_cell_cannot_choose_the_elapsed_time_it_is_recorded_with(pool, elapsed):
+    """A cell forging its own status frame (with or without a time of its choosing) gets a time
+    the supervisor measured, finite and within the limit, or a protocol error."""
+    fields = "'seq': seq, 'status': 'ok', 'error': None" + ("" if elapsed == "None" else f", 'elapsed_s': {elapsed}")
+    forge = textwrap.dedent("""
+        import json, os, stat, struct, sys
+        f, seq = sys._getframe(), None
+        while f is not None and seq is None:
+            seq = (f.f_locals.get('msg') or {}).get('seq') if isinstance(f.f_locals.get('msg'), dict) else None
+            f = f.f_back
+        data = json.dumps({FIELDS}).encode()
+        for fd in sorted(int(x) for x in os.listdir('/proc/self/fd')):
+            try:
+                if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, struct.pack('>I', len(data)) + data)
+            except OSError:
+                pass
+    """).replace("FIELDS", fields)
+    with pool.session() as s:
+        for r in (s.run(forge), s.run("print(1)")):
+            assert isinstance(r.elapsed_s, float) and 0.0 <= r.elapsed_s <= LIMITS.wall_s + 2.0, r
+        _assert_next_cell_works(s)
+
+
+def test_state_records_are_removed_when_workers_end(pool):
+    """The host's list of worker cgroups holds only live workers, however many have come and gone."""
+    state = iso.host_state()
+    for _ in range(4):
+        with pool.session() as s:
+            assert s.run("print(1)").ok
+            r = s.run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")  # a restart: another worker ends
+            assert r.restarted
+    pool.wait_warm()
+    recorded = state.recorded_cgroups()
+    assert all(d.exists() for d in recorded), [str(d) for d in recorded if not d.exists()]
+
+
+def test_uid_claims_leave_no_lock_files():
+    claims = [iso.UidClaim() for _ in range(5)]
+    assert len({c.uid for c in claims}) == 5 and all(c.path.exists() for c in claims)
+    lock_dir = claims[0].path.parent
+    for c in claims:
+        c.release()
+    assert not any(c.path.exists() for c in claims)
+    again = iso.UidClaim()  # a claim still works after a release, and releases cleanly
+    again.release()
+    assert not again.path.exists() and lock_dir.is_dir()
+
+
+def test_unheld_uid_lock_files_are_removed_at_the_next_start():
+    held = iso.UidClaim()
+    left = iso.private_state_root() / "uids" / "12345"
+    left.write_text("")  # what a killed host (or an older version) left
+    try:
+        removed = iso.clean_stale_state()
+        assert str(left) in removed and not left.exists()
+        assert held.path.exists() and str(held.path) not in removed
+    finally:
+        held.release()

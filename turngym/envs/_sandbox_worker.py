@@ -34,6 +34,7 @@ MS_BIND = 4096
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
+IDLE_SWEEP_S = 0.1  # between cells, processes are removed this often (a frozen cgroup needs no sweep)
 MAX_CELL_FRAME = 1 << 20  # a cell's status frame: status + error text, far below this
 STATUSES = ("ok", "error", "timeout")
 
@@ -295,7 +296,6 @@ def _interpreter_loop(code_r, done_w, out_fd, err_fd, cfg):
             pass
         signal.setitimer(signal.ITIMER_REAL, float(msg["wall_s"]))
         error, status = None, "ok"
-        start = time.perf_counter()
         try:
             exec(compile(msg["code"], "<cell>", "exec"), namespace)
         except _CellTimeout as exc:
@@ -317,13 +317,14 @@ def _interpreter_loop(code_r, done_w, out_fd, err_fd, cfg):
             if os.getpid() != me:  # a fork of the cell must never reach the protocol
                 os._exit(0)
             signal.setitimer(signal.ITIMER_REAL, 0)
-        elapsed = time.perf_counter() - start
         try:
             sys.stdout.flush()
             sys.stderr.flush()
         except Exception:  # noqa: BLE001
             pass
-        _send(done_w, {"seq": msg["seq"], "status": status, "error": error, "elapsed_s": elapsed})
+        if error is not None and len(error) > msg["max_output"]:  # a huge message must not look like a forgery
+            error = error[: msg["max_output"]] + "\n... [error truncated]"
+        _send(done_w, {"seq": msg["seq"], "status": status, "error": error})  # the supervisor times the cell
 
 
 class _CellTimeout(BaseException):
@@ -335,12 +336,15 @@ def _on_limit(signum, frame):
 
 
 def _read_output(fd, cap):
+    """The first ``cap`` characters a stream got, and whether there were more. At most 4 bytes
+    a character: the first ``cap`` characters lie whole within ``4 * cap`` bytes."""
     try:
         size = os.fstat(fd).st_size
-        data = os.pread(fd, cap, 0)
+        data = os.pread(fd, 4 * cap, 0)
     except OSError:
         return "", False
-    return data.decode("utf-8", "replace"), size > cap
+    text = data.decode("utf-8", "replace")
+    return text[:cap], len(text) > cap or size > len(data)
 
 
 def _check_cell_frame(raw, seq, cap):
@@ -353,12 +357,11 @@ def _check_cell_frame(raw, seq, cap):
         msg = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise ValueError("a frame that is not JSON") from None
-    if not isinstance(msg, dict) or set(msg) != {"seq", "status", "error", "elapsed_s"}:
+    if not isinstance(msg, dict) or set(msg) != {"seq", "status", "error"}:
         raise ValueError("a frame with the wrong fields")
     if msg["seq"] != seq:
         raise ValueError(f"an out-of-order frame (sequence {msg['seq']!r}, expected {seq})")
-    if msg["status"] not in STATUSES or not (msg["error"] is None or isinstance(msg["error"], str)) \
-            or not isinstance(msg["elapsed_s"], (int, float)):
+    if msg["status"] not in STATUSES or not (msg["error"] is None or isinstance(msg["error"], str)):
         raise ValueError("a frame with wrongly typed fields")
     if msg["error"] is not None and len(msg["error"]) > cap:
         msg["error"] = msg["error"][:cap] + "\n... [error truncated]"
@@ -443,6 +446,8 @@ def main():
     _send(res_fd, {"ready": True, "caps": conf.caps, "pid": os.getpid()})
     seq = 0
     while True:
+        while not select.select([cmd_fd], [], [], IDLE_SWEEP_S)[0]:
+            _kill_leftovers(interp.pid)  # what a cell's thread forks after the cell returned
         raw = _recv(cmd_fd)
         msg = None if raw is None else json.loads(raw.decode("utf-8", "surrogatepass"))
         if msg is None or msg.get("op") == "exit":
@@ -457,8 +462,10 @@ def main():
         if pending:  # something was written on its channel between cells
             _send(res_fd, {"nonce": nonce, "protocol_error": "the cell wrote on the interpreter's channel between cells"})
             return
+        start = time.monotonic()  # timed here: a cell could forge any number it reported itself
         try:
-            _send(interp.code_w, {"seq": seq, "code": msg["code"], "wall_s": msg["wall_s"], "cpu_s": msg["cpu_s"]})
+            _send(interp.code_w, {"seq": seq, "code": msg["code"], "wall_s": msg["wall_s"], "cpu_s": msg["cpu_s"],
+                                  "max_output": cap})
         except OSError:
             _send(res_fd, {"nonce": nonce, "crashed": interp.death()})
             return
@@ -466,7 +473,8 @@ def main():
         try:
             if interp.done_r not in ready:  # exited without a word (a descendant may hold its pipe open)
                 raise EOFError
-            frame = _check_cell_frame(_recv(interp.done_r, MAX_CELL_FRAME, stall_s=1.0), seq, cap)
+            frame = _check_cell_frame(_recv(interp.done_r, max(MAX_CELL_FRAME, 16 * cap + 4096), stall_s=1.0), seq, cap)
+            elapsed = time.monotonic() - start
         except EOFError:
             _send(res_fd, {"nonce": nonce, "crashed": interp.death()})
             return
@@ -477,7 +485,7 @@ def main():
         stdout, t1 = _read_output(out_fd, cap)
         stderr, t2 = _read_output(err_fd, cap)
         _send(res_fd, {"nonce": nonce, "status": frame["status"], "stdout": stdout, "stderr": stderr,
-                       "error": frame["error"], "truncated": t1 or t2, "elapsed_s": float(frame["elapsed_s"])})
+                       "error": frame["error"], "truncated": t1 or t2, "elapsed_s": elapsed})
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ backed by a worker started in advance by a :class:`SandboxPool`, so a cell costs
 round trip, not an interpreter start. Where the machine allows it each worker runs under
 bubblewrap in its own user, PID, network, IPC and UTS namespaces with a read-only view of
 the interpreter only, private size-capped tmpfs working directory, ``/tmp`` and
-``/dev/shm``, and one cgroup capping memory and processes for the whole cell tree (see
+``/dev/shm``, and one cgroup capping memory and processes for the whole cell tree and frozen
+between cells (see
 :mod:`turngym.envs.sandbox_isolation` for the levels; the pool's ``isolation`` says which
 ran). Each cell runs under wall-clock and CPU limits; address-space, file-size and
 open-file rlimits apply per process. The host talks only to a supervisor inside the
@@ -24,6 +25,7 @@ from __future__ import annotations
 import atexit
 import functools
 import json
+import math
 import os
 import secrets
 import select
@@ -109,6 +111,8 @@ class Isolation:
 
     def describe(self) -> dict:
         return {"isolation": self.level, "cgroup": self.cgroups.version if self.cgroups else None,
+                "frozen_between_cells": self.cgroups is not None and (self.cgroups.version == "v2"
+                                                                      or self.cgroups.freezer is not None),
                 "seccomp": self.bwrap is not None and iso.seccomp_program() is not None, "note": self.note}
 
 
@@ -188,6 +192,7 @@ class _Worker:
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "MPLBACKEND": "Agg"}
         cmd_r, self._cmd_w = os.pipe()
+        os.set_blocking(self._cmd_w, False)  # a stopped supervisor must not stall the host (see _send)
         self._res_r, res_w = os.pipe()
         # -c: the worker's folder must not be on sys.path (it would shadow user imports)
         args = [sys.executable, "-I", "-B", "-c", _worker_source(), str(cmd_r), str(res_w), json.dumps(cfg)]
@@ -202,7 +207,8 @@ class _Worker:
         if isolation.cgroups is not None:
             self.cgroup = iso.WorkerCgroup(isolation.cgroups, f"turngym-{os.getpid()}-{os.urandom(6).hex()}",
                                            limits.tree_memory_bytes, limits.processes)
-            state.record_cgroup(self.cgroup.dirs)
+            state.record_cgroup(self.cgroup.dirs[0].name, self.cgroup.dirs)
+            self._state = state
             # join the cgroup before bwrap starts, so every process of the worker is inside it
             join = " && ".join(f'echo $$ > "${i + 1}"' for i in range(len(self.cgroup.procs_files)))
             args = ["/bin/sh", "-c", f'{join} && shift {len(self.cgroup.procs_files)} && exec "$@"', "sh",
@@ -235,12 +241,32 @@ class _Worker:
         return self.ready
 
     def execute(self, code: str, limits: SandboxLimits) -> ExecResult:
+        """Run one cell; between cells the worker's cgroup is frozen where the kernel allows it."""
         self.wait_ready()
+        self._freeze(False)
+        result = self._execute(code, limits)
+        if not result.restarted:
+            self._freeze(True)
+        return result
+
+    def _freeze(self, frozen: bool) -> None:
+        if self.cgroup is not None:
+            try:
+                self.cgroup.freeze(frozen)
+            except OSError:
+                pass  # a worker that cannot be frozen still runs; its leftovers die at its next cell
+
+    def _execute(self, code: str, limits: SandboxLimits) -> ExecResult:
         nonce = secrets.token_hex(16)
         try:
             self._send({"op": "exec", "nonce": nonce, "code": code, "wall_s": limits.wall_s, "cpu_s": limits.cpu_s,
-                        "max_output": limits.max_output})
-        except (BrokenPipeError, OSError):
+                        "max_output": limits.max_output}, limits.wall_s + 2.0)
+        except TimeoutError:
+            self.kill()
+            return ExecResult(status="timeout", restarted=True,
+                              error="TimeoutError: the sandbox stopped reading the cell within the time limit "
+                                    f"({limits.wall_s:g} s); the interpreter was killed")
+        except OSError:
             return self._dead("the interpreter process had already exited")
         try:
             msg = self._recv(limits.wall_s + 2.0, max_output=limits.max_output)
@@ -273,6 +299,8 @@ class _Worker:
             raise ProtocolError("a reply with missing, extra or wrongly typed fields")
         if msg["status"] not in ("ok", "error", "timeout"):
             raise ProtocolError(f"a reply with an unknown status {msg['status'][:40]!r}")
+        if not (math.isfinite(msg["elapsed_s"]) and 0.0 <= msg["elapsed_s"] <= limits.wall_s + 2.0):
+            raise ProtocolError(f"a reply with an impossible elapsed time {msg['elapsed_s']!r}")
         return ExecResult(status=msg["status"], stdout=msg["stdout"][: limits.max_output],
                           stderr=msg["stderr"][: limits.max_output], error=msg["error"],
                           truncated=msg["truncated"], elapsed_s=msg["elapsed_s"])
@@ -286,17 +314,26 @@ class _Worker:
             detail = detail or f"the interpreter exited (code {rc})"
         return ExecResult(status="crashed", error=f"SandboxCrash: {detail}", restarted=True)
 
-    def _send(self, obj: dict) -> None:
+    def _send(self, obj: dict, timeout: float) -> None:
+        """Write one frame within ``timeout`` seconds, else TimeoutError: a cell can stop the
+        supervisor (it is the same uid inside the sandbox), and a full pipe must not hang the host."""
         data = json.dumps(obj).encode()
-        msg = struct.pack(">I", len(data)) + data
+        msg = memoryview(struct.pack(">I", len(data)) + data)
+        deadline = time.monotonic() + timeout
         while msg:
-            msg = msg[os.write(self._cmd_w, msg):]
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [self._cmd_w], [], left)[1]:
+                raise TimeoutError(f"the worker read no command for {timeout:g} s")
+            try:
+                msg = msg[os.write(self._cmd_w, msg):]
+            except BlockingIOError:
+                continue
 
     def _recv(self, timeout: float, max_output: int = 0) -> dict | None:
         """One frame as a dict; None on timeout or end of stream; ProtocolError if malformed."""
         deadline = time.monotonic() + timeout
         self._eof = False
-        limit = (1 << 20) + 16 * max_output  # stdout + stderr (JSON-escaped) + an error text
+        limit = (1 << 20) + 40 * max_output  # stdout, stderr, error: max_output characters each, JSON-escaped
         buf, need, header_done = b"", 4, False
         while len(buf) < need:
             left = deadline - time.monotonic()
@@ -325,6 +362,7 @@ class _Worker:
 
     def kill(self) -> None:
         """Kill this worker and everything it started, and nothing else; remove its state."""
+        self._freeze(False)  # a frozen process takes no signal (cgroup v1) until it is thawed
         if self.isolation.bwrap is not None:
             # the namespace's init is bwrap's child: when it dies the kernel kills the whole namespace
             try:
@@ -370,6 +408,8 @@ class _Worker:
     def _release(self) -> None:
         if self.cgroup is not None:
             self.cgroup.kill_and_remove()
+            if not any(d.exists() for d in self.cgroup.dirs):
+                self._state.forget_cgroup(self.cgroup.dirs[0].name)
         if self._uid is not None:
             self._uid.release()
             self._uid = None
@@ -377,9 +417,10 @@ class _Worker:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def close(self) -> None:
+        self._freeze(False)
         if self.proc.poll() is None and self._cmd_w >= 0:
             try:
-                self._send({"op": "exit"})
+                self._send({"op": "exit"}, 1.0)
             except OSError:
                 pass
         self.kill()

@@ -6,7 +6,8 @@ Levels, strongest first (recorded in every MathCode episode's ``meta["sandbox"]`
 - ``bubblewrap+cgroup``: each worker runs under ``bwrap`` in fresh user, PID, network, IPC,
   UTS, mount and cgroup namespaces with no way to create more (``--disable-userns``), a
   seccomp filter refusing keyrings, ptrace, perf, BPF, userfaultfd, io_uring and foreign ABIs
-  (x86_64 and aarch64), a read-only view of only the interpreter's trees and system libraries, a private ``/proc``,
+  (x86_64 and aarch64), a read-only view of only the interpreter's trees and system libraries (with turngym's own
+  package folder, and so its benchmark data, hidden), a private ``/proc``,
   size-capped tmpfs working directory, ``/tmp`` and ``/dev/shm``, no capabilities, and one
   cgroup per worker capping memory (tmpfs pages included) and process count for the whole
   cell tree.
@@ -62,20 +63,53 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
+@dataclass(frozen=True)
+class InterpreterView:
+    """What the sandbox shows of one interpreter: the directories it reads (its prefixes and the
+    import path it has when started as the worker is: ``-I``, no PYTHONPATH, no script folder;
+    nested ones folded), and the turngym package folders to hide inside them (a wheel install
+    ships the benchmarks' gold answers under ``turngym/data``; the worker needs none of it)."""
+
+    trees: tuple[str, ...]
+    hidden: tuple[str, ...]
+
+
+_VIEW_PROBE = """\
+import importlib.util, json, os, sys
+spec = importlib.util.find_spec("turngym")
+pkgs = list(spec.submodule_search_locations or []) if spec else []
+print(json.dumps({"paths": [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                            os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))] + sys.path,
+                  "packages": pkgs}))
+"""
+
+
 @functools.cache
-def interpreter_trees(python: str = sys.executable) -> tuple[str, ...]:
-    """The directories the worker's interpreter reads: its prefixes and the import path it has
-    when started as the worker is (``-I``: no PYTHONPATH, no script folder), nested ones folded."""
-    probe = ("import json, os, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, "
-             "sys.base_exec_prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))] + sys.path))")
-    out = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, check=True, timeout=60)
-    paths = [p for p in json.loads(out.stdout) if p and os.path.isdir(p)]
+def interpreter_view(python: str = sys.executable) -> InterpreterView:
+    out = subprocess.run([python, "-I", "-c", _VIEW_PROBE], capture_output=True, text=True, check=True, timeout=60)
+    found = json.loads(out.stdout)
+    paths = [p for p in found["paths"] if p and os.path.isdir(p)]
     real = sorted({os.path.realpath(p) for p in paths} | {os.path.abspath(p) for p in paths})
     trees: list[str] = []
     for p in real:
-        if p != "/" and not any(p == q or p.startswith(q.rstrip("/") + "/") for q in trees):
+        if p != "/" and not any(_within(p, q) for q in trees):
             trees.append(p)
-    return tuple(trees)
+    # this package wherever the interpreter finds it, and wherever the host imported it from
+    packages = {os.path.realpath(p) for p in found["packages"]}
+    packages |= {os.path.realpath(p) for p in sys.modules["turngym"].__path__} if "turngym" in sys.modules else set()
+    hidden = sorted(p for p in packages if os.path.isdir(p) and any(_within(p, t) for t in (*trees, *_SYSTEM_TOPS)))
+    return InterpreterView(tuple(trees), tuple(hidden))
+
+
+def interpreter_trees(python: str = sys.executable) -> tuple[str, ...]:
+    return interpreter_view(python).trees
+
+
+def _within(path: str, tree: str) -> bool:
+    return path == tree or path.startswith(tree.rstrip("/") + "/")
+
+
+_SYSTEM_TOPS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin")
 
 
 # Syscalls refused inside the sandbox (EPERM), beyond what missing capabilities already stop:
@@ -128,13 +162,15 @@ def seccomp_fd() -> int | None:
     return fd
 
 
-def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None) -> list[str]:
-    """The ``bwrap`` prefix for one worker: namespaces, a read-only system, private tmpfs mounts,
-    and the seccomp filter read from descriptor ``seccomp`` (which the caller passes on)."""
+def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None, python: str = sys.executable) -> list[str]:
+    """The ``bwrap`` prefix for one worker of interpreter ``python``: namespaces, a read-only
+    system, private tmpfs mounts, the turngym package hidden, and the seccomp filter read from
+    descriptor ``seccomp`` (which the caller passes on)."""
+    view = interpreter_view(python)
     args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--die-with-parent", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
-    for top in ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin"):
+    for top in _SYSTEM_TOPS:
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
@@ -142,13 +178,16 @@ def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None) -> li
     for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
         if os.path.exists(etc):
             args += ["--ro-bind", etc, etc]
-    for tree in interpreter_trees():
-        if not tree.startswith(("/usr/", "/lib")):
-            args += ["--ro-bind", tree, tree]
     size = str(int(disk_bytes))
     args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", SANDBOX_WORKDIR,
-             "--remount-ro", "/", "--chdir", SANDBOX_WORKDIR]
+             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", SANDBOX_WORKDIR]
+    # after the tmpfs mounts (bwrap mounts in order): an interpreter or venv under /tmp stays visible
+    for tree in view.trees:
+        if not tree.startswith(("/usr/", "/lib")):
+            args += ["--ro-bind", tree, tree]
+    for pkg in view.hidden:  # an empty read-only folder over it (bwrap mounts in order: after the binds)
+        args += ["--size", "4096", "--perms", "0555", "--tmpfs", pkg, "--remount-ro", pkg]
+    args += ["--remount-ro", "/", "--chdir", SANDBOX_WORKDIR]
     if seccomp is not None:
         args += ["--seccomp", str(seccomp)]
     return args + ["--"]
@@ -182,6 +221,7 @@ class CgroupParents:
     version: str  # "v2" | "v1"
     memory: Path
     pids: Path
+    freezer: Path | None = None  # v1 only: the freezer hierarchy's parent, where it is available (v2 has cgroup.freeze)
 
 
 def _own_cgroup_paths() -> dict[str, str]:
@@ -241,7 +281,7 @@ def cgroup_parents() -> tuple[CgroupParents | None, str]:
             why = _enable_v2_controllers(parent) or _try_mkdir(parent)
             if why is None:
                 where = "below this process's cgroup" if parent == own_dir else "beside this process's cgroup"
-                return CgroupParents("v2", parent, parent), f"cgroup v2 (memory, pids), {where}"
+                return CgroupParents("v2", parent, parent), f"cgroup v2 (memory, pids, freeze), {where}"
         return None, why
     mem, pids = root / "memory", root / "pids"
     if not ((mem / "cgroup.procs").exists() and (pids / "cgroup.procs").exists()):
@@ -252,16 +292,27 @@ def cgroup_parents() -> tuple[CgroupParents | None, str]:
         why = _try_mkdir(parent)
         if why:
             return None, why
-    return CgroupParents("v1", mem_parent, pids_parent), "cgroup v1 (memory, pids)"
+    freezer_parent = root / "freezer" / own.get("freezer", "/").lstrip("/")
+    if (root / "freezer" / "cgroup.procs").exists() and _try_mkdir(freezer_parent) is None:
+        return CgroupParents("v1", mem_parent, pids_parent, freezer_parent), "cgroup v1 (memory, pids, freezer)"
+    return CgroupParents("v1", mem_parent, pids_parent), "cgroup v1 (memory, pids; no freezer)"
 
 
 class WorkerCgroup:
-    """One cgroup (v2) or pair (v1) for one worker's whole process tree."""
+    """One cgroup (v2) or one per controller (v1) for one worker's whole process tree."""
 
     def __init__(self, parents: CgroupParents, name: str, memory_bytes: int, processes: int):
         self.version = parents.version
         self.final_peak: int | None = None
-        self.dirs = [parents.memory / name] if parents.version == "v2" else [parents.memory / name, parents.pids / name]
+        if parents.version == "v2":
+            self.dirs = [parents.memory / name]
+            self._freeze_file: Path | None = self.dirs[0] / "cgroup.freeze"
+        else:
+            self.dirs = [parents.memory / name, parents.pids / name]
+            self._freeze_file = None
+            if parents.freezer is not None:
+                self.dirs.append(parents.freezer / name)
+                self._freeze_file = self.dirs[-1] / "freezer.state"
         try:
             self._create(memory_bytes, processes)
         except OSError:
@@ -271,7 +322,7 @@ class WorkerCgroup:
     def _create(self, memory_bytes: int, processes: int) -> None:
         for d in self.dirs:
             d.mkdir()
-        mem, pids = self.dirs[0], self.dirs[-1]
+        mem, pids = self.dirs[0], self.dirs[0 if self.version == "v2" else 1]
         if self.version == "v2":
             (mem / "memory.max").write_text(str(memory_bytes))
             if (mem / "memory.swap.max").exists():
@@ -306,6 +357,18 @@ class WorkerCgroup:
         except (OSError, ValueError):
             return 0
 
+    @property
+    def can_freeze(self) -> bool:
+        return self._freeze_file is not None and self._freeze_file.exists()
+
+    def freeze(self, frozen: bool) -> None:
+        """Stop (or resume) every process of the worker: between cells nothing a cell left
+        behind (a thread, a child it forks later) gets any CPU time."""
+        if self._freeze_file is None:
+            return
+        value = ("1" if frozen else "0") if self.version == "v2" else ("FROZEN" if frozen else "THAWED")
+        self._freeze_file.write_text(value)
+
     def kill_and_remove(self) -> None:
         """Kill what is left in it and remove it; its peak memory stays readable as ``final_peak``."""
         self.final_peak = self.peak_memory()
@@ -314,6 +377,13 @@ class WorkerCgroup:
 
 def remove_cgroup_dirs(dirs: list[Path]) -> None:
     """SIGKILL every process left in these cgroups, then remove them."""
+    for d in dirs:  # frozen tasks (v1) take no signal until thawed
+        for name, value in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
+            if (d / name).exists():
+                try:
+                    (d / name).write_text(value)
+                except OSError:
+                    pass
     for _ in range(100):
         left = False
         for d in dirs:
@@ -353,15 +423,17 @@ def _start_ticks(pid: int) -> int | None:
 
 
 class HostState:
-    """This process's folder of sandbox state: fallback working directories and a list of the
-    cgroups it created. Named after the host's pid and start time, so the next start can tell
-    a folder whose owner is gone (killed without clean-up) and remove what it lists."""
+    """This process's folder of sandbox state: fallback working directories and one record per
+    live worker cgroup (removed when the worker ends, so the folder does not grow). Named after
+    the host's pid and start time, so the next start can tell a folder whose owner is gone
+    (killed without clean-up) and remove what it lists."""
 
     def __init__(self) -> None:
         pid = os.getpid()
         self.dir = private_state_root() / f"host-{pid}-{_start_ticks(pid)}"
         self.dir.mkdir(mode=0o700, exist_ok=True)
         self._cgroups = self.dir / "cgroups"
+        self._cgroups.mkdir(mode=0o700, exist_ok=True)
         atexit.register(self.remove)  # registered before any pool's close, so it runs after them
 
     def remove(self) -> None:
@@ -369,10 +441,14 @@ class HostState:
         if os.getpid() == int(self.dir.name.split("-")[1]):
             _remove_state_dir(self.dir)
 
-    def record_cgroup(self, dirs: list[Path]) -> None:
-        with open(self._cgroups, "a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            fh.writelines(f"{d}\n" for d in dirs)
+    def record_cgroup(self, name: str, dirs: list[Path]) -> None:
+        (self._cgroups / name).write_text("".join(f"{d}\n" for d in dirs))
+
+    def forget_cgroup(self, name: str) -> None:
+        (self._cgroups / name).unlink(missing_ok=True)
+
+    def recorded_cgroups(self) -> list[Path]:
+        return _recorded_cgroups(self.dir)
 
     def workdir(self) -> str:
         return tempfile.mkdtemp(prefix="work-", dir=self.dir)
@@ -412,19 +488,44 @@ def clean_stale_state(root: Path = STATE_ROOT) -> list[str]:
         if str(_start_ticks(pid)) == ticks:
             continue  # its owner still runs
         removed += _remove_state_dir(entry)
+    return removed + _remove_unheld_uid_locks(root / "uids")
+
+
+def _remove_unheld_uid_locks(lock_dir: Path) -> list[str]:
+    """Lock files of uid claims no live worker holds (a killed host's, or older versions')."""
+    removed = []
+    for path in sorted(lock_dir.iterdir()) if lock_dir.is_dir() else []:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            path.unlink()  # held locked: a claimer that opened it meanwhile sees another inode and moves on
+            removed.append(str(path))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
     return removed
 
 
 def _remove_state_dir(entry: Path) -> list[str]:
     removed = []
-    cgroups = entry / "cgroups"
-    if cgroups.exists():
-        dirs = [Path(line) for line in cgroups.read_text().splitlines() if line.strip()]
+    dirs = _recorded_cgroups(entry)
+    if dirs:
         remove_cgroup_dirs([d for d in dirs if d.exists()])
         removed += [str(d) for d in dirs]
     _make_writable(entry)
     shutil.rmtree(entry, ignore_errors=True)
     return removed + [str(entry)]
+
+
+def _recorded_cgroups(state_dir: Path) -> list[Path]:
+    """The cgroups a host's state folder lists: one file per worker (a single file in older versions)."""
+    where = state_dir / "cgroups"
+    files = sorted(where.iterdir()) if where.is_dir() else [where] if where.exists() else []
+    return [Path(line) for f in files for line in f.read_text().splitlines() if line.strip()]
 
 
 def _make_writable(tree: Path) -> None:
@@ -443,7 +544,8 @@ def _make_writable(tree: Path) -> None:
 class UidClaim:
     """A throwaway uid held by one live worker (rlimits-only level, as root): claimed by an
     exclusive lock on a file, so no two live workers on this machine, in any process, share one;
-    the kernel drops the lock when its holder dies."""
+    the kernel drops the lock when its holder dies. Release deletes the file (while still
+    holding the lock); a claim counts only if its locked file is still the one at the path."""
 
     BASE = 200000
     SPAN = 1 << 16
@@ -454,17 +556,23 @@ class UidClaim:
         start = (os.getpid() * 97 + time.monotonic_ns()) % self.SPAN
         for k in range(self.SPAN):
             uid = self.BASE + (start + k) % self.SPAN
-            fd = os.open(lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            path = lock_dir / str(uid)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = os.fstat(fd)
+                now = os.stat(path)  # a releasing holder may have deleted the file we locked
+                if (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino):
+                    raise OSError("stale lock file")
             except OSError:
                 os.close(fd)
                 continue
-            self.uid, self._fd = uid, fd
+            self.uid, self._fd, self.path = uid, fd, path
             return
         raise RuntimeError("no free sandbox uid")
 
     def release(self) -> None:
         if self._fd >= 0:
+            self.path.unlink(missing_ok=True)
             os.close(self._fd)
             self._fd = -1
