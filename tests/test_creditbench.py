@@ -126,7 +126,7 @@ def test_every_wrapper_scores_and_outcome_credit_follows_the_evidence(searchqa_g
 
     scorer = HFSupportScorer(tiny_chat_policy.model, tiny_chat_policy.tokenizer)
     wrappers = {n: get_reward(n) for n in ("outcome", "ttrl", "empo", "funrl")}
-    wrappers.update(siop=get_reward("siop", scorer=scorer), igpo=get_reward("igpo", scorer=scorer))
+    wrappers.update(siop=get_reward("siop", scorer=scorer, tokens="text"), igpo=get_reward("igpo", scorer=scorer, tokens="text"))
     res = score_groups(searchqa_groups, wrappers, n_boot=100)
     for name, row in res.items():
         assert "error" not in row, (name, row)

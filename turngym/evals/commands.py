@@ -25,7 +25,8 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
         built = build(cfg)
         build_s = time.perf_counter() - start
         episodes = [e for groups in built.values() for g in groups for e in g]
-        wrappers = make_wrappers(names, scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_episodes=episodes)
+        wrappers = make_wrappers(names, scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_episodes=episodes,
+                                 tokens="text")  # scripted episodes carry text, not a policy's ids
         summary = run_creditbench(cfg, wrappers, args.out, n_boot=args.bootstrap, built=built, build_s=build_s)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         raise SystemExit(f"error: {exc}") from None

@@ -467,9 +467,11 @@ def markdown(s: dict[str, Any]) -> str:
 
 
 def make_wrappers(names: Sequence[str], scorer: Any = None, scribe_llm: Any = None,
-                  scribe_episodes: Sequence[Episode] = ()) -> dict[str, Any]:
+                  scribe_episodes: Sequence[Episode] = (), tokens: str = "ids") -> dict[str, Any]:
     """Wrappers by name; ``scorer`` (a model name or loaded scorer) for siop/igpo, shared; ``scribe_llm``
-    (a model name or loaded policy) judges for scribe, whose library is fitted on ``scribe_episodes``."""
+    (a model name or loaded policy) judges for scribe, whose library is fitted on ``scribe_episodes``.
+    ``tokens``: how siop/igpo read episodes: ``"ids"`` (the policy's own token ids) or ``"text"``
+    (re-tokenised by the scorer: scripted creditbench episodes carry no ids)."""
     from turngym.rewards import get_reward
     from turngym.rewards.support import make_scorer
 
@@ -481,7 +483,7 @@ def make_wrappers(names: Sequence[str], scorer: Any = None, scribe_llm: Any = No
             if scorer is None:
                 raise ValueError(f"{name} needs a support scorer model (--scorer)")
             shared = shared or make_scorer(scorer)
-            cfg["scorer"] = shared
+            cfg.update(scorer=shared, tokens=tokens)
         if name == "scribe":
             if scribe_llm is None:
                 raise ValueError("scribe needs a judge model (--scribe-llm)")

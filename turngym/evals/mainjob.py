@@ -110,7 +110,9 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
     times["ablation_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
     bench_cfg = BenchConfig(envs=cfg.bench_envs, groups=cfg.bench_groups, k=cfg.bench_k, seed=cfg.seed)
-    bench = run_creditbench(bench_cfg, wrappers, out / "creditbench")
+    support = [n for n in names if n in ("siop", "igpo")]  # scripted episodes are text: the scorer tokenises them
+    bench_wrappers = {**wrappers, **make_wrappers(support, scorer=scorer, tokens="text")}
+    bench = run_creditbench(bench_cfg, bench_wrappers, out / "creditbench")
     times["creditbench_s"] = round(time.perf_counter() - t0, 1)
     # viewer (lead wires up once turngym.evals.viewer lands):
     # write_viewer(out / "creditbench" / "episodes.jsonl", out / "creditbench" / "viewer.html", scores_path=out / "creditbench" / "creditbench.json")
