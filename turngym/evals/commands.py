@@ -46,7 +46,8 @@ def cmd_main_job(args: argparse.Namespace) -> int:
 
     cfg = MainJobConfig(out=Path(args.out), model=args.model, scorer=args.scorer or args.model, k=args.k, limit=args.limit,
                         concurrency=args.concurrency, scribe=args.scribe, bench_groups=args.bench_groups,
-                        bench_k=args.bench_k, seed=args.seed, setup_s=args.setup_s)
+                        bench_k=args.bench_k, seed=args.seed, setup_s=args.setup_s,
+                        bench_envs=tuple(e.strip() for e in args.bench_envs.split(",") if e.strip()))
     try:
         path = run_main_job(cfg)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
@@ -122,6 +123,7 @@ def add_credit_commands(sub: argparse._SubParsersAction) -> None:
     mj.add_argument("--concurrency", type=int, default=16)
     mj.add_argument("--scribe", action="store_true", help="also score with SCRIBE judged by the agent model (slow on CPU)")
     mj.add_argument("--bench-groups", type=int, default=4)
+    mj.add_argument("--bench-envs", default="searchqa,mathcode", help="creditbench envs (bfcl too: slow on CPU)")
     mj.add_argument("--bench-k", type=int, default=4)
     mj.add_argument("--seed", type=int, default=0)
     mj.add_argument("--setup-s", type=float, default=None, help="set-up seconds measured by the caller, for the report")

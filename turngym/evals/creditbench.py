@@ -363,8 +363,10 @@ def build(cfg: BenchConfig) -> dict[str, list[list[Episode]]]:
 
 def score_groups(groups: Sequence[Sequence[Episode]], wrappers: dict[str, Any],
                  labels_of: Callable[[Episode], list[int | None]] = planted_labels,
-                 n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """Credit accuracy of every wrapper on ``groups`` against ``labels_of`` (one env's groups)."""
+                 n_boot: int = 1000, seed: int = 0,
+                 rewards_out: dict[str, list[list[list[float]]]] | None = None) -> dict[str, Any]:
+    """Credit accuracy of every wrapper on ``groups`` against ``labels_of`` (one env's groups); the per-turn
+    rewards of each wrapper that scored are put in ``rewards_out`` (by name, per group) when given."""
     labels = [[labels_of(e) for e in g] for g in groups]
     out: dict[str, Any] = {}
     for name, wrapper in wrappers.items():
@@ -374,6 +376,8 @@ def score_groups(groups: Sequence[Sequence[Episode]], wrappers: dict[str, Any],
         except Exception as exc:  # noqa: BLE001 - one failing wrapper must not sink the others
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
             continue
+        if rewards_out is not None:
+            rewards_out[name] = rewards
         advantages = [group_advantages(name, r) for r in rewards]
         totals = [[sum(ep) for ep in r] for r in rewards]
         variances = [float(np.var(t, ddof=1)) for t in totals if len(t) > 1]
@@ -405,14 +409,20 @@ def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | P
     summary: dict[str, Any] = {"config": {k: v for k, v in asdict(cfg).items() if k != "retriever"},
                                "retriever": "default index" if cfg.retriever is None else str(cfg.retriever),
                                "build_s": None if build_s is None else round(build_s, 2), "envs": {}}
+    from turngym.evals.scores import records_for
+
+    records = []  # per-turn rewards for the viewer
     for env_name, groups in built.items():
         labs = [x for g in groups for e in g for x in planted_labels(e) if x is not None]
+        per_group: dict[str, list[list[list[float]]]] = {}
         summary["envs"][env_name] = {
             "groups": len(groups), "episodes": sum(len(g) for g in groups), "labelled_turns": len(labs),
             "useful_turns": int(sum(labs)),
             "items": [g[0].task.get("index") for g in groups],
             "outcome_rate": float(np.mean([_outcome(e) for g in groups for e in g])) if groups else None,
-            "wrappers": score_groups(groups, wrappers, n_boot=n_boot, seed=cfg.seed)}
+            "wrappers": score_groups(groups, wrappers, n_boot=n_boot, seed=cfg.seed, rewards_out=per_group)}
+        records += records_for([e for g in groups for e in g],
+                               {name: [ep for grp in rs for ep in grp] for name, rs in per_group.items()})
     summary["wall_s"] = round(time.perf_counter() - start, 2)
     if out_dir is not None:
         out = Path(out_dir)
@@ -424,7 +434,12 @@ def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | P
                     for e in g:
                         w.write(e)
         (out / "creditbench.json").write_text(json.dumps(summary, indent=1))
-        (out / "creditbench.md").write_text(markdown(summary))
+        from turngym.evals.viewer import render_viewer
+
+        render_viewer([e for groups in built.values() for g in groups for e in g], out / "view.html", records,
+                      source="episodes.jsonl")
+        (out / "creditbench.md").write_text(markdown(summary) + "\nEvery planted episode turn by turn, with each "
+                                            "wrapper's per-turn rewards and advantages: [view.html](view.html)\n")
     return summary
 
 
