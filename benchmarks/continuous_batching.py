@@ -10,7 +10,8 @@ A random tiny model never writes a search or an answer, so every episode runs to
 limit; ``--extra-stop`` adds a stop string that random text hits now and then (default "p",
 in about 5% of the tiny vocabulary's tokens), which makes turn lengths uneven (reported).
 Three more arms play k greedy samples per item (identical at temperature 0: generated once),
-against the static path as it was before (every sample generated). Usage: python benchmarks/continuous_batching.py [--model tiny|default|DIR]
+against the static path as it was before (every sample generated).
+Usage: python benchmarks/continuous_batching.py [--model tiny|default|DIR]
 [--episodes 16] [--concurrency 8] [--repeats 3]
 """
 

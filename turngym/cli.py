@@ -6,8 +6,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 
 def _env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
@@ -81,7 +82,8 @@ def cmd_play(args: argparse.Namespace) -> int:
 
     if args.human:
         env = _make_env(args, "chat")
-        options: dict[str, Any] = {"index": args.index} if args.question is None else {"task": {"question": args.question, "answers": args.answer or []}}
+        options: dict[str, Any] = ({"index": args.index} if args.question is None
+                                   else {"task": {"question": args.question, "answers": args.answer or []}})
         obs, info = env.reset(seed=args.seed, options=options)
         print(obs)
         while True:
@@ -98,7 +100,8 @@ def cmd_play(args: argparse.Namespace) -> int:
 
     policy = _load_policy(args)
     style = _prompt_style(policy)
-    task = RolloutTask(index=args.index) if args.question is None else RolloutTask(task={"question": args.question, "answers": args.answer or []})
+    task = (RolloutTask(index=args.index) if args.question is None
+            else RolloutTask(task={"question": args.question, "answers": args.answer or []}))
     runner = RolloutRunner(policy, lambda: _make_env(args, style), _sampling(args), k=1, concurrency=1, seed=args.seed)
     [episode] = runner.run([task])
     print(render_messages(episode.prompt))

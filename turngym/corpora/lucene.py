@@ -14,9 +14,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 _JVM_LOCK = threading.Lock()
 _JVM_PID: int | None = None
@@ -128,7 +129,7 @@ class LuceneRetriever:
         self._jnius = jnius
         self._pid = os.getpid()
 
-    def __deepcopy__(self, memo: dict) -> "LuceneRetriever":
+    def __deepcopy__(self, memo: dict) -> LuceneRetriever:
         return self  # a JVM searcher is a shared, read-only resource
 
     def _check_process(self) -> None:
@@ -162,7 +163,7 @@ class LuceneRetriever:
             except ValueError:
                 cleaned.append("")
         ids = [str(i) for i in range(len(cleaned))]
-        live = [(i, q) for i, q in zip(ids, cleaned) if q]
+        live = [(i, q) for i, q in zip(ids, cleaned, strict=True) if q]
         if not live:
             return [[] for _ in queries]
         jlist = self._jnius.autoclass("java.util.ArrayList")
