@@ -10,7 +10,8 @@ A random tiny model never writes a search or an answer, so every episode runs to
 limit; ``--extra-stop`` adds a stop string that random text hits now and then (default "p",
 in about 5% of the tiny vocabulary's tokens), which makes turn lengths uneven (reported).
 Three more arms play k greedy samples per item (identical at temperature 0: generated once),
-against the static path as it was before (every sample generated). Usage: python benchmarks/continuous_batching.py [--model tiny|default|DIR]
+against the static path as it was before (every sample generated).
+Usage: python benchmarks/continuous_batching.py [--model tiny|default|DIR]
 [--episodes 16] [--concurrency 8] [--repeats 3]
 """
 
@@ -23,10 +24,9 @@ import time
 import gymnasium
 
 import turngym  # noqa: F401  (registers the envs)
-from turngym.agents.loading import load_hf_policy
+from bench_setup import load_bench_policy
 from turngym.agents.policy import SamplingParams
 from turngym.agents.runner import RolloutRunner
-from turngym.agents.tiny import tiny_model_dir
 
 
 class OldStaticRunner(RolloutRunner):
@@ -59,11 +59,7 @@ def main() -> None:
     ap.add_argument("--extra-stop", default="p")
     ap.add_argument("--k", type=int, default=4, help="samples per item in the greedy arms")
     args = ap.parse_args()
-    if args.model == "tiny":
-        policy = load_hf_policy(str(tiny_model_dir(chat=True, hidden_size=256, num_layers=4)), dtype="float32", device="cpu")
-    else:
-        policy = load_hf_policy(args.model, device="cpu")
-    style = "chat" if getattr(policy.tokenizer, "chat_template", None) else "base"
+    policy, style = load_bench_policy(args.model)
     items = list(range(args.episodes))
     play(policy, "continuous", items[:2], 1, args, 1.0, style)  # warm-up (index, JVM, model)
     wall: dict[str, list[float]] = {}

@@ -67,7 +67,7 @@ def main() -> None:
           f"raw SimpleSearcher.batch_search {q['bare']:.0f} q/s (hits left in Java), "
           f"{q['read']:.0f} q/s (docid/score/raw read into Python)")
     print(f"ratio vs hits left in Java: {q['ours'] / q['bare']:.2f}x; vs hits read into Python: {q['ours'] / q['read']:.2f}x")
-    print("per-repeat ratio turngym/raw: " + ", ".join(f"{b / o:.2f}" for o, b in zip(ours, bare)))
+    print("per-repeat ratio turngym/raw: " + ", ".join(f"{b / o:.2f}" for o, b in zip(ours, bare, strict=True)))
 
     server = RetrievalServer(str(tmp / "index"), port=0, threads=args.threads)
     threading.Thread(target=server.serve_forever, daemon=True).start()

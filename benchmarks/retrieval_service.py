@@ -16,9 +16,10 @@ import json
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Sequence
+from typing import Any
 
 import httpx
 import numpy as np
@@ -32,7 +33,7 @@ from turngym.corpora.service import RetrievalServer
 
 
 class _LegacyHandler(BaseHTTPRequestHandler):
-    server: "LegacyRetrievalServer"
+    server: LegacyRetrievalServer
 
     def log_message(self, *args: Any) -> None:
         pass

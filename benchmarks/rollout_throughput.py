@@ -11,10 +11,9 @@ import argparse
 import statistics
 import time
 
-from turngym.agents.loading import load_hf_policy
+from bench_setup import load_bench_policy
 from turngym.agents.policy import SamplingParams
 from turngym.agents.runner import RolloutRunner
-from turngym.agents.tiny import tiny_model_dir
 from turngym.envs.calculator import CalculatorEnv
 
 
@@ -35,11 +34,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     args = ap.parse_args()
-    if args.model == "tiny":
-        policy = load_hf_policy(str(tiny_model_dir(chat=True, hidden_size=256, num_layers=4)), dtype="float32", device="cpu")
-    else:
-        policy = load_hf_policy(args.model, device="cpu")
-    style = "chat" if getattr(policy.tokenizer, "chat_template", None) else "base"
+    policy, style = load_bench_policy(args.model)
     run(policy, 8, 2, 4, style)  # warm-up
     seq, bat = [], []
     for _ in range(args.repeats):

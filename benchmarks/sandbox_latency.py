@@ -79,7 +79,8 @@ def main() -> None:
     print(f"executions per second on 2 workers ({strong.chosen.level}): {sum(counts) / 5.0:.0f}")
 
     for name, env, action in [("Calculator-v0 (no tool)", CalculatorEnv(max_turns=10**6), "thinking..."),
-                              ("MathCode-v0 (no code)", MathCodeEnv(dataset="gsm8k", max_turns=10**6, sandbox=strong), "thinking...")]:
+                              ("MathCode-v0 (no code)", MathCodeEnv(dataset="gsm8k", max_turns=10**6, sandbox=strong),
+                               "thinking...")]:
         env.reset(options={"index": 0})
         step_us = []
         for _ in range(2000):

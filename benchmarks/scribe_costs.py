@@ -44,7 +44,8 @@ FAMILIES = [
     ("write", "python code that sums a list"), ("debug", "a python traceback"), ("print", "an intermediate value"),
     ("call", "a file system function to list files"), ("move", "a file into a folder"), ("book", "a flight with a travel API"),
     ("check", "an account balance before trading"), ("convert", "units of temperature"), ("count", "outcomes of a dice roll"),
-    ("simplify", "a fraction to lowest terms"), ("verify", "an answer by substitution"), ("extract", "the answer span from a passage"),
+    ("simplify", "a fraction to lowest terms"), ("verify", "an answer by substitution"),
+    ("extract", "the answer span from a passage"),
     ("post", "a message with a messaging API"), ("cite", "the passage that supports an answer"),
 ]
 FRAMES = ["{v} {o}", "{v} {o} carefully", "first {v} {o}", "{v} {o} step by step", "then {v} {o}",

@@ -30,7 +30,10 @@ def main() -> None:
     policy = load_policy(args.model)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0)
     for fmt in args.formats.split(","):
-        make = lambda: gymnasium.make("turngym/SearchQA-v0", dataset=args.dataset, tool_format=fmt, max_turns=3)  # noqa: B023
+
+        def make(fmt: str = fmt):
+            return gymnasium.make("turngym/SearchQA-v0", dataset=args.dataset, tool_format=fmt, max_turns=3)
+
         runner = RolloutRunner(policy, make, sampling, k=1, concurrency=8, run_tag=fmt)
         start = time.perf_counter()
         eps = runner.run(range(args.limit))

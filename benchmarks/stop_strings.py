@@ -23,8 +23,8 @@ from transformers import StoppingCriteriaList, StopStringCriteria
 
 from turngym.agents.hf import TailStopStrings
 from turngym.agents.loading import load_hf_policy
-from turngym.envs.calculator import CalculatorEnv
 from turngym.agents.tokenization import ConversationTokenizer
+from turngym.envs.calculator import CalculatorEnv
 
 
 def main() -> None:
@@ -106,8 +106,10 @@ def main() -> None:
     for k, v in pm.items():
         print(f"{k:28s}: {v * 1000:9.3f} ms (median of {args.repeats})")
     steps = args.max_new_tokens
-    print(f"stop-string cost per generate call of {steps} steps: rebuilt {(pm['build StopStringCriteria'] + steps * pm['check cached (per step)']) * 1000:.1f} ms, "
-          f"cached {steps * pm['check cached (per step)'] * 1000:.2f} ms, tail {steps * pm['check tail (per step)'] * 1000:.2f} ms; "
+    rebuilt = pm["build StopStringCriteria"] + steps * pm["check cached (per step)"]
+    print(f"stop-string cost per generate call of {steps} steps: rebuilt {rebuilt * 1000:.1f} ms, "
+          f"cached {steps * pm['check cached (per step)'] * 1000:.2f} ms, "
+          f"tail {steps * pm['check tail (per step)'] * 1000:.2f} ms; "
           f"generating those steps: {steps * pm['decode forward (per step)'] * 1000:.0f} ms")
 
 

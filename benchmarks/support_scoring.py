@@ -63,12 +63,18 @@ def run_arm(model, tokenizer, method: str, groups, conts) -> tuple[float, list]:
     return time.perf_counter() - start, scores
 
 
+def _abs_diffs(a, b) -> list[float]:
+    """|x - y| over groups, rows and values of two equally shaped score tables."""
+    return [abs(x - y) for ga, gb in zip(a, b, strict=True) for ra, rb in zip(ga, gb, strict=True)
+            for x, y in zip(ra, rb, strict=True)]
+
+
 def max_diff(a, b) -> float:
-    return max(abs(x - y) for ga, gb in zip(a, b) for ra, rb in zip(ga, gb) for x, y in zip(ra, rb))
+    return max(_abs_diffs(a, b))
 
 
 def mean_diff(a, b) -> float:
-    d = [abs(x - y) for ga, gb in zip(a, b) for ra, rb in zip(ga, gb) for x, y in zip(ra, rb)]
+    d = _abs_diffs(a, b)
     return sum(d) / len(d)
 
 

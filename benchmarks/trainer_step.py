@@ -9,76 +9,29 @@ Usage: python benchmarks/trainer_step.py [--steps 20] [--repeats 3]
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
-import tempfile
-import time
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 def main() -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    from turngym.agents.tiny import tiny_model_dir
-    from turngym.agents.trainer import TurnGRPOTrainer, task_dataset
-    from turngym.envs.calculator import CalculatorEnv
-    from turngym.rewards import get_reward
+    from bench_setup import alternate, replay_batch, seconds_per_step, step_args
+    from turngym.agents.trainer import task_dataset
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
-    d = str(tiny_model_dir(chat=True, hidden_size=256, num_layers=4))
-    tok = AutoTokenizer.from_pretrained(d)
-
-    def cfg():
-        return GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=8, num_generations=8,
-                          max_completion_length=64, max_steps=args.steps, logging_steps=1000, report_to="none",
-                          use_cpu=True, learning_rate=1e-5, save_strategy="no", seed=0, disable_tqdm=True)
-
-    def fresh_model():
-        torch.manual_seed(0)
-        return AutoModelForCausalLM.from_pretrained(d)
-
-    env = lambda: CalculatorEnv(max_turns=3)  # noqa: E731
-    probe = TurnGRPOTrainer(model=fresh_model(), processing_class=tok, env_factory=env, reward=get_reward("outcome"),
-                            args=cfg(), train_dataset=task_dataset(range(64)), estimator="turn", stop=(" ",))
-    prompts = [probe.train_dataset[0]["prompt"]] * 8
-    batch = probe._rollout(prompts, probe)
-    episodes = probe._batch_episodes
-    print(f"batch: 8 episodes, {sum(len(e.turns) for e in episodes)} turns, "
-          f"{sum(len(c) for c in batch['completion_ids'])} completion tokens")
-
-    def ours_step_time() -> float:
-        tr = TurnGRPOTrainer(model=fresh_model(), processing_class=tok, env_factory=env, reward=get_reward("outcome"),
-                             args=cfg(), train_dataset=task_dataset([0] * 64), estimator="turn", stop=(" ",))
-
-        def replay(p, t):
-            tr._batch_episodes = episodes
-            return batch
-
-        tr.rollout_func = replay
-        start = time.perf_counter()
-        tr.train()
-        return (time.perf_counter() - start) / args.steps
+    args = step_args(__doc__)
+    bench = replay_batch(args.steps, probe_estimator="turn")
+    print(bench.describe())
 
     def stock_step_time() -> float:
-        tr = GRPOTrainer(model=fresh_model(), processing_class=tok, args=cfg(),
+        tr = GRPOTrainer(model=bench.fresh_model(), processing_class=bench.tokenizer, args=bench.config(),
                          reward_funcs=[lambda prompts, completions, turngym_outcome, **kw: list(turngym_outcome)],
-                         train_dataset=task_dataset([0] * 64), rollout_func=lambda p, t: batch)
-        start = time.perf_counter()
-        tr.train()
-        return (time.perf_counter() - start) / args.steps
+                         train_dataset=task_dataset([0] * 64), rollout_func=lambda p, t: bench.batch)
+        return seconds_per_step(tr, args.steps)
 
-    ours, stock = [], []
-    for _ in range(args.repeats):
-        stock.append(stock_step_time())
-        ours.append(ours_step_time())
-    o, s = statistics.median(ours), statistics.median(stock)
+    med = alternate({"stock": stock_step_time, "ours": lambda: bench.turn_step_time("turn")}, args.repeats)
+    o, s = med["ours"], med["stock"]
     print(f"step time: turngym turn advantages {o * 1000:.1f} ms, stock TRL GRPO {s * 1000:.1f} ms, ratio {o / s:.3f}x")
 
 

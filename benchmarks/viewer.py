@@ -123,14 +123,14 @@ def browser_figures(html: Path) -> None:
         for run in range(2):  # the first run includes a cold browser cache
             page = browser.new_page()
             errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
             t0 = time.perf_counter()
             page.goto(html.as_uri())
             page.wait_for_selector("body[data-ready='1']", timeout=120_000)
             first = time.perf_counter() - t0
             in_page = page.evaluate("performance.now()")
-            t_filter = timed(page, lambda: page.select_option("#f-oc", "correct"))
-            t_search = timed(page, lambda: page.fill("#f-q", "museum bridge")) - 0.15  # minus the input debounce
+            t_filter = timed(page, lambda page=page: page.select_option("#f-oc", "correct"))
+            t_search = timed(page, lambda page=page: page.fill("#f-q", "museum bridge")) - 0.15  # minus the input debounce
             status = page.locator("#status").inner_text()
             print(f"chromium run {run + 1}: first render {first:.2f} s (page clock {in_page / 1000:.2f} s); "
                   f"outcome filter {t_filter * 1000:.0f} ms; first text search {t_search * 1000:.0f} ms "

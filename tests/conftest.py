@@ -1,10 +1,11 @@
-"""Shared fixtures: tiny random models built locally (no hub), and a fake policy for unit tests."""
+"""Shared fixtures: tiny random models built locally (no hub), real Lucene indexes built from test passages,
+and a fake policy for unit tests."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import pytest
 
@@ -36,6 +37,31 @@ def gemma_tokenizer():
     from turngym.agents.loading import resolve_model_dir
 
     return AutoTokenizer.from_pretrained(resolve_model_dir("default"))
+
+
+@pytest.fixture(scope="session")
+def lucene_index(tmp_path_factory):
+    """Builds a real Lucene index (Anserini) from a list of ``{"id", "title", "text"}`` passages and
+    returns its directory; the same passages give the same index within a session."""
+    import json
+
+    from turngym.corpora.corpus import read_user_passages, write_collection
+    from turngym.corpora.lucene import build_index
+
+    built: dict[str, str] = {}
+
+    def build(passages: Sequence[dict]) -> str:
+        text = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in passages)
+        if text not in built:
+            root = tmp_path_factory.mktemp("lucene")
+            (root / "passages.jsonl").write_text(text, encoding="utf-8")
+            n = write_collection(read_user_passages(root / "passages.jsonl"), root / "collection")
+            assert n == len(passages)
+            build_index(root / "collection", root / "index", threads=1)
+            built[text] = str(root / "index")
+        return built[text]
+
+    return build
 
 
 @dataclass

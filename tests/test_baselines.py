@@ -111,7 +111,7 @@ def test_egpo_in_the_trainer_adds_the_clipped_entropy_term_on_action_tokens(tmp_
             break
     mask = (out["completion_mask"] * out["tool_mask"]).bool()
     base_table = torch.zeros_like(out["advantages"])
-    for row, ep in enumerate(tr._batch_episodes):
+    for row in range(len(tr._batch_episodes)):
         base_table[row, : int(out["completion_mask"][row].sum())] = base[row][0]
     base_table = base_table * mask
     bonus = out["advantages"] - base_table

@@ -82,5 +82,6 @@ def test_python_dash_m_turngym_lists_every_command_and_its_version():
     assert len(commands) >= 10
     for name in commands:
         assert name in help_text
-    eval_help = subprocess.run([sys.executable, "-m", "turngym", "eval", "--help"], capture_output=True, text=True, check=True).stdout
+    eval_help = subprocess.run([sys.executable, "-m", "turngym", "eval", "--help"],
+                               capture_output=True, text=True, check=True).stdout
     assert eval_help.count("(default:") >= 5  # option defaults are shown

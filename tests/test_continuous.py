@@ -73,7 +73,7 @@ def test_continuous_episodes_equal_the_static_ones_for_greedy_decoding(tiny_chat
     for key in static:
         (a, lp_a), (b, lp_b) = _comparable(static[key]), _comparable(cont[key])
         assert a == b  # text, token ids, observations, outcome: identical
-        for x, y in zip(lp_a, lp_b):  # logprobs: same tokens, read in other shapes (float rounding)
+        for x, y in zip(lp_a, lp_b, strict=True):  # logprobs: same tokens, read in other shapes (float rounding)
             assert x == pytest.approx(y, abs=1e-5)
     for ep in cont.values():  # the token invariant: the ids of each request are the episode's own
         ids, _ = episode_token_arrays(ep)
@@ -149,7 +149,8 @@ def test_stop_strings_cut_exactly_where_the_string_ends_and_the_checker_is_reuse
     assert gen.finish_reason == "stop" and gen.text.endswith(stop)
     assert gen.text == free.text[: free.text.index(stop) + len(stop)]
     assert gen.token_ids == free.token_ids[: len(gen.token_ids)]
-    tiny_chat_policy.generate([GenerationRequest(prompt_ids=prompt)], SamplingParams(max_new_tokens=4, temperature=0, stop=(stop,)))
+    tiny_chat_policy.generate([GenerationRequest(prompt_ids=prompt)],
+                              SamplingParams(max_new_tokens=4, temperature=0, stop=(stop,)))
     assert tiny_chat_policy.stop_strings((stop,)) is first  # built once, reused by later calls
 
 

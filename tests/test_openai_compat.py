@@ -3,10 +3,9 @@ real HTTP; only the model behind it is fake)."""
 
 import pytest
 
+from conftest import FakeJSONServer
 from turngym.agents.openai_compat import OpenAICompatPolicy
 from turngym.agents.policy import GenerationRequest, PolicyError, SamplingParams
-
-from conftest import FakeJSONServer
 
 
 def FakeOpenAIServer(fail_first=0, delay=0.0, owner="vllm"):
@@ -41,8 +40,8 @@ def test_token_and_chat_requests_round_trip():
     server = FakeOpenAIServer()
     try:
         pol = OpenAICompatPolicy(model="m", base_url=server.url)
-        gens = pol.generate([GenerationRequest(prompt_ids=[1, 2, 3]), GenerationRequest(messages=[{"role": "user", "content": "hi"}])],
-                            SamplingParams(max_new_tokens=7, stop=("</calc>",)))
+        requests = [GenerationRequest(prompt_ids=[1, 2, 3]), GenerationRequest(messages=[{"role": "user", "content": "hi"}])]
+        gens = pol.generate(requests, SamplingParams(max_new_tokens=7, stop=("</calc>",)))
         assert gens[0].token_ids == [5, 6] and gens[0].logprobs == [-0.5, -1.0] and gens[0].text == "<calc>1+1</calc>"
         assert gens[1].token_ids is None and gens[1].text == "<answer>4</answer>"
         paths = sorted(p for p, _ in posts(server))

@@ -2,12 +2,10 @@
 stored raw documents with quotes, backslashes and non-BMP text), single and batch search,
 on a real Lucene index."""
 
-import json
 
 import pytest
 
-from turngym.corpora.corpus import read_user_passages, write_collection
-from turngym.corpora.lucene import LuceneRetriever, build_index, jvm, parse_raw
+from turngym.corpora.lucene import LuceneRetriever, jvm, parse_raw
 
 PASSAGES = [
     {"id": "p1", "title": "Scott Derrickson", "text": "Scott Derrickson is an American director born in Denver."},
@@ -22,13 +20,8 @@ QUERIES = ["capital of France", "Tokyo Japan", "American director", "capital cit
 
 
 @pytest.fixture(scope="module")
-def retriever(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lucene-bulk")
-    src = root / "passages.jsonl"
-    src.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in PASSAGES))
-    write_collection(read_user_passages(src), root / "collection")
-    build_index(root / "collection", root / "index", threads=1)
-    return LuceneRetriever(root / "index")
+def retriever(lucene_index):
+    return LuceneRetriever(lucene_index(PASSAGES))
 
 
 def anserini_hits(retriever, query, k):
@@ -46,7 +39,7 @@ def anserini_hits(retriever, query, k):
 def test_batch_and_single_search_equal_anserini_hit_by_hit(retriever, k):
     batch = retriever.batch_search(QUERIES, k=k, threads=2)
     assert len(batch) == len(QUERIES)
-    for q, hits in zip(QUERIES, batch):
+    for q, hits in zip(QUERIES, batch, strict=True):
         expected = anserini_hits(retriever, q, k)
         got = [(h.docid, h.score, h.title, h.text) for h in hits]
         assert got == expected

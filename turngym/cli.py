@@ -6,8 +6,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 
 def _env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
@@ -81,7 +82,8 @@ def cmd_play(args: argparse.Namespace) -> int:
 
     if args.human:
         env = _make_env(args, "chat")
-        options: dict[str, Any] = {"index": args.index} if args.question is None else {"task": {"question": args.question, "answers": args.answer or []}}
+        options: dict[str, Any] = ({"index": args.index} if args.question is None
+                                   else {"task": {"question": args.question, "answers": args.answer or []}})
         obs, info = env.reset(seed=args.seed, options=options)
         print(obs)
         while True:
@@ -98,7 +100,8 @@ def cmd_play(args: argparse.Namespace) -> int:
 
     policy = _load_policy(args)
     style = _prompt_style(policy)
-    task = RolloutTask(index=args.index) if args.question is None else RolloutTask(task={"question": args.question, "answers": args.answer or []})
+    task = (RolloutTask(index=args.index) if args.question is None
+            else RolloutTask(task={"question": args.question, "answers": args.answer or []}))
     runner = RolloutRunner(policy, lambda: _make_env(args, style), _sampling(args), k=1, concurrency=1, seed=args.seed)
     [episode] = runner.run([task])
     print(render_messages(episode.prompt))
@@ -254,9 +257,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from turngym.agents.train_config import TrainConfig, build_trainer
+    from turngym.config_overrides import apply_overrides, parse_overrides
 
     try:
         cfg = TrainConfig.load(args.config)
+        apply_overrides(cfg, parse_overrides(args.overrides))
         if args.allow_eval_overlap:
             cfg.data["eval_overlap"] = "allow"
         trainer = build_trainer(cfg)
@@ -359,6 +364,20 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+class _TrainHelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown, and the overrides' examples kept as written."""
+
+
+TRAIN_OVERRIDES_HELP = """\
+overrides of the YAML, applied in this order after it is read:
+  SECTION.KEY=VALUE       any part of the config; VALUE is read as JSON, else kept as a string
+                            reward.name=siop  estimator.gamma=0.9  env.kwargs.max_turns=3
+                            trl.learning_rate=1e-6  model.name_or_path=DIR  max_episode_tokens=512
+  --GRPOCONFIG_FIELD VALUE  TRL's own flags for trl: (parsed by TRL's HfArgumentParser over GRPOConfig)
+                            --learning_rate 1e-6  --max_steps 50  --bf16 true  --report_to none
+an unknown section, GRPOConfig field or flag is refused before anything is built."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     from turngym import __version__
 
@@ -422,12 +441,14 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--max-hits", type=int, default=50_000, help="cap on queries x topk per request (413 above)")
     srv.set_defaults(func=cmd_serve_retriever)
 
-    tr = sub.add_parser("train", help="GRPO with per-turn advantages (TRL); launch with accelerate for many GPUs")
+    tr = sub.add_parser("train", help="GRPO with per-turn advantages (TRL); launch with accelerate for many GPUs",
+                        usage="turngym train --config YAML [options] [SECTION.KEY=VALUE ...] [--GRPOCONFIG_FIELD VALUE ...]",
+                        formatter_class=_TrainHelpFormatter, epilog=TRAIN_OVERRIDES_HELP)
     tr.add_argument("--config", required=True, help="YAML: env, data, reward, estimator, model, peft, trl")
     tr.add_argument("--resume", default=None, help="a checkpoint directory, or 'true' for the latest in output_dir")
     tr.add_argument("--allow-eval-overlap", action="store_true",
                     help="train even on items whose question is in an evaluation set (same as data.eval_overlap: allow)")
-    tr.set_defaults(func=cmd_train)
+    tr.set_defaults(func=cmd_train, overrides=[])
 
     ev = sub.add_parser("eval", help="evaluate a model on an env and dataset subset (resumable)")
     common(ev)
@@ -489,7 +510,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         lm_eval_main(argv[1:])
         return 0
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # only `train` takes more: its YAML overrides and TRL flags (turngym/config_overrides.py)
+        if args.command != "train":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = extra
     return int(args.func(args) or 0)
 
 

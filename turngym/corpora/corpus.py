@@ -13,9 +13,10 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from tqdm import tqdm
 
@@ -80,7 +81,8 @@ def write_collection(passages: Iterable[dict[str, str]], out_dir: str | os.PathL
                 if fh:
                     fh.close()
                 fh = (out / f"docs{n // shard_size:05d}.jsonl").open("w", encoding="utf-8")
-            doc = {"id": p.get("id") or str(n), "contents": f"\"{p['title']}\"\n{p['text']}", "title": p["title"], "text": p["text"]}
+            doc = {"id": p.get("id") or str(n), "contents": f"\"{p['title']}\"\n{p['text']}",
+                   "title": p["title"], "text": p["text"]}
             fh.write(json.dumps(doc, ensure_ascii=False) + "\n")
             n += 1
     finally:

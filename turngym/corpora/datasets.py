@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def subset(self, indices: Sequence[int], items: Sequence[dict[str, Any]]) -> "Manifest":
+    def subset(self, indices: Sequence[int], items: Sequence[dict[str, Any]]) -> Manifest:
         ids = [str(items[i]["id"]) for i in indices]
         return Manifest(self.dataset, self.split, self.source, self.sha256, len(ids), ids)
 
@@ -167,7 +168,7 @@ def load_dataset(name_or_path: str, split: str | None = None, normalise: Callabl
 def _load_subset(name: str, split: str | None) -> Dataset:
     """A subset file's items; ``dataset`` is the subset's name, ``index`` the position in it, and
     ``source_dataset`` / ``source_index`` say where each item comes from."""
-    from turngym.corpora.subsets import SubsetSpec, subset_path, subset_items
+    from turngym.corpora.subsets import SubsetSpec, subset_items, subset_path
 
     if split not in (None, "subset"):
         raise ValueError(f"subset {name!r} has no splits; got split {split!r}")

@@ -14,13 +14,18 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 _JVM_LOCK = threading.Lock()
 _JVM_PID: int | None = None
 MAX_QUERY_WORDS = 256  # Lucene's BooleanQuery refuses more than 1,024 clauses
+# Java's notes that carry nothing for the user: SLF4J's "Connected with provider" (its errors still
+# print) and Lucene's "please update Apache Lucene" (see java_logging.properties).
+QUIET_JVM_OPTIONS = ("-Dslf4j.internal.verbosity=ERROR",
+                     f"-Djava.util.logging.config.file={Path(__file__).with_name('java_logging.properties')}")
 
 
 class RetrieverError(RuntimeError):
@@ -59,7 +64,7 @@ def jvm() -> Any:
 
             if not jnius_config.vm_running:
                 jnius_config.add_options("-Xms256m", "-Xmx4g", "-Dlog4j2.level=WARN", "--enable-native-access=ALL-UNNAMED",
-                                         "--sun-misc-unsafe-memory-access=allow")
+                                         "--sun-misc-unsafe-memory-access=allow", *QUIET_JVM_OPTIONS)
                 jnius_config.set_classpath(anserini_jar())
             _JVM_PID = os.getpid()
         import jnius
@@ -128,7 +133,7 @@ class LuceneRetriever:
         self._jnius = jnius
         self._pid = os.getpid()
 
-    def __deepcopy__(self, memo: dict) -> "LuceneRetriever":
+    def __deepcopy__(self, memo: dict) -> LuceneRetriever:
         return self  # a JVM searcher is a shared, read-only resource
 
     def _check_process(self) -> None:
@@ -162,7 +167,7 @@ class LuceneRetriever:
             except ValueError:
                 cleaned.append("")
         ids = [str(i) for i in range(len(cleaned))]
-        live = [(i, q) for i, q in zip(ids, cleaned) if q]
+        live = [(i, q) for i, q in zip(ids, cleaned, strict=True) if q]
         if not live:
             return [[] for _ in queries]
         jlist = self._jnius.autoclass("java.util.ArrayList")

@@ -18,9 +18,10 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import httpx
 
@@ -45,7 +46,7 @@ class RemoteRetriever:
             self.url += "/retrieve"
         self._client = httpx.Client(timeout=self.timeout_s)
 
-    def __deepcopy__(self, memo: dict) -> "RemoteRetriever":
+    def __deepcopy__(self, memo: dict) -> RemoteRetriever:
         return self  # an HTTP client is a shared resource
 
     def batch_search(self, queries: Sequence[str], k: int = 3, threads: int = 1) -> list[list[Hit]]:
@@ -133,7 +134,7 @@ def parse_request(body: bytes, max_hits: int) -> tuple[list[str], int, bool]:
 
 def _row_json(hits: list[Hit], with_scores: bool) -> bytes:
     docs = [{"id": h.docid, "contents": h.contents} for h in hits]
-    row = [{"document": d, "score": h.score} for d, h in zip(docs, hits)] if with_scores else docs
+    row = [{"document": d, "score": h.score} for d, h in zip(docs, hits, strict=True)] if with_scores else docs
     try:
         return json.dumps(row, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:  # a stored document with a lone surrogate: escape everything
@@ -193,7 +194,7 @@ class RetrievalApp:
 
         try:
             await asyncio.wait_for(read(), self.body_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise BadRequest(408, f"the request body did not arrive within {self.body_timeout_s:g} s "
                                   f"(got {len(body)} of {declared or '?'} bytes)") from None
         return bytes(body)
@@ -330,7 +331,7 @@ class RetrievalServer:
         finally:
             self._stopped.set()
 
-    def start(self, timeout_s: float = 30.0) -> "RetrievalServer":
+    def start(self, timeout_s: float = 30.0) -> RetrievalServer:
         threading.Thread(target=self.serve_forever, name="retrieval-server", daemon=True).start()
         deadline = time.monotonic() + timeout_s
         while not self._server.started:
@@ -348,7 +349,7 @@ class RetrievalServer:
     def server_close(self) -> None:
         self._sock.close()
 
-    def __enter__(self) -> "RetrievalServer":
+    def __enter__(self) -> RetrievalServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

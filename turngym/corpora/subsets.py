@@ -19,10 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 import string
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 SUBSET_PREFIX = "subset:"
 EVAL_SOURCE = "igpo-test"  # IGPO's evaluation file, bundled
@@ -33,7 +34,7 @@ SEARCHQA_EVAL_DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopq
 SEARCHQA_TRAIN_SOURCES = ("nq", "hotpotqa")
 SEARCHQA_TRAIN_OFFLINE = "searchqa-train-offline"
 
-_PUNCT = str.maketrans({c: " " for c in string.punctuation})
+_PUNCT = str.maketrans(dict.fromkeys(string.punctuation, " "))
 
 
 def normalise_question(text: str) -> str:
@@ -78,7 +79,7 @@ class SubsetSpec:
                 "sources": self.sources, "count": len(self.items), "items": self.items}
 
     @classmethod
-    def read(cls, name: str) -> "SubsetSpec":
+    def read(cls, name: str) -> SubsetSpec:
         raw = json.loads(subset_path(name).read_text(encoding="utf-8"))
         return cls(raw["name"], raw["description"], raw["items"], raw["sources"], raw.get("selection", {}))
 

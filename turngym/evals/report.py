@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from turngym.episode import Episode
 
@@ -51,9 +52,9 @@ def rate_bars(ax: Any, metric_names: Sequence[str], runs: Sequence[tuple[str, di
     width = 0.8 / max(1, len(runs))
     colours = [f"C{i % 10}" for i in range(len(runs))]
     crowded = len(runs) * len(metric_names) > 8
-    for i, (label, metrics) in enumerate(runs):
+    for i, (_label, metrics) in enumerate(runs):
         xs = [j - 0.4 + width * (i + 0.5) for j in range(len(metric_names))]
-        for x, name in zip(xs, metric_names):
+        for x, name in zip(xs, metric_names, strict=True):
             m = metrics.get(name)
             if not isinstance(m, dict) or not math.isfinite(m.get("value", math.nan)):
                 continue
@@ -78,7 +79,7 @@ def rate_bars(ax: Any, metric_names: Sequence[str], runs: Sequence[tuple[str, di
     ax.axhline(0, color="grey", linewidth=0.6)
     ax.set_ylabel("value (bars: 95% CI)")
     if len(runs) > 1:
-        handles = [Patch(color=c, label=n) for c, (n, _) in zip(colours, runs)]
+        handles = [Patch(color=c, label=n) for c, (n, _) in zip(colours, runs, strict=True)]
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
@@ -268,7 +269,7 @@ def credit_figure(rewards: dict[str, list[list[float]]], max_rows: int = 32) -> 
     cmap = plt.get_cmap("RdBu_r").with_extremes(bad=(0, 0, 0, 0))
     fig, axes = plt.subplots(1, len(names), figsize=(2.3 * len(names) + 2.0, 4), squeeze=False, layout="constrained")
     image = None
-    for ax, name in zip(axes[0], names):
+    for ax, name in zip(axes[0], names, strict=True):
         grid = grids[name]
         extent = (0.5, width + 0.5, grid.shape[0] + 0.5, 0.5)
         ax.add_patch(Rectangle((0.5, 0.5), width, grid.shape[0], hatch="///", fill=False, edgecolor="#bbbbbb",

@@ -30,7 +30,7 @@ class RunLock:
         self.path, self.what = Path(path), what
         self._fd = -1
 
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -54,7 +54,7 @@ class RunLock:
             os.close(self._fd)  # closing drops the flock; the file stays (removing it would race a new holder)
             self._fd = -1
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from turngym.agents.advantages import ESTIMATORS, get_estimator
 from turngym.episode import Episode
@@ -107,7 +108,7 @@ def records_for(episodes: Sequence[Episode], per_turn: dict[str, list[list[float
         adv: dict[str, list[list[float]]] = {est: [[] for _ in rows] for est in estimators}
         for members in groups.values():
             for est in estimators:
-                for i, a in zip(members, get_estimator(est)([rows[i] for i in members])):
+                for i, a in zip(members, get_estimator(est)([rows[i] for i in members]), strict=True):
                     adv[est][i] = [float(x) for x in a]
         out += [ScoreRecord(ep.id, name, [float(x) for x in rows[i]], {est: adv[est][i] for est in estimators})
                 for i, ep in enumerate(episodes)]

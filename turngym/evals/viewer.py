@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from turngym._version import __version__
 from turngym.episode import Episode, read_episodes
@@ -152,7 +153,7 @@ def _scores(episodes: Sequence[Episode], index: dict[str, int], records: Sequenc
         for est in sorted(ests):
             column = advantages.setdefault(name, {}).setdefault(est, [None] * len(episodes))
             for members in groups.values():
-                for i, a in zip(members, get_estimator(est)([rewards[name][i] for i in members])):
+                for i, a in zip(members, get_estimator(est)([rewards[name][i] for i in members]), strict=True):
                     column[i] = [float(x) for x in a]
     return rewards, advantages
 
@@ -208,7 +209,7 @@ def _clusters(episodes: Sequence[Episode], groups: dict[str, list[int]]) -> list
                 sizes[k] = sizes.get(k, 0) + 1
         first = {k: n for n, k in reversed(list(enumerate(keys)))}
         rank = {k: r for r, k in enumerate(sorted(sizes, key=lambda k: (-sizes[k], first[k])))}
-        for i, k in zip(members, keys):
+        for i, k in zip(members, keys, strict=True):
             if k is not None:
                 out[i] = (_letter(rank[k]), "largest" if rank[k] == 0 else "other")
     return out
