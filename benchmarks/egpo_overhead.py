@@ -23,7 +23,7 @@ def main() -> None:
     from trl import GRPOConfig
 
     from turngym.agents.tiny import tiny_model_dir
-    from turngym.agents.trainer import TurnGRPOTrainer, task_dataset
+    from turngym.training.trainer import TurnGRPOTrainer, task_dataset
     from turngym.envs.calculator import CalculatorEnv
     from turngym.rewards import get_reward
 

@@ -253,7 +253,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from turngym.agents.train_config import TrainConfig, build_trainer
+    from turngym.training.config import TrainConfig, build_trainer
 
     try:
         cfg = TrainConfig.load(args.config)

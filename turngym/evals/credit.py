@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from turngym.agents.advantages import get_estimator
+from turngym.training.advantages import get_estimator
 
 PAIRED_ESTIMATOR = {"outcome": "grpo", "ttrl": "grpo", "empo": "grpo", "funrl": "turn",
                     "siop": "turn", "igpo": "igpo_separate", "scribe": "turn"}

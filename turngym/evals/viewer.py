@@ -122,7 +122,7 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
 
 def _scores(episodes: Sequence[Episode], index: dict[str, int], records: Sequence[ScoreRecord]):
     """Per wrapper, one per-turn reward list per episode (None: not scored), and advantages per estimator."""
-    from turngym.agents.advantages import get_estimator
+    from turngym.training.advantages import get_estimator
 
     rewards: dict[str, list[list[float] | None]] = {}
     advantages: dict[str, dict[str, list[list[float] | None]]] = {}

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from turngym.evals.qa_metrics import normalize_answer
+from turngym.grading.qa import normalize_answer
 
 
 class Equivalence(Protocol):
@@ -54,7 +54,7 @@ class MathEquivalence:
     name: str = "math"
 
     def matrix(self, question: str, answers: Sequence[str]) -> list[list[bool]]:
-        from turngym.envs.math_grading import grade_answer
+        from turngym.grading.math_answers import grade_answer
 
         n = len(answers)
         return [[i == j or grade_answer(answers[j], [answers[i]], self.timeout_s).correct for j in range(n)]

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from turngym.agents.advantages import ESTIMATOR_OPTIONS, entropy_enhanced, get_estimator
+from turngym.training.advantages import ESTIMATOR_OPTIONS, entropy_enhanced, get_estimator
 from turngym.agents.hf import cut_generation
 from turngym.agents.policy import Generation, GenerationRequest, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
@@ -45,7 +45,7 @@ def parse_task_prompt(prompt: Any) -> RolloutTask:
     except json.JSONDecodeError:
         ref = None
     if not isinstance(ref, dict) or not ({"index", "task"} & ref.keys()):
-        raise ValueError(f"dataset prompts must be task references made by turngym.agents.trainer.task_prompt; got {str(prompt)[:80]!r}")
+        raise ValueError(f"dataset prompts must be task references made by turngym.training.trainer.task_prompt; got {str(prompt)[:80]!r}")
     return RolloutTask(index=ref.get("index"), task=ref.get("task"))
 
 
