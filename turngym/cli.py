@@ -9,18 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-
-def _env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise SystemExit(f"--env-arg takes key=value, got {pair!r}")
-        key, value = pair.split("=", 1)
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
+from turngym.evals.commands import env_kwargs as _env_kwargs
 
 
 def _env_id(name: str) -> str:

@@ -17,19 +17,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from turngym.episode import Episode, read_episodes
+from turngym.evals.credit import turn_truth
 from turngym.rewards import get_reward
 from turngym.rewards.base import outcome_score
-
-TURN_TRUTH_KEYS = ("retrieval_hit", "feeds_answer", "tool_ok", "bfcl_turn_valid")
-
-
-def turn_truth(ep: Episode) -> list[float | None]:
-    out: list[float | None] = []
-    for t in ep.turns:
-        key = next((k for k in TURN_TRUTH_KEYS if k in t.metrics), None)
-        out.append(float(bool(t.metrics[key])) if key else None)
-    return out
-
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     from scipy.stats import spearmanr

@@ -74,7 +74,7 @@ def render_viewer(episodes: Sequence[Episode], out_path: str | Path, records: Se
 
 def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], source: str,
                   notes: Sequence[str] = ()) -> dict[str, Any]:
-    from turngym.evals.ablate import turn_truth
+    from turngym.evals.credit import turn_truth
     from turngym.evals.report import model_name
 
     index = {ep.id: i for i, ep in enumerate(episodes)}

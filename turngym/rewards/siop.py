@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from turngym.episode import Episode
-from turngym.rewards.base import GroupScores, check_group, finite, outcome_score, register_reward
+from turngym.rewards.base import GroupScores, check_group, finite, outcome_score
 from turngym.rewards.equivalence import cluster_answers, make_equivalence
 from turngym.rewards.evidence import EVIDENCE_SOURCES, cluster_evidence, make_evidence
 from turngym.rewards.support import (PREFIX_MODES, TOKEN_MODES, PseudoAnswer, check_tokenizer, continuation,
@@ -111,7 +111,6 @@ class _PotentialMachinery:
         return rewards, phi
 
 
-@register_reward("siop")
 @dataclass
 class SIOPReward(_PotentialMachinery):
     equivalence: Any = "auto"
@@ -203,7 +202,6 @@ def igpo_f1(answer: str, golds: Sequence[str]) -> float:
     return best
 
 
-@register_reward("igpo")
 @dataclass
 class IGPOReward(_PotentialMachinery):
     lam: float = 0.0  # official: the outcome term is the F1 itself (weight 1)
