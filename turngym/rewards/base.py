@@ -97,11 +97,3 @@ def outcome_score(episode: Episode, metric: str | None = None) -> float:
     if metric:
         raise KeyError(f"episode {episode.id} has no outcome field {metric!r} (has {sorted(episode.outcome)})")
     return 0.0
-
-
-def check_group(episodes: Sequence[Episode]) -> None:
-    if not episodes:
-        raise ValueError("score_group needs at least one episode")
-    questions = {str(e.task.get("question")) for e in episodes}
-    if len(questions) > 1:
-        raise ValueError(f"a group must hold rollouts of one query; got {len(questions)} different questions")

@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from turngym.episode import Episode
-from turngym.rewards.base import GroupScores, check_group, final_turn_rewards, outcome_score
+from turngym.episode import Episode, EpisodeGroup
+from turngym.rewards.base import GroupScores, final_turn_rewards, outcome_score
 from turngym.rewards.equivalence import Clustering, cluster_answers, make_equivalence
 
 
@@ -29,9 +29,9 @@ class OutcomeReward:
 
 
 def cluster_group(episodes: Sequence[Episode], equivalence: Any) -> Clustering:
-    check_group(episodes)
-    backend = make_equivalence(equivalence, episodes[0].env_id)
-    return cluster_answers(str(episodes[0].task.get("question", "")), [e.final_answer for e in episodes], backend)
+    group = EpisodeGroup.of(episodes)
+    backend = make_equivalence(equivalence, group.env_id)
+    return cluster_answers(group.question, [e.final_answer for e in group], backend)
 
 
 @dataclass
