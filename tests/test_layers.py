@@ -124,3 +124,18 @@ def test_the_checks_catch_a_violation_and_a_cycle():
 
 def test_the_graph_sees_imports_inside_functions():
     assert "turngym.rewards.nli" in GRAPH["turngym.rewards.equivalence"]  # NLIEquivalence.load imports it lazily
+
+
+def test_registry_entry_points_honour_the_order_too():
+    """Registries import their parts by path at run time; those paths must not reach a later stage either."""
+    from turngym.envs import ENTRY_POINTS
+    from turngym.rewards.base import JOINED, REWARDS
+    from turngym.training.advantages import ESTIMATORS
+
+    tables = {"turngym.envs": ENTRY_POINTS.values(), "turngym.rewards.base": [*REWARDS.values(), JOINED],
+              "turngym.training.advantages": ESTIMATORS.values()}
+    for owner, entries in tables.items():
+        for entry in entries:
+            module = entry.partition(":")[0]
+            assert module in GRAPH, f"{owner}: entry point {entry} names no turngym module"
+            assert stage(module) <= stage(owner), f"{owner}: entry point {entry} is in a later stage"
