@@ -11,9 +11,9 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any, Iterable, Iterator
 
 SCHEMA_VERSION = 1

@@ -13,7 +13,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
 
-
 class Registry(Mapping):
     """``kind``: what the parts are, for messages. Maps each name to its entry (a path or a callable)."""
 

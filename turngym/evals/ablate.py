@@ -21,6 +21,7 @@ from turngym.evals.credit import turn_truth
 from turngym.rewards import get_reward
 from turngym.rewards.base import outcome_score
 
+
 def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     from scipy.stats import spearmanr
 

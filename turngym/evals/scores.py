@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from turngym.training.advantages import ESTIMATORS, get_estimator
 from turngym.episode import Episode
+from turngym.training.advantages import ESTIMATORS, get_estimator
 
 # Estimators whose advantage needs the policy, not only the saved rewards: name -> why.
 NEEDS_POLICY: dict[str, str] = {
