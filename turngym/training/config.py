@@ -108,8 +108,8 @@ def build_trainer(cfg: TrainConfig) -> Any:
 
     import turngym  # noqa: F401 - env registration
     from turngym.agents.loading import resolve_model_dir
-    from turngym.training.trainer import TurnGRPOTrainer, task_dataset
     from turngym.rewards import get_reward
+    from turngym.training.trainer import TurnGRPOTrainer, task_dataset
 
     env_id, env_kwargs = cfg.env["id"], dict(cfg.env.get("kwargs", {}))
     if env_id not in gymnasium.registry:

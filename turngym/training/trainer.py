@@ -24,12 +24,12 @@ from typing import Any, Callable, Sequence
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from turngym.training.advantages import ESTIMATOR_OPTIONS, entropy_enhanced, get_estimator
 from turngym.agents.hf import cut_generation
 from turngym.agents.policy import Generation, GenerationRequest, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
 from turngym.episode import Episode, EpisodeGroup
 from turngym.rewards.base import outcome_score
+from turngym.training.advantages import ESTIMATOR_OPTIONS, entropy_enhanced, get_estimator
 
 
 def task_prompt(index: int | None = None, task: dict[str, Any] | None = None) -> str:
