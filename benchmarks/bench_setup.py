@@ -60,7 +60,7 @@ class ReplayBatch:
         return AutoModelForCausalLM.from_pretrained(self.model_dir)
 
     def turn_trainer(self, estimator: str, dataset_rows: Any) -> Any:
-        from turngym.agents.trainer import TurnGRPOTrainer, task_dataset
+        from turngym.training.trainer import TurnGRPOTrainer, task_dataset
         from turngym.envs.calculator import CalculatorEnv
         from turngym.rewards import get_reward
 

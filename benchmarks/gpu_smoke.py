@@ -127,7 +127,7 @@ def check_grpo(model: str, steps: int, out: Path) -> None:
     import torch
     import yaml
 
-    from turngym.agents.train_config import (  # what `turngym train` runs
+    from turngym.training.config import (  # what `turngym train` runs
         TrainConfig,
         build_trainer,
     )

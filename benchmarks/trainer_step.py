@@ -18,7 +18,7 @@ def main() -> None:
     from trl import GRPOTrainer
 
     from bench_setup import alternate, replay_batch, seconds_per_step, step_args
-    from turngym.agents.trainer import task_dataset
+    from turngym.training.trainer import task_dataset
 
     args = step_args(__doc__)
     bench = replay_batch(args.steps, probe_estimator="turn")

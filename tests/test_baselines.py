@@ -12,7 +12,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from trl import GRPOConfig  # noqa: E402
 
-from turngym.agents.advantages import EGPO_ALPHA, EGPO_KAPPA, entropy_enhanced, get_estimator  # noqa: E402
+from turngym.training.advantages import EGPO_ALPHA, EGPO_KAPPA, entropy_enhanced, get_estimator  # noqa: E402
 from turngym.episode import Episode, Turn  # noqa: E402
 from turngym.rewards import get_reward  # noqa: E402
 
@@ -71,7 +71,7 @@ def _tiny_trainer(tmp_path, env_factory, reward, estimator="turn", **kw):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from turngym.agents.tiny import tiny_model_dir
-    from turngym.agents.trainer import TurnGRPOTrainer, task_dataset
+    from turngym.training.trainer import TurnGRPOTrainer, task_dataset
 
     d = str(tiny_model_dir(chat=True))
     torch.manual_seed(0)
@@ -98,7 +98,7 @@ class ParityDigits:
 
 
 def test_egpo_in_the_trainer_adds_the_clipped_entropy_term_on_action_tokens(tmp_path):
-    from turngym.agents.trainer import task_prompt
+    from turngym.training.trainer import task_prompt
 
     tr = _tiny_trainer(tmp_path, ParityDigits.make, get_reward("outcome"), estimator="egpo",
                        estimator_options={"alpha": 0.4, "kappa": 2.0})
@@ -155,7 +155,7 @@ def test_ttrl_majority_over_a_vote_pool_larger_than_the_group():
 
 
 def test_ttrl_trainer_plays_the_vote_pool_and_trains_the_group(tmp_path):
-    from turngym.agents.trainer import task_prompt
+    from turngym.training.trainer import task_prompt
 
     seen = {}
 

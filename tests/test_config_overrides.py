@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from turngym import cli
-from turngym.agents import train_config
-from turngym.agents.train_config import TrainConfig
+from turngym.training import config as train_config
+from turngym.training.config import TrainConfig
 from turngym.config_overrides import OverrideError, apply_overrides, parse_overrides
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "train_calculator.yaml"

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import turngym  # noqa: F401 - env registration
-from turngym.agents.train_config import TrainConfig, select_training_indices
+from turngym.training.config import TrainConfig, select_training_indices
 from turngym.corpora.datasets import BUNDLED, load_dataset
 from turngym.corpora.subsets import (
     SEARCHQA_EVAL_DATASETS,

@@ -582,7 +582,7 @@ def test_uncertainty_and_plan_separability_by_hand():
 def test_trainer_logs_scribe_training_dynamics(tmp_path, planted_library, embedder):
     from test_trainer import config, model_and_tokenizer
 
-    from turngym.agents.trainer import TurnGRPOTrainer, task_dataset
+    from turngym.training.trainer import TurnGRPOTrainer, task_dataset
     from turngym.envs.calculator import CalculatorEnv
 
     reward = get_reward("scribe", llm=JSONLLM(FakeRulePolicy(scripted_rule)), library=planted_library,
@@ -630,7 +630,7 @@ RECIPES = sorted((ROOT / "configs").glob("train_*_scribe*.yaml")) + sorted((ROOT
 
 def test_scribe_recipes_load_and_name_rewards_that_build(planted_library, embedder):
     """Every SCRIBE recipe parses and its reward builds (with a fake judge in place of the recipe's model)."""
-    from turngym.agents.train_config import TrainConfig
+    from turngym.training.config import TrainConfig
 
     names = {p.name for p in RECIPES}
     assert {"train_math_scribe.yaml", "train_bfcl_scribe.yaml", "train_math_prm.yaml", "train_bfcl_prm.yaml",

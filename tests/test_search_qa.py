@@ -16,7 +16,7 @@ from turngym.corpora.datasets import QA_DATASETS, load_dataset
 from turngym.corpora.lucene import LuceneRetriever, RetrieverError
 from turngym.corpora.service import RemoteRetriever, RetrievalServer
 from turngym.envs.search_qa import INVALID_ACTION, SearchQAEnv
-from turngym.evals.qa_metrics import exact_match, f1_score, normalize_answer
+from turngym.grading.qa import exact_match, f1_score, normalize_answer
 
 PASSAGES = [
     {"id": "p1", "title": "Scott Derrickson", "text": "Scott Derrickson is an American director born in Denver."},

@@ -14,9 +14,9 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from turngym.agents.advantages import get_estimator, zscore  # noqa: E402
+from turngym.training.advantages import get_estimator, zscore  # noqa: E402
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
-from turngym.agents.trainer import TurnGRPOTrainer, episode_completion, task_dataset, task_prompt  # noqa: E402
+from turngym.training.trainer import TurnGRPOTrainer, episode_completion, task_dataset, task_prompt  # noqa: E402
 from turngym.envs.calculator import CalculatorEnv  # noqa: E402
 from turngym.rewards import get_reward  # noqa: E402
 from turngym.rewards.base import GroupScores  # noqa: E402
@@ -278,7 +278,7 @@ os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig
 from turngym.agents.tiny import tiny_model_dir
-from turngym.agents.trainer import TurnGRPOTrainer, task_dataset
+from turngym.training.trainer import TurnGRPOTrainer, task_dataset
 from turngym.envs.calculator import CalculatorEnv
 from turngym.rewards import get_reward
 d = str(tiny_model_dir(chat=True))

@@ -10,9 +10,9 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from trl import GRPOConfig  # noqa: E402
 
-from turngym.agents.advantages import get_estimator, zscore  # noqa: E402
+from turngym.training.advantages import get_estimator, zscore  # noqa: E402
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
-from turngym.agents.trainer import TurnGRPOTrainer, task_dataset  # noqa: E402
+from turngym.training.trainer import TurnGRPOTrainer, task_dataset  # noqa: E402
 from turngym.envs.calculator import CalculatorEnv  # noqa: E402
 from turngym.rewards import get_reward  # noqa: E402
 from turngym.rewards.base import GroupScores  # noqa: E402
@@ -45,7 +45,7 @@ def test_estimator_eps_defaults():
 
 
 def test_trainer_uses_each_estimators_own_eps_unless_told(tmp_path):
-    from turngym.agents.train_config import TrainConfig, build_trainer
+    from turngym.training.config import TrainConfig, build_trainer
 
     trl = {"output_dir": str(tmp_path / "o"), "per_device_train_batch_size": 4, "num_generations": 4,
            "max_completion_length": 8, "max_steps": 1, "report_to": "none", "use_cpu": True}

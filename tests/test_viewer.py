@@ -85,7 +85,7 @@ def test_viewer_embeds_exactly_the_files_turns_and_rewards(viewer_files):
     assert d["wrappers"] == ["outcome", "hits"]
     assert d["r"]["outcome"] == rewards_of(eps, "outcome") and d["r"]["hits"] == rewards_of(eps, "hits")
     assert d["adv"]["outcome"]["turn"] == [[x * 2 for x in r] for r in rewards_of(eps, "outcome")]
-    from turngym.agents.advantages import grpo
+    from turngym.training.advantages import grpo
     g1 = grpo(rewards_of(eps, "hits")[:3])
     assert d["adv"]["hits"]["grpo"][:3] == g1  # computed per group with the named estimator
     assert [g["eps"] for g in d["groups"]] == [[0, 1, 2], [3, 4]]
@@ -142,7 +142,7 @@ def test_ablate_saves_per_turn_scores_and_writes_a_linked_viewer(tmp_path):
     assert {(r.episode_id, r.reward) for r in recs} == {(e.id, n) for e in eps for n in ("outcome", "ttrl")}
     by = {(r.episode_id, r.reward): r for r in recs}
     assert by[("s3", "outcome")].turn_rewards == [0.0, 0.0, 0.0, 1.0]
-    from turngym.agents.advantages import ESTIMATORS
+    from turngym.training.advantages import ESTIMATORS
     from turngym.evals.scores import NEEDS_POLICY
 
     assert NEEDS_POLICY.keys() <= ESTIMATORS.keys()  # every estimator left out is a registered one
@@ -152,7 +152,7 @@ def test_ablate_saves_per_turn_scores_and_writes_a_linked_viewer(tmp_path):
 
 
 def test_egpo_from_rewards_alone_is_labelled_as_its_base_advantage(tmp_path):
-    from turngym.agents.advantages import egpo, grpo
+    from turngym.training.advantages import egpo, grpo
 
     eps = hand_made()
     path = tmp_path / "episodes.jsonl"

@@ -10,18 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-
-def _env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise SystemExit(f"--env-arg takes key=value, got {pair!r}")
-        key, value = pair.split("=", 1)
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
+from turngym.evals.commands import env_kwargs as _env_kwargs
 
 
 def _env_id(name: str) -> str:
@@ -256,7 +245,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from turngym.agents.train_config import TrainConfig, build_trainer
+    from turngym.training.config import TrainConfig, build_trainer
     from turngym.config_overrides import apply_overrides, parse_overrides
 
     try:

@@ -165,11 +165,64 @@ def load_dataset(name_or_path: str, split: str | None = None, normalise: Callabl
     return Dataset(items, manifest)
 
 
+# ------------------------------------------------------------------ subset files
+# A subset file (``turngym/data/subsets/<name>.json``, drawn by ``turngym.corpora.subsets``) lists items
+# of bundled datasets; ``load_dataset("subset:<name>")`` loads it like any dataset.
+
+
+def subsets_dir() -> Path:
+    return Path(str(resources.files("turngym").joinpath("data", "subsets")))
+
+
+def subset_path(name: str) -> Path:
+    path = subsets_dir() / f"{name}.json"
+    if not path.is_file():
+        known = sorted(p.stem for p in subsets_dir().glob("*.json"))
+        raise ValueError(f"unknown subset {name!r}; shipped subsets: {', '.join(known)}")
+    return path
+
+
+@dataclass
+class SubsetSpec:
+    """A subset file: ``items`` are ``[source dataset, index in its file, item id]``."""
+
+    name: str
+    description: str
+    items: list[list[Any]]
+    sources: dict[str, str]  # source dataset -> sha256 of its bundled file
+    selection: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "selection": self.selection,
+                "sources": self.sources, "count": len(self.items), "items": self.items}
+
+    @classmethod
+    def read(cls, name: str) -> "SubsetSpec":
+        raw = json.loads(subset_path(name).read_text(encoding="utf-8"))
+        return cls(raw["name"], raw["description"], raw["items"], raw["sources"], raw.get("selection", {}))
+
+
+def subset_items(spec: SubsetSpec) -> list[dict[str, Any]]:
+    """The subset's items in file order, checked against the bundled source files."""
+    sources = {}
+    for ds, digest in spec.sources.items():
+        data = load_dataset(ds)
+        if data.manifest.sha256 != digest:
+            raise ValueError(f"subset {spec.name!r} was drawn from a different {ds} file (sha256 "
+                             f"{digest[:12]}…, bundled file {str(data.manifest.sha256)[:12]}…); regenerate it")
+        sources[ds] = data
+    out = []
+    for pos, (ds, index, item_id) in enumerate(spec.items):
+        item = dict(sources[ds][int(index)])
+        if str(item["id"]) != str(item_id):
+            raise ValueError(f"subset {spec.name!r} item {pos}: {ds}[{index}] has id {item['id']!r}, expected {item_id!r}")
+        out.append({**item, "source_dataset": ds, "source_index": int(index)})
+    return out
+
+
 def _load_subset(name: str, split: str | None) -> Dataset:
     """A subset file's items; ``dataset`` is the subset's name, ``index`` the position in it, and
     ``source_dataset`` / ``source_index`` say where each item comes from."""
-    from turngym.corpora.subsets import SubsetSpec, subset_items, subset_path
-
     if split not in (None, "subset"):
         raise ValueError(f"subset {name!r} has no splits; got split {split!r}")
     spec = SubsetSpec.read(name)

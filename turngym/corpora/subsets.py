@@ -20,10 +20,11 @@ import hashlib
 import json
 import string
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from importlib import resources
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from turngym.corpora.datasets import SubsetSpec, load_dataset, subset_items, subsets_dir
 
 SUBSET_PREFIX = "subset:"
 EVAL_SOURCE = "igpo-test"  # IGPO's evaluation file, bundled
@@ -52,62 +53,8 @@ def eval_subset_name(dataset: str) -> str:
     return f"searchqa-eval-{dataset}"
 
 
-def subsets_dir() -> Path:
-    return Path(str(resources.files("turngym").joinpath("data", "subsets")))
-
-
-def subset_path(name: str) -> Path:
-    path = subsets_dir() / f"{name}.json"
-    if not path.is_file():
-        known = sorted(p.stem for p in subsets_dir().glob("*.json"))
-        raise ValueError(f"unknown subset {name!r}; shipped subsets: {', '.join(known)}")
-    return path
-
-
-@dataclass
-class SubsetSpec:
-    """A subset file: ``items`` are ``[source dataset, index in its file, item id]``."""
-
-    name: str
-    description: str
-    items: list[list[Any]]
-    sources: dict[str, str]  # source dataset -> sha256 of its bundled file
-    selection: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "selection": self.selection,
-                "sources": self.sources, "count": len(self.items), "items": self.items}
-
-    @classmethod
-    def read(cls, name: str) -> SubsetSpec:
-        raw = json.loads(subset_path(name).read_text(encoding="utf-8"))
-        return cls(raw["name"], raw["description"], raw["items"], raw["sources"], raw.get("selection", {}))
-
-
-def subset_items(spec: SubsetSpec) -> list[dict[str, Any]]:
-    """The subset's items in file order, checked against the bundled source files."""
-    from turngym.corpora.datasets import load_dataset
-
-    sources = {}
-    for ds, digest in spec.sources.items():
-        data = load_dataset(ds)
-        if data.manifest.sha256 != digest:
-            raise ValueError(f"subset {spec.name!r} was drawn from a different {ds} file (sha256 "
-                             f"{digest[:12]}…, bundled file {str(data.manifest.sha256)[:12]}…); regenerate it")
-        sources[ds] = data
-    out = []
-    for pos, (ds, index, item_id) in enumerate(spec.items):
-        item = dict(sources[ds][int(index)])
-        if str(item["id"]) != str(item_id):
-            raise ValueError(f"subset {spec.name!r} item {pos}: {ds}[{index}] has id {item['id']!r}, expected {item_id!r}")
-        out.append({**item, "source_dataset": ds, "source_index": int(index)})
-    return out
-
-
 def draw_eval_subset(dataset: str) -> SubsetSpec:
     """The items of ``dataset`` in IGPO's evaluation file, in that file's order."""
-    from turngym.corpora.datasets import load_dataset
-
     source = load_dataset(EVAL_SOURCE)
     picked = [i for i, it in enumerate(source.items) if it["benchmark"] == dataset]
     if not picked:
@@ -125,8 +72,6 @@ def draw_eval_subset(dataset: str) -> SubsetSpec:
 def draw_offline_train_split(eval_specs: Sequence[SubsetSpec]) -> SubsetSpec:
     """Every item of the training sources whose question key is in no evaluation subset (file order,
     NQ first, as Search-R1 concatenates its training sets)."""
-    from turngym.corpora.datasets import load_dataset
-
     excluded = eval_keys(eval_specs)
     items, sources, dropped = [], {}, {}
     for ds in SEARCHQA_TRAIN_SOURCES:
@@ -229,8 +174,6 @@ DEFAULT_EVAL_SETS: dict[str, list[str]] = {
 def eval_set_items(env_id: str, specs: Sequence[str] | None, env: Any) -> dict[str, list[dict[str, Any]]]:
     """Items of each evaluation set, by spec: a dataset name or path for ``load_dataset``
     (``subset:…`` included), or ``env`` for every item of ``env``'s own dataset."""
-    from turngym.corpora.datasets import load_dataset
-
     if specs is None:
         if env_id not in DEFAULT_EVAL_SETS:
             raise ValueError(f"no default evaluation sets for {env_id}; list them in data.eval_sets "

@@ -23,7 +23,7 @@ from turngym.corpora.datasets import QA_DATASETS, Dataset, load_dataset
 from turngym.corpora.lucene import Hit, RetrieverError
 from turngym.envs.base import ActionResult, TextEnv
 from turngym.envs.parsing import parse_hermes_tool_calls
-from turngym.evals.qa_metrics import exact_match, f1_score, normalize_answer
+from turngym.grading.qa import exact_match, f1_score, normalize_answer
 
 SEARCH_R1_TEMPLATE = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "

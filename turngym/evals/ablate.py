@@ -16,19 +16,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from turngym.episode import Episode, read_episodes
+from turngym.episode import Episode, EpisodeGroup, group_episodes, read_episodes
+from turngym.evals.credit import turn_truth
 from turngym.rewards import get_reward
 from turngym.rewards.base import outcome_score
-
-TURN_TRUTH_KEYS = ("retrieval_hit", "feeds_answer", "tool_ok", "bfcl_turn_valid")
-
-
-def turn_truth(ep: Episode) -> list[float | None]:
-    out: list[float | None] = []
-    for t in ep.turns:
-        key = next((k for k in TURN_TRUTH_KEYS if k in t.metrics), None)
-        out.append(float(bool(t.metrics[key])) if key else None)
-    return out
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
@@ -44,16 +35,14 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
            reliability: dict[str, Any] | None = None) -> dict[str, Any]:
     """``rewards``: name → reward wrapper. Groups are the episodes' ``group`` ids. ``reliability``:
     a judge-reliability result (``turngym.rewards.scribe.diagnostics.reliability``) to report too."""
-    groups: dict[str, list[Episode]] = {}
-    for ep in episodes:
-        groups.setdefault(ep.group or ep.id, []).append(ep)
-    ordered = [ep for g in groups.values() for ep in g]
+    groups = group_episodes(episodes)
+    ordered = [ep for g in groups for ep in g]
     per_turn: dict[str, list[list[float]]] = {}
     errors: dict[str, str] = {}
     for name, wrapper in rewards.items():
         rows: list[list[float]] = []
         try:
-            for g in groups.values():
+            for g in groups:
                 rows += wrapper.score_group(g).rewards
         except Exception as exc:  # noqa: BLE001 - one failing wrapper must not sink the others
             errors[name] = f"{type(exc).__name__}: {exc}"
@@ -69,14 +58,14 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
         totals = [sum(r) for r in rows]
         pairs = [(x, t) for r, tr in zip(rows, truths) for x, t in zip(r, tr) if t is not None]
         variances, start = [], 0
-        for g in groups.values():
+        for g in groups:
             tot = totals[start:start + len(g)]
             start += len(g)
             if len(tot) > 1:
                 variances.append(float(np.var(tot, ddof=1)))
         summary["rewards"][name] = {
             "credit_accuracy": spearman([p[0] for p in pairs], [p[1] for p in pairs]),
-            "credit_accuracy_advantage": _advantage_credit(name, rows, truths, list(groups.values())),
+            "credit_accuracy_advantage": _advantage_credit(name, rows, truths, groups),
             "agreement_with_gold_outcome": spearman(totals, gold),
             "within_group_variance": float(np.mean(variances)) if variances else None,
             "mean_turn_reward": float(np.mean(flat[name])) if flat[name] else None,
@@ -109,7 +98,7 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
 
 
 def _advantage_credit(name: str, rows: list[list[float]], truths: list[list[float | None]],
-                      groups: list[list[Episode]]) -> dict[str, Any]:
+                      groups: Sequence[EpisodeGroup]) -> dict[str, Any]:
     """Credit accuracy on the paired estimator's per-turn advantages, groups kept whole for the bootstrap."""
     from turngym.evals.credit import credit_score, group_advantages, labelled_pairs, paired_estimator
 

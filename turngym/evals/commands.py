@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
+from typing import Any, Sequence
+
+
+def env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--env-arg key=value`` pairs; a value is read as JSON when it parses, else kept as text."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise SystemExit(f"--env-arg takes key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
 
 
 def cmd_creditbench(args: argparse.Namespace) -> int:
@@ -62,7 +78,6 @@ def eval_many(args: argparse.Namespace) -> int:
     from turngym.agents.loading import load_policy
     from turngym.agents.policy import PolicyError
     from turngym.agents.tokenization import ChatTemplateError
-    from turngym.cli import _env_kwargs
     from turngym.evals.harness import EvalError, EvalSpec, run_eval
 
     if args.dataset:
@@ -73,7 +88,7 @@ def eval_many(args: argparse.Namespace) -> int:
     for part in (p.strip() for p in args.env.split(",") if p.strip()):
         name, _, dataset = part.partition(":")
         env_id = name if "/" in name else f"turngym/{name}"
-        kwargs = _env_kwargs(args.env_arg)
+        kwargs = env_kwargs(args.env_arg)
         if dataset:
             kwargs["dataset"] = dataset
         if args.max_turns:

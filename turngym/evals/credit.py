@@ -19,7 +19,20 @@ from typing import Any
 
 import numpy as np
 
-from turngym.agents.advantages import get_estimator
+from turngym.episode import Episode
+from turngym.training.advantages import get_estimator
+
+TURN_TRUTH_KEYS = ("retrieval_hit", "feeds_answer", "tool_ok", "bfcl_turn_valid")
+
+
+def turn_truth(ep: Episode) -> list[float | None]:
+    """Each turn's recorded usefulness (1 / 0) from the env's metrics, None where the env records none."""
+    out: list[float | None] = []
+    for t in ep.turns:
+        key = next((k for k in TURN_TRUTH_KEYS if k in t.metrics), None)
+        out.append(float(bool(t.metrics[key])) if key else None)
+    return out
+
 
 PAIRED_ESTIMATOR = {"outcome": "grpo", "ttrl": "grpo", "empo": "grpo", "funrl": "turn",
                     "siop": "turn", "igpo": "igpo_separate", "scribe": "turn"}

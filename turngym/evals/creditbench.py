@@ -124,7 +124,7 @@ def searchqa_items(env: Any, cfg: BenchConfig) -> list[SearchItem]:
     """The first items (file order) whose own question retrieves a gold passage and for which two
     other items' questions retrieve none: the planted labels are true on the index in use."""
     from turngym.envs.search_qa import contains_answer
-    from turngym.evals.qa_metrics import normalize_answer
+    from turngym.grading.qa import normalize_answer
 
     base = env.unwrapped
     n = base.num_items()

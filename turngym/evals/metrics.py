@@ -28,11 +28,11 @@ import math
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from turngym.episode import Episode
+from turngym.episode import Episode, group_episodes
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
@@ -112,9 +112,9 @@ def rate(values: Sequence[float], *, binary: bool) -> Estimate:
 
 def units(episodes: Sequence[Episode]) -> list[list[Episode]]:
     """The sampling units: one per task when any task has more than one sample, else one per episode."""
-    tasks = group_by_task(episodes)
-    if any(len(g) > 1 for g in tasks.values()):
-        return list(tasks.values())
+    tasks = group_episodes(episodes)
+    if any(len(g) > 1 for g in tasks):
+        return list(tasks)
     return [[e] for e in episodes]
 
 
@@ -139,13 +139,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def group_by_task(episodes: Iterable[Episode]) -> dict[str, list[Episode]]:
-    groups: dict[str, list[Episode]] = defaultdict(list)
-    for ep in episodes:
-        groups[ep.group or ep.id].append(ep)
-    return dict(groups)
-
-
 def _binary(ep: Episode, key: str) -> float:
     return float(bool(ep.outcome.get(key)))
 
@@ -165,8 +158,7 @@ def outcome_metrics(episodes: Sequence[Episode], k: int = 1) -> dict[str, Any]:
         scores = [_score(e, "correct") for e in episodes]
         whole = all(v in (0.0, 1.0) for v in scores)  # False only for envs that give partial credit
         out["accuracy"] = unit_rate(groups, lambda e: _score(e, "correct"), binary=whole).to_dict()
-        tasks = group_by_task(episodes)
-        per_task_c = [(len(g), sum(_binary(e, "correct") for e in g)) for g in tasks.values()]
+        per_task_c = [(len(g), sum(_binary(e, "correct") for e in g)) for g in group_episodes(episodes)]
         out["pass@1"] = rate([c / n for n, c in per_task_c], binary=all(n == 1 for n, _ in per_task_c)).to_dict()
         if k > 1 and all(n >= k for n, _ in per_task_c):
             out[f"pass@{k}"] = rate([pass_at_k(n, int(c), k) for n, c in per_task_c], binary=False).to_dict()

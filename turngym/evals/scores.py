@@ -7,7 +7,7 @@ Format (JSONL, ``scores.jsonl``): one object per line, one line per (episode, re
      "estimator": "turn"}                           # optional: compute advantages with this estimator
 
 ``turn_rewards`` has one finite number per turn of the episode. ``advantages`` maps names of
-advantage estimators (``turngym.agents.advantages.ESTIMATORS``) to per-turn values; when only
+advantage estimators (``turngym.training.advantages.ESTIMATORS``) to per-turn values; when only
 ``estimator`` is given, the viewer computes them per group with that estimator's defaults.
 
 Estimators in :data:`NEEDS_POLICY` depend on more than the rewards: ``records_for`` leaves them
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from turngym.agents.advantages import ESTIMATORS, get_estimator
 from turngym.episode import Episode
+from turngym.training.advantages import ESTIMATORS, get_estimator
 
 # Estimators whose advantage needs the policy, not only the saved rewards: name -> why.
 NEEDS_POLICY: dict[str, str] = {

@@ -75,7 +75,7 @@ def render_viewer(episodes: Sequence[Episode], out_path: str | Path, records: Se
 
 def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], source: str,
                   notes: Sequence[str] = ()) -> dict[str, Any]:
-    from turngym.evals.ablate import turn_truth
+    from turngym.evals.credit import turn_truth
     from turngym.evals.report import model_name
 
     index = {ep.id: i for i, ep in enumerate(episodes)}
@@ -123,7 +123,7 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
 
 def _scores(episodes: Sequence[Episode], index: dict[str, int], records: Sequence[ScoreRecord]):
     """Per wrapper, one per-turn reward list per episode (None: not scored), and advantages per estimator."""
-    from turngym.agents.advantages import get_estimator
+    from turngym.training.advantages import get_estimator
 
     rewards: dict[str, list[list[float] | None]] = {}
     advantages: dict[str, dict[str, list[list[float] | None]]] = {}

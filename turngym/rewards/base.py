@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from turngym.episode import Episode
+from turngym.registry import Registry, resolve
 
 
 @dataclass
@@ -30,40 +31,44 @@ class RewardWrapper(Protocol):
         ...
 
 
-REWARDS: dict[str, Callable[..., RewardWrapper]] = {}
+# Name -> "module:attribute" of the wrapper's factory, imported when first built: building a light
+# reward (``outcome``) imports no model code, and this module imports no reward.
+REWARDS = Registry("reward", {
+    "outcome": "turngym.rewards.outcome:OutcomeReward",
+    "ttrl": "turngym.rewards.outcome:TTRLReward",
+    "empo": "turngym.rewards.outcome:EMPOReward",
+    "siop": "turngym.rewards.siop:SIOPReward",
+    "igpo": "turngym.rewards.siop:IGPOReward",
+    "scribe": "turngym.rewards.scribe.reward:ScribeReward",
+    "prm": "turngym.rewards.prm:PRMReward",
+    "funrl": "turngym.rewards.funrl:FunRLReward",
+    "toolcall_dense": "turngym.rewards.funrl:ToolCallDenseReward",
+    "composite": "turngym.rewards.composite:CompositeReward",
+})
+JOINED = "turngym.rewards.composite:composite_from_name"  # builds an ``a+b`` name
 
 
-def register_reward(name: str) -> Callable[[Callable[..., RewardWrapper]], Callable[..., RewardWrapper]]:
-    def deco(factory: Callable[..., RewardWrapper]) -> Callable[..., RewardWrapper]:
-        REWARDS[name] = factory
-        return factory
-
-    return deco
+def register_reward(name: str, factory: str | Callable[..., RewardWrapper]) -> None:
+    """Add a reward wrapper under ``name``: its factory or the factory's ``"module:attribute"`` path.
+    A name is registered once; a second registration raises ``ValueError``."""
+    if "+" in name:
+        raise ValueError(f"a reward name cannot hold '+' (it joins the parts of a composite), got {name!r}")
+    REWARDS.register(name, factory)
 
 
 def get_reward(name: str, **config: Any) -> RewardWrapper:
     """A reward wrapper by registry name (``outcome``, ``igpo``, ``ttrl``, ``empo``, ``siop``, ``scribe``, ``funrl``,
     ``toolcall_dense``, ``prm``, ``composite``), or a weighted sum of several named ``a+b``
     (see ``turngym.rewards.composite``)."""
-    import turngym.rewards.composite  # noqa: F401
-    import turngym.rewards.funrl  # noqa: F401 - registration
-    import turngym.rewards.outcome  # noqa: F401
-    import turngym.rewards.prm  # noqa: F401
-    import turngym.rewards.scribe.reward  # noqa: F401
-    import turngym.rewards.siop  # noqa: F401
-
     if "+" in name:
-        from turngym.rewards.composite import composite_from_name
-
         try:
-            return composite_from_name(name, **config)
+            return resolve(JOINED)(name, **config)
         except TypeError as exc:
             raise ValueError(f"bad configuration for reward {name!r}: {exc}") from None
 
-    if name not in REWARDS:
-        raise ValueError(f"unknown reward {name!r}; choose one of {sorted(REWARDS)}")
+    factory = REWARDS.load(name)
     try:
-        return REWARDS[name](**config)
+        return factory(**config)
     except TypeError as exc:
         raise ValueError(f"bad configuration for reward {name!r}: {exc}") from None
 
@@ -92,11 +97,3 @@ def outcome_score(episode: Episode, metric: str | None = None) -> float:
     if metric:
         raise KeyError(f"episode {episode.id} has no outcome field {metric!r} (has {sorted(episode.outcome)})")
     return 0.0
-
-
-def check_group(episodes: Sequence[Episode]) -> None:
-    if not episodes:
-        raise ValueError("score_group needs at least one episode")
-    questions = {str(e.task.get("question")) for e in episodes}
-    if len(questions) > 1:
-        raise ValueError(f"a group must hold rollouts of one query; got {len(questions)} different questions")

@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from turngym.episode import Episode
-from turngym.rewards.base import GroupScores, finite, get_reward, register_reward
+from turngym.rewards.base import GroupScores, finite, get_reward
 
 
-@register_reward("composite")
 @dataclass
 class CompositeReward:
     parts: list[dict[str, Any]]

@@ -9,11 +9,11 @@ both directions, else it opens a new cluster.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from turngym.evals.qa_metrics import normalize_answer
+from turngym.grading.calls import canonical_calls
+from turngym.grading.qa import normalize_answer
 
 
 class Equivalence(Protocol):
@@ -54,7 +54,7 @@ class MathEquivalence:
     name: str = "math"
 
     def matrix(self, question: str, answers: Sequence[str]) -> list[list[bool]]:
-        from turngym.envs.math_grading import grade_answer
+        from turngym.grading.math_answers import grade_answer
 
         n = len(answers)
         return [[i == j or grade_answer(answers[j], [answers[i]], self.timeout_s).correct for j in range(n)]
@@ -63,19 +63,12 @@ class MathEquivalence:
 
 @dataclass
 class CallMatch:
-    """Function calling: the same calls, compared as canonical JSON."""
+    """Function calling: the same calls (``turngym.grading.calls``)."""
 
     name: str = "calls"
 
-    @staticmethod
-    def key(answer: str) -> str:
-        try:
-            return json.dumps(json.loads(answer), sort_keys=True)
-        except (json.JSONDecodeError, TypeError):
-            return answer.strip()
-
     def matrix(self, question: str, answers: Sequence[str]) -> list[list[bool]]:
-        keys = [self.key(a) for a in answers]
+        keys = [canonical_calls(a) for a in answers]
         return [[ki == kj for kj in keys] for ki in keys]
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 from turngym.episode import Episode, Turn
-from turngym.evals.qa_metrics import normalize_answer
+from turngym.grading.qa import normalize_answer
 
 PREMISE_CHARS = 2000
 EVIDENCE_SOURCES = ("tool_results", "observations")

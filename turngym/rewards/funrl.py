@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from turngym.episode import Episode, Turn
-from turngym.rewards.base import GroupScores, final_turn_rewards, outcome_score, register_reward
+from turngym.rewards.base import GroupScores, final_turn_rewards, outcome_score
 
 
 def executed(turn: Turn) -> bool | None:
@@ -53,7 +53,6 @@ def turn_components(episode: Episode, turn: Turn) -> dict[str, float]:
     return parts
 
 
-@register_reward("toolcall_dense")
 @dataclass
 class ToolCallDenseReward:
     name: str = "toolcall_dense"
@@ -75,7 +74,6 @@ class ToolCallDenseReward:
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
 
-@register_reward("funrl")
 @dataclass
 class FunRLReward:
     """FunRL/EGPO's binary reward: 1 on the final turn iff every turn is well-formed and the outcome is correct.

@@ -6,12 +6,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from turngym.episode import Episode
-from turngym.rewards.base import GroupScores, check_group, final_turn_rewards, outcome_score, register_reward
+from turngym.episode import Episode, EpisodeGroup
+from turngym.rewards.base import GroupScores, final_turn_rewards, outcome_score
 from turngym.rewards.equivalence import Clustering, cluster_answers, make_equivalence
 
 
-@register_reward("outcome")
 @dataclass
 class OutcomeReward:
     """The env's gold verdict (math ``correct``, QA ``em`` or ``f1``, BFCL ``bfcl_valid``) on the last turn."""
@@ -30,12 +29,11 @@ class OutcomeReward:
 
 
 def cluster_group(episodes: Sequence[Episode], equivalence: Any) -> Clustering:
-    check_group(episodes)
-    backend = make_equivalence(equivalence, episodes[0].env_id)
-    return cluster_answers(str(episodes[0].task.get("question", "")), [e.final_answer for e in episodes], backend)
+    group = EpisodeGroup.of(episodes)
+    backend = make_equivalence(equivalence, group.env_id)
+    return cluster_answers(group.question, [e.final_answer for e in group], backend)
 
 
-@register_reward("ttrl")
 @dataclass
 class TTRLReward:
     """1 on the final turn if the answer is in the majority cluster (ties: the earliest), else 0.
@@ -63,7 +61,6 @@ class TTRLReward:
         return GroupScores(rewards, {"clusters": cl.to_dict(), "majority": majority, "votes": len(voters)})
 
 
-@register_reward("empo")
 @dataclass
 class EMPOReward:
     """EMPO: the rollout's semantic-cluster probability on the final turn, gated by semantic entropy.

@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from turngym.episode import Episode
-from turngym.rewards.base import GroupScores, register_reward
+from turngym.rewards.base import GroupScores
 from turngym.rewards.scribe.decompose import decompose
 from turngym.rewards.scribe.reward import make_llm
 from turngym.rewards.scribe.scoring import NEUTRAL, StepRecord, check_scoring, episode_rewards, step_counts, step_value
 from turngym.rewards.scribe.steps import judge_steps_open
 
 
-@register_reward("prm")
 @dataclass
 class PRMReward:
     llm: Any = "default"

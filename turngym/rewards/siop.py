@@ -26,8 +26,8 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from turngym.episode import Episode
-from turngym.rewards.base import GroupScores, check_group, finite, outcome_score, register_reward
+from turngym.episode import Episode, EpisodeGroup
+from turngym.rewards.base import GroupScores, finite, outcome_score
 from turngym.rewards.equivalence import cluster_answers, make_equivalence
 from turngym.rewards.evidence import EVIDENCE_SOURCES, cluster_evidence, make_evidence
 from turngym.rewards.support import (PREFIX_MODES, TOKEN_MODES, PseudoAnswer, check_tokenizer, continuation,
@@ -111,7 +111,6 @@ class _PotentialMachinery:
         return rewards, phi
 
 
-@register_reward("siop")
 @dataclass
 class SIOPReward(_PotentialMachinery):
     equivalence: Any = "auto"
@@ -130,9 +129,9 @@ class SIOPReward(_PotentialMachinery):
             raise ValueError(f"evidence_source must be one of {EVIDENCE_SOURCES}, got {self.evidence_source!r}")
 
     def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
-        check_group(episodes)
-        question = str(episodes[0].task.get("question", ""))
-        cl = cluster_answers(question, [e.final_answer for e in episodes], make_equivalence(self.equivalence, episodes[0].env_id))
+        group = EpisodeGroup.of(episodes)
+        question = group.question
+        cl = cluster_answers(question, [e.final_answer for e in group], make_equivalence(self.equivalence, group.env_id))
         evidence = make_evidence(self.evidence)
         k = len(cl.members)
         answers = [[str(episodes[i].final_answer).strip() for i in mem] for mem in cl.members]
@@ -203,7 +202,6 @@ def igpo_f1(answer: str, golds: Sequence[str]) -> float:
     return best
 
 
-@register_reward("igpo")
 @dataclass
 class IGPOReward(_PotentialMachinery):
     lam: float = 0.0  # official: the outcome term is the F1 itself (weight 1)

@@ -24,6 +24,7 @@ layers get a windowed copy of the mask). ``method="naive"`` runs one full forwar
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
@@ -110,27 +111,24 @@ def scoring_points(episode: Episode, tokenizer: Any, mode: str = "before_observa
         raise ValueError(f"episode {episode.id} carries no token ids (a text-only backend?), so it cannot be scored "
                          "on the ids the policy saw; score it with tokens='text' (re-tokenised with the scorer's "
                          "own tokenizer)")
-    if tokens == "ids":
-        ids = list(episode.prompt_ids)
-        acts = [list(t.action_ids) for t in episode.turns]
-        obs = [list(t.observation_ids or []) for t in episode.turns]
-    else:  # re-tokenise the rendered text piece by piece with this tokenizer
+    if tokens == "text":  # re-tokenise the rendered text piece by piece with this tokenizer
         from turngym.agents.tokenization import ConversationTokenizer
 
         ct = ConversationTokenizer(tokenizer)
-        ids = ct.prompt_ids(episode.prompt, tools=episode.tools)
+        prompt_ids = ct.prompt_ids(episode.prompt, tools=episode.tools)
         acts = [ct.encode(t.action) for t in episode.turns]
-        obs = [ct.observation_ids(t.observation, t.observation_role, a) if t.observation else []
-               for t, a in zip(episode.turns, acts)]
-    points = [list(ids)]
-    for i in range(len(episode.turns)):
-        ids += acts[i]
-        if mode == "before_observation" or i == len(episode.turns) - 1:
-            points.append(list(ids))  # τ_T always ends with the final assistant turn
-        ids += obs[i]
-        if mode == "after_observation" and i < len(episode.turns) - 1:
-            points.append(list(ids))
-    return points
+        episode = dataclasses.replace(
+            episode, prompt_ids=prompt_ids,
+            turns=[dataclasses.replace(t, action_ids=a, action_logprobs=None,
+                                       observation_ids=ct.observation_ids(t.observation, t.observation_role, a)
+                                       if t.observation else [])
+                   for t, a in zip(episode.turns, acts)])
+    layout = episode.token_layout()
+    last = len(episode.turns) - 1
+    ends = [layout.prompt_end] + [  # τ_T always ends with the final assistant turn
+        layout.action_ends[i] if mode == "before_observation" or i == last else layout.turn_ends[i]
+        for i in range(len(episode.turns))]
+    return [layout.ids[:end] for end in ends]
 
 
 def check_tokenizer(episode: Episode, tokenizer: Any, fingerprint: dict[str, Any]) -> None:

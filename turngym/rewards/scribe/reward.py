@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from turngym.episode import Episode
-from turngym.rewards.base import GroupScores, outcome_score, register_reward
+from turngym.rewards.base import GroupScores, outcome_score
 from turngym.rewards.scribe.decompose import decompose
 from turngym.rewards.scribe.dynamics import DynamicsRecorder
 from turngym.rewards.scribe.embed import SentenceEmbedder
@@ -56,7 +56,6 @@ def make_llm(llm: Any, base_url: str | None = None, **kwargs: Any) -> JSONLLM:
     raise TypeError(f"llm must be a JSONLLM, a policy or a model name, got {type(llm).__name__}")
 
 
-@register_reward("scribe")
 @dataclass
 class ScribeReward:
     llm: Any = "default"

@@ -90,7 +90,7 @@ def select_training_indices(cfg: TrainConfig, env: Any) -> list[int]:
 
 def estimator_options(est: dict[str, Any]) -> dict[str, Any]:
     """Options of the estimator beyond name/gamma/eps (``egpo``: alpha, kappa)."""
-    from turngym.agents.advantages import ESTIMATOR_OPTIONS
+    from turngym.training.advantages import ESTIMATOR_OPTIONS
 
     name = est.get("name", "turn")
     extra = {k: v for k, v in est.items() if k not in ("name", "gamma", "eps")}
@@ -108,8 +108,8 @@ def build_trainer(cfg: TrainConfig) -> Any:
 
     import turngym  # noqa: F401 - env registration
     from turngym.agents.loading import resolve_model_dir
-    from turngym.agents.trainer import TurnGRPOTrainer, task_dataset
     from turngym.rewards import get_reward
+    from turngym.training.trainer import TurnGRPOTrainer, task_dataset
 
     env_id, env_kwargs = cfg.env["id"], dict(cfg.env.get("kwargs", {}))
     if env_id not in gymnasium.registry:

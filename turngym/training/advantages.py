@@ -21,23 +21,27 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
+from turngym.registry import Registry
+
 Rewards = Sequence[Sequence[float]]
 Estimator = Callable[..., list[list[float]]]
-ESTIMATORS: dict[str, Estimator] = {}
+# Name -> "module:attribute", resolved on use; ``register_estimator`` adds one (a name once only).
+ESTIMATORS = Registry("advantage estimator", {
+    "grpo": "turngym.training.advantages:grpo",
+    "turn": "turngym.training.advantages:turn",
+    "igpo_separate": "turngym.training.advantages:igpo_separate",
+    "egpo": "turngym.training.advantages:egpo",
+})
 
 
-def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
-    def deco(fn: Estimator) -> Estimator:
-        ESTIMATORS[name] = fn
-        return fn
-
-    return deco
+def register_estimator(name: str, estimator: str | Estimator) -> None:
+    """Add an estimator: a function ``(rewards, gamma, eps) -> advantages`` or its ``"module:attribute"``
+    path. A second registration of a name raises ``ValueError``."""
+    ESTIMATORS.register(name, estimator)
 
 
 def get_estimator(name: str) -> Estimator:
-    if name not in ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(ESTIMATORS)}")
-    return ESTIMATORS[name]
+    return ESTIMATORS.load(name)
 
 
 def zscore(values: Sequence[float], eps: float = 1e-6) -> list[float]:
@@ -67,20 +71,17 @@ def _split(flat: list[float], shape: Rewards) -> list[list[float]]:
     return out
 
 
-@register_estimator("grpo")
 def grpo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-4) -> list[list[float]]:
     totals = [sum(ep) for ep in rewards]
     z = zscore(totals, eps)
     return [[z_i] * len(ep) for z_i, ep in zip(z, rewards)]
 
 
-@register_estimator("turn")
 def turn(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:
     flat = [r for ep in rewards for r in ep]
     return [discounted(ep, gamma) for ep in _split(zscore(flat, eps), rewards)]
 
 
-@register_estimator("igpo_separate")
 def igpo_separate(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:
     outcome = zscore([ep[-1] for ep in rewards if ep], eps)
     process = zscore([r for ep in rewards for r in ep[:-1]], eps)
@@ -103,7 +104,6 @@ EGPO_ALPHA = 0.4  # entropy weight (FunRL/EGPO paper)
 EGPO_KAPPA = 2.0  # clip: the entropy term never exceeds |A|/kappa, so it cannot flip A's sign
 
 
-@register_estimator("egpo")
 def egpo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:
     """EGPO's base advantage: GRPO on the episode's (binary) reward, on every turn. The entropy term
     is per token and the trainer adds it with :func:`entropy_enhanced` (it needs the policy)."""

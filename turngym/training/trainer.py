@@ -24,12 +24,12 @@ from typing import Any, Callable, Sequence
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from turngym.agents.advantages import ESTIMATOR_OPTIONS, entropy_enhanced, get_estimator
 from turngym.agents.hf import cut_generation
 from turngym.agents.policy import Generation, GenerationRequest, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
-from turngym.episode import Episode
+from turngym.episode import Episode, EpisodeGroup
 from turngym.rewards.base import outcome_score
+from turngym.training.advantages import ESTIMATOR_OPTIONS, entropy_enhanced, get_estimator
 
 
 def task_prompt(index: int | None = None, task: dict[str, Any] | None = None) -> str:
@@ -45,7 +45,7 @@ def parse_task_prompt(prompt: Any) -> RolloutTask:
     except json.JSONDecodeError:
         ref = None
     if not isinstance(ref, dict) or not ({"index", "task"} & ref.keys()):
-        raise ValueError(f"dataset prompts must be task references made by turngym.agents.trainer.task_prompt; got {str(prompt)[:80]!r}")
+        raise ValueError(f"dataset prompts must be task references made by turngym.training.trainer.task_prompt; got {str(prompt)[:80]!r}")
     return RolloutTask(index=ref.get("index"), task=ref.get("task"))
 
 
@@ -106,20 +106,21 @@ class TRLGenerationPolicy:
 
 def episode_completion(ep: Episode) -> tuple[list[int], list[int], list[float], list[int]]:
     """Completion ids (actions + observations after the prompt), env mask, logprobs, and the
-    turn index of every completion token (-1 on observation tokens)."""
-    ids, mask, lps, turn_of = [], [], [], []
-    for t in ep.turns:
-        a = list(t.action_ids or [])
-        ids += a
-        mask += [1] * len(a)
-        lps += list(t.action_logprobs) if t.action_logprobs is not None else [0.0] * len(a)
-        turn_of += [t.index] * len(a)
-        o = list(t.observation_ids or [])
-        ids += o
-        mask += [0] * len(o)
-        lps += [0.0] * len(o)
-        turn_of += [-1] * len(o)
-    return ids, mask, lps, turn_of
+    turn index of every completion token (-1 on observation tokens), from :meth:`Episode.token_layout`."""
+    layout = ep.token_layout()
+    p = layout.prompt_end
+    mask = layout.trained[p:]
+    turn_of = [t if m else -1 for t, m in zip(layout.turn_of[p:], mask)]
+    return layout.ids[p:], mask, layout.logprobs[p:], turn_of
+
+
+def batch_groups(episodes: Sequence[Episode], k: int) -> list[EpisodeGroup]:
+    """The query groups of a gathered TRL batch: consecutive runs of ``k`` (TRL lays a prompt's
+    ``num_generations`` out side by side, possibly over several processes, so ``Episode.group``,
+    which names the process that played it, cannot join them); each must be one query."""
+    if len(episodes) % k:
+        raise ValueError(f"{len(episodes)} episodes do not split into groups of {k}")
+    return [EpisodeGroup.of(episodes[i:i + k]) for i in range(0, len(episodes), k)]
 
 
 def _outcome_for_logging(prompts, completions, turngym_outcome, **kwargs) -> list[float]:
@@ -273,6 +274,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         k = self.num_generations if mode == "train" else self.num_generations_eval
         local = self._batch_episodes
         everyone = gather_object(local)  # groups may span processes; score them whole
+        batch_groups(everyone, k)  # refuse a batch whose groups are not one query each
         voters = dict(gather_object(list(self._voters.items()))) if self._voters or self.accelerator.num_processes > 1 else {}
         rewards, advs = self._score_shared(everyone, k, voters)
         observe = getattr(self.reward, "observe", None)  # e.g. SCRIBE's library refresh every N steps

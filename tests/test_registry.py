@@ -1,0 +1,91 @@
+"""Registries map names to import paths resolved on demand; a name is registered once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from turngym.registry import Registry
+from turngym.rewards.base import REWARDS, register_reward
+from turngym.training.advantages import ESTIMATORS, get_estimator, register_estimator
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_building_a_light_reward_imports_no_model_code():
+    """A fresh process: the outcome reward (and TTRL/EMPO with offline equivalence) pull in no torch."""
+    code = ("import sys\n"
+            "from turngym.rewards import get_reward\n"
+            "get_reward('outcome'); get_reward('ttrl'); get_reward('empo')\n"
+            "heavy = sorted(m for m in ('torch', 'transformers', 'trl', 'sentence_transformers') if m in sys.modules)\n"
+            "assert not heavy, heavy\n"
+            "print('ok')\n")
+    proc = run_python(code)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_a_second_registration_of_a_name_raises():
+    code = ("from turngym.rewards.base import register_reward\n"
+            "try:\n"
+            "    register_reward('outcome', 'turngym.rewards.outcome:OutcomeReward')\n"
+            "except ValueError as exc:\n"
+            "    print(exc)\n")
+    proc = run_python(code)
+    assert proc.returncode == 0 and "reward 'outcome' is already registered" in proc.stdout, proc.stderr
+    with pytest.raises(ValueError, match="advantage estimator 'grpo' is already registered"):
+        register_estimator("grpo", lambda rewards, gamma=1.0, eps=1e-6: rewards)
+    with pytest.raises(ValueError, match="cannot hold"):
+        register_reward("a+b", "x:y")
+
+
+def test_registry_resolves_on_demand_and_refuses_bad_entries():
+    reg = Registry("widget", {"json_dumps": "json:dumps"})
+    assert reg["json_dumps"] == "json:dumps"  # stored as a path until loaded
+    assert reg.load("json_dumps")([1]) == "[1]"
+    reg.register("square", lambda x: x * x)
+    assert reg.load("square")(3) == 9 and sorted(reg) == ["json_dumps", "square"]
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register("square", lambda x: x)
+    with pytest.raises(ValueError, match="'module:attribute'"):
+        reg.register("bad", "no_colon_here")
+    with pytest.raises(ValueError, match="unknown widget 'nope'; choose one of"):
+        reg.load("nope")
+
+
+def test_every_registered_entry_resolves():
+    for name in REWARDS:
+        factory = REWARDS.load(name)
+        assert callable(factory), name
+    for name in ESTIMATORS:
+        assert get_estimator(name)([[1.0], [0.0]]) is not None
+
+
+def test_a_user_registered_reward_builds_and_joins_a_composite():
+    """In a fresh process, so the registration does not outlive the test."""
+    code = """
+from turngym.episode import Episode, Turn
+from turngym.rewards.base import GroupScores, final_turn_rewards, get_reward, register_reward
+
+class Constant:
+    name = "constant"
+
+    def __init__(self, value=1.0):
+        self.value = value
+
+    def score_group(self, episodes):
+        return GroupScores([final_turn_rewards(e, self.value) for e in episodes])
+
+register_reward("constant", Constant)
+ep = Episode(id="e", env_id="turngym/X-v0", task={"question": "q"}, turns=[Turn(0, "a"), Turn(1, "b")],
+             outcome={"correct": True})
+assert get_reward("constant", value=2.0).score_group([ep]).rewards == [[0.0, 2.0]]
+both = get_reward("constant+outcome", weights={"outcome": 0.5})
+assert both.score_group([ep]).rewards == [[0.0, 1.5]]  # constant 1.0 + 0.5 * outcome 1.0
+print("ok")
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
