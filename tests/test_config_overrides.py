@@ -9,7 +9,7 @@ import pytest
 from turngym import cli
 from turngym.training import config as train_config
 from turngym.training.config import TrainConfig
-from turngym.config_overrides import OverrideError, apply_overrides, parse_overrides
+from turngym.training.overrides import OverrideError, apply_overrides, parse_overrides
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "train_calculator.yaml"
 

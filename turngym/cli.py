@@ -246,7 +246,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from turngym.training.config import TrainConfig, build_trainer
-    from turngym.config_overrides import apply_overrides, parse_overrides
+    from turngym.training.overrides import apply_overrides, parse_overrides
 
     try:
         cfg = TrainConfig.load(args.config)
@@ -501,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra:  # only `train` takes more: its YAML overrides and TRL flags (turngym/config_overrides.py)
+    if extra:  # only `train` takes more: its YAML overrides and TRL flags (turngym/training/overrides.py)
         if args.command != "train":
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = extra
