@@ -31,7 +31,7 @@ class OutcomeReward:
 
 def cluster_group(episodes: Sequence[Episode], equivalence: Any) -> Clustering:
     check_group(episodes)
-    backend = make_equivalence(equivalence, episodes[0].env_id)
+    backend = make_equivalence(equivalence, episodes)
     return cluster_answers(str(episodes[0].task.get("question", "")), [e.final_answer for e in episodes], backend)
 
 

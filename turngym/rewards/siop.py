@@ -86,7 +86,7 @@ class _PotentialMachinery:
         facts = self._tokenizer_facts(tok)
         if self.tokens == "ids" and episode.prompt_ids is not None and facts["fingerprint"] is not None:
             check_tokenizer(episode, tok, facts["fingerprint"])
-        pseudo = PseudoAnswer.make(self.pseudo_answer, episode.env_id)
+        pseudo = PseudoAnswer.for_episode(self.pseudo_answer, episode)
         conts = [continuation(tok, pseudo, r, facts["eot"]) for r in references]
         points = scoring_points(episode, tok, self.prefix, self.tokens)
         if not self.final_turn_gain:
@@ -132,7 +132,7 @@ class SIOPReward(_PotentialMachinery):
     def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
         check_group(episodes)
         question = str(episodes[0].task.get("question", ""))
-        cl = cluster_answers(question, [e.final_answer for e in episodes], make_equivalence(self.equivalence, episodes[0].env_id))
+        cl = cluster_answers(question, [e.final_answer for e in episodes], make_equivalence(self.equivalence, episodes))
         evidence = make_evidence(self.evidence)
         k = len(cl.members)
         answers = [[str(episodes[i].final_answer).strip() for i in mem] for mem in cl.members]

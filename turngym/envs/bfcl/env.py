@@ -42,11 +42,17 @@ from turngym.envs.bfcl.data import (RELEVANCE, BFCLCategory, MemoryOrderError, i
                                     language_of, load_category)
 from turngym.envs.bfcl.execution import BackendSession, is_error_result
 from turngym.envs.bfcl.upstream import CHECKER_MODEL_NAME, bfcl, bfcl_project_root
+from turngym.episode import RewardNeeds
+
+CALL_ANSWERS = RewardNeeds(answer_kind="calls", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))
+# memory questions are answered in the last reply's text (bfcl-eval's agentic checker)
+TEXT_ANSWERS = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))
 
 
 class BFCLEnv(TextEnv):
     env_name = "turngym/BFCL-v0"
     observation_role = "user"
+    reward_needs = CALL_ANSWERS
 
     def __init__(self, category: str = "multi_turn_base", tool_format: str = "prompting",
                  data_dir: str | None = None, max_turns: int = 400, render_mode: str | None = None,
@@ -63,6 +69,8 @@ class BFCLEnv(TextEnv):
         self.manifest = self.data.manifest
         self.language = language_of(category)
         self.memory = is_memory(category)
+        if self.memory:
+            self.reward_needs = TEXT_ANSWERS
         self.multi_turn = is_multi_turn(category) or self.memory  # memory entries use the multi-turn loop
         self.memory_dir = Path(memory_dir) if memory_dir else bfcl_project_root() / "memory"
         self._last_reply: str | None = None
