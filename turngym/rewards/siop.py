@@ -41,7 +41,7 @@ def _log(x: float) -> float:
 
 @dataclass
 class _PotentialMachinery:
-    scorer: Any = None
+    scorer: Any = None  # a model (name, directory, mapping), a scorer object (e.g. shared by siop and igpo), or 'policy'
     lam: float = 0.5
     eps: float = 1e-8
     prefix: str = "before_observation"
