@@ -24,8 +24,9 @@ def test_a_math_declaration_is_graded_as_math_whatever_the_env_id():
     group = [ep(0, "0.5"), ep(1, "\\frac{1}{2}"), ep(2, "3")]
     assert isinstance(make_equivalence("auto", group), MathEquivalence)
     assert get_reward("ttrl").score_group(group).diagnostics["clusters"]["labels"] == [0, 0, 1]
-    # the same answers under a SearchQA id but a text declaration: the declaration decides, not the id
-    text = [ep(i, e.final_answer, env_id="turngym/MathCode-v0", needs=DEFAULT_REWARD_NEEDS) for i, e in enumerate(group)]
+    # the same answers under the MathCode id but a text declaration: the declaration decides, not the id
+    text = [ep(i, e.final_answer, env_id="turngym/MathCode-v0", needs=DEFAULT_REWARD_NEEDS)
+            for i, e in enumerate(group)]
     assert isinstance(make_equivalence("auto", text), NormalizedMatch)
     assert get_reward("ttrl").score_group(text).diagnostics["clusters"]["labels"] == [0, 1, 2]
     calls = RewardNeeds(answer_kind="calls", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))

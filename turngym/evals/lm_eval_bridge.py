@@ -64,7 +64,8 @@ class TaskFamily:
     items: Callable[[str], tuple[list[dict[str, Any]], str | None]]  # (items with index/id/question/answers, sha256)
     prefix: str = ""  # task name = "turngym_" + prefix + dataset
     dataset_arg: str = "dataset"
-    bridge_turns: bool = True  # the bridge's max_turns and plain prompts; False: the env's own (BFCL's step cap and prompts)
+    bridge_turns: bool = True  # the bridge's max_turns and plain prompts; False: the env's own (BFCL: its
+    # step cap, 20 per user turn, and its prompts)
     retrieves: bool = False  # takes the bridge's retriever
 
     def env_kwargs(self, dataset: str, max_turns: int | None = None, retriever: str | None = None) -> dict[str, Any]:
@@ -291,7 +292,7 @@ def make_turngym_lm_class():
                     raise ValueError(f"a turngym task names env {env_id!r}, which the bridge does not play; "
                                      f"it plays {sorted(FAMILY_OF_ENV)}")
                 kwargs = FAMILY_OF_ENV[env_id].env_kwargs(dataset, self.max_turns, self.retriever)
-                runner = RolloutRunner(self.policy, lambda: gymnasium.make(env_id, **kwargs),
+                runner = RolloutRunner(self.policy, lambda env_id=env_id, kwargs=kwargs: gymnasium.make(env_id, **kwargs),
                                        SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0),
                                        concurrency=self.concurrency)
                 episodes = {e.task["index"]: e for e in runner.run([RolloutTask(index=refs[i]["index"]) for i in rows])}

@@ -56,7 +56,8 @@ class PromptingFormat(ToolFormat):
         return decode_prompting(action, language, execute=execute)
 
     def render_results(self, calls, results):
-        return bfcl()["handler_utils"].format_execution_results_prompting({}, results, {"model_responses_decoded": calls})
+        utils = bfcl()["handler_utils"]
+        return utils.format_execution_results_prompting({}, results, {"model_responses_decoded": calls})
 
 
 class NativeFormat(ToolFormat):
