@@ -26,6 +26,7 @@ backends are comparable with each other and with ``turngym eval`` at temperature
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,7 +293,7 @@ def make_turngym_lm_class():
                     raise ValueError(f"a turngym task names env {env_id!r}, which the bridge does not play; "
                                      f"it plays {sorted(FAMILY_OF_ENV)}")
                 kwargs = FAMILY_OF_ENV[env_id].env_kwargs(dataset, self.max_turns, self.retriever)
-                runner = RolloutRunner(self.policy, lambda env_id=env_id, kwargs=kwargs: gymnasium.make(env_id, **kwargs),
+                runner = RolloutRunner(self.policy, functools.partial(gymnasium.make, env_id, **kwargs),
                                        SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0),
                                        concurrency=self.concurrency)
                 episodes = {e.task["index"]: e for e in runner.run([RolloutTask(index=refs[i]["index"]) for i in rows])}
