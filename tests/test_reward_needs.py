@@ -23,6 +23,8 @@ def test_a_math_declaration_is_graded_as_math_whatever_the_env_id():
     # "0.5" and "\frac{1}{2}" are one outcome under math-verify, two under normalised text
     group = [ep(0, "0.5"), ep(1, "\\frac{1}{2}"), ep(2, "3")]
     assert isinstance(make_equivalence("auto", group), MathEquivalence)
+    # math-verify's first call loads its parsers: done here with room, so the 5 s grading limit below is not hit
+    assert MathEquivalence(timeout_s=120).matrix("", ["0.5", "\\frac{1}{2}"]) == [[True, True], [True, True]]
     assert get_reward("ttrl").score_group(group).diagnostics["clusters"]["labels"] == [0, 0, 1]
     # the same answers under the MathCode id but a text declaration: the declaration decides, not the id
     text = [ep(i, e.final_answer, env_id="turngym/MathCode-v0", needs=DEFAULT_REWARD_NEEDS)
@@ -76,3 +78,18 @@ def test_declared_needs_round_trip_and_an_old_file_without_them_loads_with_a_cle
 def test_a_group_with_different_declarations_is_refused():
     with pytest.raises(ValueError, match="different reward needs"):
         make_equivalence("auto", [ep(0, "1"), ep(1, "1", needs=DEFAULT_REWARD_NEEDS)])
+
+
+def test_the_lm_eval_bridge_takes_its_metrics_from_the_envs_declaration(tmp_path):
+    import yaml
+
+    from turngym.evals.lm_eval_bridge import write_tasks
+
+    write_tasks(tmp_path, ["bamboogle", "gsm8k", "bfcl_irrelevance"], limit=1)
+    metrics = {name: [m["metric"] for m in yaml.load((tmp_path / f"turngym_{name}.yaml").read_text(),
+                                                     Loader=yaml.BaseLoader)["metric_list"]]
+               for name in ("bamboogle", "gsm8k", "bfcl_irrelevance")}
+    assert metrics == {"bamboogle": ["em", "f1"], "gsm8k": ["acc"], "bfcl_irrelevance": ["acc"]}
+    docs = {name: json.loads((tmp_path / f"turngym_{name}.jsonl").read_text().splitlines()[0])
+            for name in ("bamboogle", "bfcl_irrelevance")}
+    assert docs["bfcl_irrelevance"]["bfcl"] is True and docs["bamboogle"]["bfcl"] is False
