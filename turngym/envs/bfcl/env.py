@@ -103,13 +103,12 @@ class BFCLEnv(TextEnv):
         return self.mode.prompt(entry, task["index"])
 
     def make_tools(self, task: dict[str, Any]) -> list[dict[str, Any]] | None:
+        if not self.format.gives_tools:
+            return None
         index = task["index"]
         functions = self.data.entries[index]["function"]
         if index not in self.data.tools:  # bfcl-eval's conversion deep-copies every doc: once per item
-            tools = self.format.tools(functions, self._name_map)
-            if tools is None:
-                return None
-            self.data.tools[index] = tools
+            self.data.tools[index] = self.format.tools(functions, self._name_map)
         self._name_map.update({t["function"]["name"]: f["name"] for f, t in zip(functions, self.data.tools[index])})
         return copy.deepcopy(self.data.tools[index])
 

@@ -18,14 +18,15 @@ class ToolFormat:
 
     name: str
     result_role: str  # the chat role tool results come back in during a multi-turn episode
+    gives_tools: bool = False  # the docs go to the chat template as ``tools`` (else they are in the prompt)
 
     def with_function_docs(self, messages: list[dict[str, Any]], entry: dict[str, Any]) -> list[dict[str, Any]]:
         """The first user turn's messages as the model sees them."""
         return messages
 
-    def tools(self, functions: list[dict[str, Any]], name_map: dict[str, str]) -> list[dict[str, Any]] | None:
-        """Chat-template tool schemas for ``functions`` (None: the docs are in the prompt)."""
-        return None
+    def tools(self, functions: list[dict[str, Any]], name_map: dict[str, str]) -> list[dict[str, Any]]:
+        """Chat-template tool schemas for ``functions``, recording their shown names in ``name_map``."""
+        raise NotImplementedError(f"the {self.name} format puts the function docs in the prompt")
 
     def decode(self, action: str, language: str, name_map: dict[str, str], execute: bool) -> Decoded:
         raise NotImplementedError
@@ -63,6 +64,7 @@ class PromptingFormat(ToolFormat):
 class NativeFormat(ToolFormat):
     name = "native"
     result_role = "tool"
+    gives_tools = True
 
     def tools(self, functions, name_map):
         mods = bfcl()
