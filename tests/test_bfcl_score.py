@@ -66,3 +66,16 @@ def test_bfcl_metrics_from_episodes():
     assert m["partial_categories"] == {"multi_turn_base": 2, "simple_python": 1}
     assert m["episodes_per_category"] == {"multi_turn_base": 4, "simple_python": 2}
     assert bfcl_metrics([Episode(id="x", env_id="e", outcome={"correct": True})]) == {}
+
+
+def test_bfcl_categories_are_defined_once():
+    """The env, the scorer and the lm-eval bridge use the one category table."""
+    from turngym.envs.bfcl import categories, data
+    from turngym.evals import bfcl_score, lm_eval_bridge
+
+    assert data.CATEGORIES is categories.CATEGORIES and bfcl_score.V4_COUNTS is categories.V4_COUNTS
+    leaderboard = set(categories.V4_COUNTS)
+    playable = set(categories.CATEGORIES) - set(categories.MEMORY_PREREQ)
+    assert leaderboard == playable | (set(categories.REFUSED) - {"format_sensitivity"})
+    assert {n for n, e in lm_eval_bridge.ENV_FOR.items() if e == "turngym/BFCL-v0"} == \
+        {"bfcl_" + c for c in categories.CONVERSATION_CATEGORIES}

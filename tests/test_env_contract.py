@@ -9,6 +9,7 @@ import turngym  # noqa: F401
 from turngym.envs import ENTRY_POINTS
 from turngym.envs.base import ActionResult, TextEnv
 from turngym.envs.checker import ContractError, check_text_env
+from turngym.episode import RewardNeeds
 
 SEARCH_PASSAGES = [{"id": "p1", "title": "Paris", "text": "Paris is the capital of France."}]
 
@@ -49,10 +50,36 @@ def test_registered_env_keeps_the_contract(env_id, kwargs, search_index):
                                  "```python\nprint(1)\n```", "lone \ud800 surrogate", "\\boxed{1} <answer>1</answer>"))
 
 
+# what each env declares that rewards need: the answer kind and the pseudo-answer cue, per configuration
+DECLARED = {
+    ("turngym/Calculator-v0", ""): ("qa_text", "answer_tag"),
+    ("turngym/Digits-v0", ""): ("none", "answer_tag"),
+    ("turngym/MathCode-v0", "gsm8k"): ("math", "boxed"),
+    ("turngym/SearchQA-v0", "hotpotqa"): ("qa_text", "answer_tag"),
+    ("turngym/BFCL-v0", "simple_python"): ("calls", "answer_tag"),
+    ("turngym/BFCL-v0", "multi_turn_base"): ("calls", "answer_tag"),
+    ("turngym/BFCL-v0", "memory_kv_prereq"): ("qa_text", "answer_tag"),  # memory: answered in the last reply
+}
+
+
+@pytest.mark.parametrize("env_id,dataset", list(DECLARED))
+def test_each_env_declares_its_reward_needs_in_the_episode(env_id, dataset, search_index):
+    kwargs = {"category": dataset} if "BFCL" in env_id else {"dataset": dataset} if dataset else {}
+    if env_id.endswith("SearchQA-v0"):
+        kwargs["retriever"] = search_index
+    env = gymnasium.make(env_id, **kwargs).unwrapped
+    env.reset(seed=0, options={"index": 0})
+    needs = env.episode.reward_needs
+    assert isinstance(needs, RewardNeeds) and (needs.answer_kind, needs.answer_cue) == DECLARED[(env_id, dataset)]
+    assert json.loads(env.episode.to_json())["reward_needs"]["answer_kind"] == needs.answer_kind
+    env.close()
+
+
 class _SilentEnvForTest(TextEnv):
     """A deliberately broken env (a fake, inside this test): it goes on without telling the agent anything."""
 
     env_name = "test/Silent-v0"
+    reward_needs = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag")
 
     def num_items(self):
         return 1
@@ -77,3 +104,7 @@ def test_the_checker_catches_a_broken_env_and_accepts_action_errors_as_observati
     broken.stop = ["</answer>"]
     with pytest.raises(ContractError, match="stop must be a tuple"):
         check_text_env(broken)
+    undeclared = _SilentEnvForTest()
+    undeclared.reward_needs = None
+    with pytest.raises(ContractError, match="reward_needs must declare"):
+        check_text_env(undeclared, actions=("",))

@@ -125,7 +125,9 @@ def test_official_pseudo_answer_scores_only_the_references_own_tokens():
     assert text[c.start:c.end] == "Paris"
     boxed = continuation(FakeCharTokenizer(), PseudoAnswer.make("boxed"), "42")
     assert "".join(map(chr, boxed.ids)).endswith("\\boxed{42}")
-    assert PseudoAnswer.make("auto", "turngym/MathCode-v0") == PseudoAnswer.make("boxed")
+    from turngym.envs.math_code import MathCodeEnv
+
+    assert PseudoAnswer.make("auto", MathCodeEnv.reward_needs) == PseudoAnswer.make("boxed")  # the env's declared cue
     with pytest.raises(ValueError, match="pseudo_answer"):
         PseudoAnswer.make("nope")
 

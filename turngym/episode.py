@@ -11,10 +11,9 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 SCHEMA_VERSION = 1
 
@@ -53,6 +52,65 @@ class Turn:
         return cls(**_known_fields(cls, d))
 
 
+ANSWER_KINDS = ("math", "qa_text", "calls", "none")
+ANSWER_CUES = ("answer_tag", "boxed")
+
+
+@dataclass(frozen=True)
+class RewardNeeds:
+    """What rewards need to know about an env's episodes, declared by the env that played them,
+    so that no reward guesses it from the env id.
+
+    - ``answer_kind``: how two final answers are compared: ``math`` (math-verify), ``qa_text``
+      (SQuAD-normalised text), ``calls`` (function calls as canonical JSON), ``none`` (the env
+      has no final answer).
+    - ``answer_cue``: how the env asks for the final answer, the cue SIOP / IGPO's pseudo-answer
+      uses under ``pseudo_answer="auto"``: ``answer_tag`` (``<answer>y</answer>``, the official
+      pseudo-answer) or ``boxed`` (``\\boxed{y}``).
+    - which observations are tool results (evidence): the observation of a turn that made tool
+      calls and parsed, unless one of ``tool_ok_metrics`` is False or one of
+      ``tool_error_metrics`` holds an error in the turn's metrics (then it is an error message).
+    """
+
+    answer_kind: str
+    answer_cue: str
+    tool_ok_metrics: tuple[str, ...] = ()
+    tool_error_metrics: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.answer_kind not in ANSWER_KINDS:
+            raise ValueError(f"answer_kind must be one of {ANSWER_KINDS}, got {self.answer_kind!r}")
+        if self.answer_cue not in ANSWER_CUES:
+            raise ValueError(f"answer_cue must be one of {ANSWER_CUES}, got {self.answer_cue!r}")
+        for name in ("tool_ok_metrics", "tool_error_metrics"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(m, str) and m for m in value):
+                raise ValueError(f"{name} must be a sequence of metric names, got {value!r}")
+            object.__setattr__(self, name, tuple(value))  # lists read back from JSON
+
+    def tool_failed(self, metrics: dict[str, Any]) -> bool:
+        """The turn's metrics say its tool call failed (its observation is an error, not a result)."""
+        return any(metrics.get(m) is False for m in self.tool_ok_metrics) or \
+            any(bool(metrics.get(m)) for m in self.tool_error_metrics)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RewardNeeds":
+        if not isinstance(d, dict):
+            raise ValueError(f"reward_needs must be a mapping, got {type(d).__name__}")
+        return cls(**_known_fields(cls, d))
+
+
+# What an episode built in code (not played by an env) declares unless given its own: text answers
+# in answer tags, tool failures marked by any of the failure metrics turngym's envs record.
+DEFAULT_REWARD_NEEDS = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag",
+                                   tool_ok_metrics=("tool_ok", "exec_ok"), tool_error_metrics=("retrieval_error",))
+
+
+class MissingRewardNeeds(ValueError):
+    """An episode read from a file written before episodes carried ``reward_needs``, scored by a
+    reward that needs the declaration."""
+
+
 @dataclass
 class Episode:
     """The K rollouts of one query share ``group``; ``task`` says which item was played."""
@@ -71,6 +129,8 @@ class Episode:
     meta: dict[str, Any] = field(default_factory=dict)
     prompt_ids: list[int] | None = None
     tools: list[dict[str, Any]] | None = None  # tool schemas given to the chat template, if any
+    # declared by the env; None only in files written before episodes carried it
+    reward_needs: RewardNeeds | None = DEFAULT_REWARD_NEEDS
 
     @property
     def done(self) -> bool:
@@ -80,6 +140,14 @@ class Episode:
         d = dataclasses.asdict(self)
         d["schema_version"] = SCHEMA_VERSION
         return d
+
+    def needs(self, purpose: str) -> RewardNeeds:
+        """The env's declaration, or a clear error saying what needs it (``purpose``) and what to do."""
+        if self.reward_needs is None:
+            raise MissingRewardNeeds(
+                f"episode {self.id} ({self.env_id}) does not declare what rewards need: it was written by a turngym "
+                f"from before episodes carried 'reward_needs'. {purpose}")
+        return self.reward_needs
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Episode":
@@ -91,6 +159,8 @@ class Episode:
             )
         kwargs = _known_fields(cls, d)
         kwargs["turns"] = [Turn.from_dict(t) for t in d.get("turns", [])]
+        needs = d.get("reward_needs")  # absent from older files: None, so a reward that needs it says so
+        kwargs["reward_needs"] = None if needs is None else RewardNeeds.from_dict(needs)
         return cls(**kwargs)
 
     def to_json(self) -> str:
@@ -203,6 +273,18 @@ class TokenLayout:
     prompt_end: int
     action_ends: list[int]
     turn_ends: list[int]
+
+
+def group_needs(episodes: Sequence[Episode], purpose: str) -> RewardNeeds:
+    """The declaration the episodes of one group share (they come from one env configuration)."""
+    if not episodes:
+        raise ValueError("a group needs at least one episode")
+    needs = episodes[0].needs(purpose)
+    for ep in episodes[1:]:
+        if ep.needs(purpose) != needs:
+            raise ValueError(f"episodes {episodes[0].id} and {ep.id} of one group declare different reward needs "
+                             f"({needs} vs {ep.reward_needs}); a group must come from one env configuration")
+    return needs
 
 
 def escape_surrogates(text: str) -> str:

@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from turngym.episode import Episode, Turn
+from turngym.episode import Episode, RewardNeeds, Turn
 
 MAX_TEXT_LENGTH = 1_000_000
 log = logging.getLogger(__name__)
@@ -108,7 +108,8 @@ class TextEnv(gym.Env):
     """Base class for text environments with turn recording.
 
     Subclasses implement :meth:`num_items`, :meth:`get_item`, :meth:`make_prompt`,
-    :meth:`act` and :meth:`grade`. ``observation_role`` says how the runner feeds an
+    :meth:`act` and :meth:`grade`, and declare ``reward_needs`` (what rewards need to know about
+    its episodes; copied into every episode). ``observation_role`` says how the runner feeds an
     observation back: ``None`` appends it to the assistant's text (Search-R1, ToRL),
     ``"user"`` / ``"tool"`` sends it as a new chat message.
     """
@@ -118,6 +119,7 @@ class TextEnv(gym.Env):
     dataset_name: str = ""
     observation_role: str | None = None
     stop: tuple[str, ...] = ()
+    reward_needs: RewardNeeds | None = None  # every env declares it (the contract checker requires it)
     # task fields that hold labels: kept in the Episode record for graders, never put in ``info``
     gold_keys: tuple[str, ...] = ("answers", "answer", "golden_answers", "final_answer", "solution", "ground_truth")
 
@@ -228,6 +230,7 @@ class TextEnv(gym.Env):
             tools=tools,
             seed=seed,
             group=options.get("group"),
+            reward_needs=self.reward_needs,
         )
         self.on_reset(task)
         return render_messages(prompt), self._info()

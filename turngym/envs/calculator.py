@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from turngym.envs.base import ActionResult, TextEnv
+from turngym.episode import RewardNeeds
 from turngym.envs.parsing import parse_tag_calls
 
 NUM_ITEMS = 10_000
@@ -65,6 +66,7 @@ class CalculatorEnv(TextEnv):
     dataset_name = "calculator"
     observation_role = None
     stop = ("</calc>", "</answer>")
+    reward_needs = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))
 
     def __init__(self, max_turns: int = 4, prompt_style: str = "chat", render_mode: str | None = None):
         super().__init__(max_turns=max_turns, render_mode=render_mode)

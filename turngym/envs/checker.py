@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from gymnasium.utils.env_checker import check_env
 
 from turngym.envs.base import TextEnv
-from turngym.episode import Episode
+from turngym.episode import Episode, RewardNeeds
 
 OBSERVATION_ROLES = (None, "user", "tool")
 
@@ -44,6 +44,9 @@ def check_text_env(env: Any, actions: Sequence[str] = ("", "not a tool call", "\
     _require(isinstance(raw.stop, tuple) and all(isinstance(s, str) and s for s in raw.stop),
              f"{name}: stop must be a tuple of non-empty strings")
     _require(isinstance(raw.max_turns, int) and raw.max_turns >= 1, f"{name}: max_turns must be an int >= 1")
+    _require(isinstance(raw.reward_needs, RewardNeeds),
+             f"{name}: reward_needs must declare what rewards need (a turngym.episode.RewardNeeds), "
+             f"got {raw.reward_needs!r}")
 
     options = dict(reset_options or {"index": 0})
     obs, info = raw.reset(seed=123, options=copy.deepcopy(options))
@@ -51,6 +54,7 @@ def check_text_env(env: Any, actions: Sequence[str] = ("", "not a tool call", "\
     ep = raw.episode
     _require(isinstance(ep, Episode) and not ep.turns and not ep.done, f"{name}: reset must start a fresh Episode")
     _require(ep.env_id == name, f"{name}: the episode's env_id must be the env's name")
+    _require(ep.reward_needs == raw.reward_needs, f"{name}: the episode must carry the env's reward_needs")
     _require(all(isinstance(m, dict) and set(m) >= {"role", "content"} for m in ep.prompt),
              f"{name}: the prompt must be a list of {{'role', 'content'}} messages")
     _require(ep.tools is None or all(isinstance(t, dict) for t in ep.tools), f"{name}: tools must be a list of schemas")
@@ -79,6 +83,7 @@ def check_text_env(env: Any, actions: Sequence[str] = ("", "not a tool call", "\
         raw.end_episode("checker")
         _require(raw.episode.truncated and raw.episode.meta.get("truncation") == "checker",
                  f"{name}: end_episode must truncate the episode and say why")
+    _require(raw.episode.reward_needs == raw.reward_needs, f"{name}: the ended episode must still carry reward_needs")
     again = Episode.from_dict(raw.episode.to_dict())
     _require(again.to_dict() == raw.episode.to_dict(), f"{name}: the episode must round-trip through its dict form")
     raw.close()

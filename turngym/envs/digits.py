@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from turngym.envs.base import ActionResult, TextEnv
+from turngym.episode import RewardNeeds
 
 PROMPT = "Reply with digits only. Turn {turn}:"
 
@@ -23,6 +24,7 @@ class DigitsEnv(TextEnv):
     env_name = "turngym/Digits-v0"
     dataset_name = "digits"
     observation_role = None
+    reward_needs = RewardNeeds(answer_kind="none", answer_cue="answer_tag")  # no final answer, no tools
 
     def __init__(self, max_turns: int = 2, render_mode: str | None = None):
         super().__init__(max_turns=max_turns, render_mode=render_mode)

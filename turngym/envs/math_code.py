@@ -13,6 +13,7 @@ from typing import Any
 
 from turngym.corpora.datasets import Dataset, load_dataset
 from turngym.envs.base import ActionResult, TextEnv
+from turngym.episode import RewardNeeds
 from turngym.envs.parsing import parse_code_blocks
 from turngym.envs.sandbox import SandboxLimits, SandboxPool, SandboxSession
 from turngym.grading.math_answers import extract_boxed, grade_answer
@@ -45,6 +46,7 @@ class MathCodeEnv(TextEnv):
     env_name = "turngym/MathCode-v0"
     observation_role = None
     stop = ("```output",)
+    reward_needs = RewardNeeds(answer_kind="math", answer_cue="boxed", tool_ok_metrics=("exec_ok",))
 
     def __init__(self, dataset: str = "math500", split: str | None = None, max_turns: int = 4,
                  prompt_style: str = "chat", max_output_chars: int = 2000,

@@ -22,6 +22,7 @@ from typing import Any
 from turngym.corpora.datasets import QA_DATASETS, Dataset, load_dataset
 from turngym.corpora.lucene import Hit, RetrieverError
 from turngym.envs.base import ActionResult, TextEnv
+from turngym.episode import RewardNeeds
 from turngym.envs.parsing import parse_hermes_tool_calls
 from turngym.grading.qa import exact_match, f1_score, normalize_answer
 
@@ -79,6 +80,7 @@ class SearchQAEnv(TextEnv):
     env_name = "turngym/SearchQA-v0"
     observation_role = None
     stop = ("</search>", "</answer>")
+    reward_needs = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag", tool_error_metrics=("retrieval_error",))
 
     def __init__(self, dataset: str = "nq", split: str | None = None, retriever: Any = None, topk: int = 3,
                  max_turns: int = 4, prompt_style: str = "chat", max_query_chars: int = 2000,

@@ -183,13 +183,18 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
     if not report.episodes:
         raise ValueError(f"no valid episodes in {episodes_file}")
     scorer_spec, tokens = _scorer_spec(scorer)
+    shared = None  # one loaded model (or server client), given to siop and igpo as their scorer
     wrappers = {}
     for name in names:
         cfg: dict[str, Any] = {}
         if name in ("siop", "igpo"):
             if scorer_spec is None:
                 raise ValueError(f"{name} needs --scorer (a model that scores support, e.g. 'default' or a directory)")
-            cfg.update(scorer=scorer_spec, tokens=tokens)
+            if shared is None:
+                from turngym.rewards.support import make_scorer
+
+                shared = make_scorer(scorer_spec)
+            cfg.update(scorer=shared, tokens=tokens)
         if name == "scribe":
             cfg.update(llm=scribe_llm, library=scribe_library, llm_base_url=scribe_base_url)
         if name == "prm":  # the PRM baseline: scribe's judge model, open-ended criteria
@@ -197,13 +202,6 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
         wrappers[name] = get_reward(name, **cfg)
         if name == "scribe" and scribe_library is None:  # no library given: build one from these episodes
             wrappers[name].fit(report.episodes)
-    if scorer_spec is not None and any(hasattr(w, "bind_scorer") for w in wrappers.values()):
-        from turngym.rewards.support import make_scorer
-
-        shared = make_scorer(scorer_spec)  # one loaded model (or server client) shared by siop and igpo
-        for w in wrappers.values():
-            if hasattr(w, "bind_scorer"):
-                w.bind_scorer(shared)
     rel = None
     if reliability_repeats:
         from turngym.rewards.scribe.diagnostics import reliability

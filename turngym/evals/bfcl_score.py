@@ -25,19 +25,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable
 
+from turngym.envs.bfcl.categories import (IRRELEVANCE, LIVE_AST, MEMORY_V4, MULTI_TURN, NON_LIVE_AST, SIMPLE,
+                                          V4_COUNTS, WEB_SEARCH)
 from turngym.episode import Episode
 from turngym.evals.metrics import wilson
 
-# Entry counts of BFCL V4 (bfcl-eval 2026.3.23 data), used to weight a live category that
-# was not evaluated, as bfcl-eval does.
-V4_COUNTS = {
-    "simple_python": 400, "simple_java": 100, "simple_javascript": 50, "multiple": 200, "parallel": 200,
-    "parallel_multiple": 200, "irrelevance": 240, "live_simple": 258, "live_multiple": 1053, "live_parallel": 16,
-    "live_parallel_multiple": 24, "live_irrelevance": 884, "live_relevance": 16, "multi_turn_base": 200,
-    "multi_turn_miss_func": 200, "multi_turn_miss_param": 200, "multi_turn_long_context": 200,
-    "web_search_base": 100, "web_search_no_snippet": 100, "memory_kv": 155, "memory_vector": 155,
-    "memory_rec_sum": 155,
-}
 V4_WEIGHTS = {"non_live": 10, "live": 10, "irrelevance": 10, "multi_turn": 30, "agentic": 40}
 
 
@@ -49,15 +41,12 @@ def v4_summary(accuracy: dict[str, float], counts: dict[str, int] | None = None)
     """Group scores and the weighted overall from per-category accuracies (0..1)."""
     counts = {**V4_COUNTS, **(counts or {})}
     acc = lambda c: float(accuracy.get(c, 0.0))  # noqa: E731 - missing counts as 0, as on the leaderboard
-    simple = _mean([acc("simple_python"), acc("simple_java"), acc("simple_javascript")])
-    non_live = _mean([simple, acc("multiple"), acc("parallel"), acc("parallel_multiple")])
-    live_cats = ["live_simple", "live_multiple", "live_parallel", "live_parallel_multiple"]
-    live = sum(acc(c) * counts[c] for c in live_cats) / sum(counts[c] for c in live_cats)
-    irrelevance = _mean([acc("irrelevance"), acc("live_irrelevance")])
-    multi_turn = _mean([acc(c) for c in ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
-                                         "multi_turn_long_context")])
-    agentic = _mean([_mean([acc("web_search_base"), acc("web_search_no_snippet")]),
-                     _mean([acc("memory_kv"), acc("memory_vector"), acc("memory_rec_sum")])])
+    simple = _mean([acc(c) for c in SIMPLE])
+    non_live = _mean([simple] + [acc(c) for c in NON_LIVE_AST if c not in SIMPLE])
+    live = sum(acc(c) * counts[c] for c in LIVE_AST) / sum(counts[c] for c in LIVE_AST)
+    irrelevance = _mean([acc(c) for c in IRRELEVANCE])
+    multi_turn = _mean([acc(c) for c in MULTI_TURN])
+    agentic = _mean([_mean([acc(c) for c in WEB_SEARCH]), _mean([acc(c) for c in MEMORY_V4])])
     groups = {"non_live": non_live, "live": live, "irrelevance": irrelevance, "multi_turn": multi_turn,
               "agentic": agentic}
     total = sum(V4_WEIGHTS.values())

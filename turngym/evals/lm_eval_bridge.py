@@ -26,43 +26,82 @@ backends are comparable with each other and with ``turngym eval`` at temperature
 
 from __future__ import annotations
 
+import functools
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import yaml
 
 from turngym.agents.policy import Generation, GenerationRequest, SamplingParams, trim_at_stop
 from turngym.agents.tokenization import plain_prompt
-
-ENV_FOR = {"math500": "turngym/MathCode-v0", "aime24": "turngym/MathCode-v0", "aime25": "turngym/MathCode-v0",
-           "gsm8k": "turngym/MathCode-v0"}
-QA = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
-for _name in QA:
-    ENV_FOR[_name] = "turngym/SearchQA-v0"
-BFCL_PREFIX = "bfcl_"
-BFCL_CATEGORIES = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple",
-                   "irrelevance", "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple",
-                   "live_irrelevance", "live_relevance", "multi_turn_base", "multi_turn_miss_func",
-                   "multi_turn_miss_param", "multi_turn_long_context")
-for _name in BFCL_CATEGORIES:
-    ENV_FOR[BFCL_PREFIX + _name] = "turngym/BFCL-v0"
+from turngym.envs.bfcl.categories import CONVERSATION_CATEGORIES
 
 
-def _task_items(name: str) -> tuple[list[dict[str, Any]], str | None]:
-    """(items with index/id/question/answers, manifest sha256) for a task name."""
-    if ENV_FOR[name].endswith("BFCL-v0"):
-        from turngym.envs.bfcl.data import load_category
-
-        data = load_category(name[len(BFCL_PREFIX):])
-        items = [{"index": i, "id": e["id"], "answers": [""],
-                  "question": next((m["content"] for m in e["question"][0] if m["role"] == "user"), "")}
-                 for i, e in enumerate(data.entries)]
-        return items, data.manifest.sha256
+def _dataset_items(dataset: str) -> tuple[list[dict[str, Any]], str | None]:
     from turngym.corpora.datasets import load_dataset
 
-    ds = load_dataset(name)
+    ds = load_dataset(dataset)
     return ds.items, ds.manifest.sha256
+
+
+def _bfcl_items(category: str) -> tuple[list[dict[str, Any]], str | None]:
+    from turngym.envs.bfcl.data import load_category
+
+    data = load_category(category)
+    items = [{"index": i, "id": e["id"], "answers": [""],
+              "question": next((m["content"] for m in e["question"][0] if m["role"] == "user"), "")}
+             for i, e in enumerate(data.entries)]
+    return items, data.manifest.sha256
+
+
+@dataclass(frozen=True)
+class TaskFamily:
+    """The bridge's tasks on one env, and how the bridge makes that env for a dataset."""
+
+    env_id: str
+    datasets: tuple[str, ...]
+    items: Callable[[str], tuple[list[dict[str, Any]], str | None]]  # (items with index/id/question/answers, sha256)
+    prefix: str = ""  # task name = "turngym_" + prefix + dataset
+    dataset_arg: str = "dataset"
+    bridge_turns: bool = True  # the bridge's max_turns and plain prompts; False: the env's own (BFCL: its
+    # step cap, 20 per user turn, and its prompts)
+    retrieves: bool = False  # takes the bridge's retriever
+
+    def env_kwargs(self, dataset: str, max_turns: int | None = None, retriever: str | None = None) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {self.dataset_arg: dataset}
+        if self.bridge_turns and max_turns is not None:
+            kwargs.update(max_turns=max_turns, prompt_style="base")
+        if self.retrieves and retriever:
+            kwargs["retriever"] = retriever
+        return kwargs
+
+
+QA = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+BFCL_PREFIX = "bfcl_"
+FAMILIES = (
+    TaskFamily("turngym/MathCode-v0", ("math500", "aime24", "aime25", "gsm8k"), _dataset_items),
+    TaskFamily("turngym/SearchQA-v0", QA, _dataset_items, retrieves=True),
+    TaskFamily("turngym/BFCL-v0", CONVERSATION_CATEGORIES, _bfcl_items, prefix=BFCL_PREFIX, dataset_arg="category",
+               bridge_turns=False),
+)
+FAMILY_OF_ENV = {f.env_id: f for f in FAMILIES}
+FAMILY_OF_TASK = {f.prefix + d: f for f in FAMILIES for d in f.datasets}
+ENV_FOR = {name: f.env_id for name, f in FAMILY_OF_TASK.items()}
+
+
+def _declared_needs(family: TaskFamily, dataset: str) -> Any:
+    """The env's declaration of its answers (``RewardNeeds``), from the env made as the bridge makes it."""
+    import gymnasium
+
+    import turngym  # noqa: F401 - registers the envs
+
+    env = gymnasium.make(family.env_id, **family.env_kwargs(dataset))
+    try:
+        return env.unwrapped.reward_needs
+    finally:
+        env.close()
 
 
 TASK_OPEN, TASK_CLOSE = "<turngym-task>", "</turngym-task>"
@@ -77,17 +116,19 @@ def write_tasks(out_dir: str | Path, datasets: Sequence[str] | None = None, limi
     for name in datasets or list(ENV_FOR):
         if name not in ENV_FOR:
             raise ValueError(f"no turngym lm-eval task for {name!r}; choose from {sorted(ENV_FOR)}")
-        all_items, sha256 = _task_items(name)
+        family = FAMILY_OF_TASK[name]
+        dataset = name[len(family.prefix):]
+        all_items, sha256 = family.items(dataset)
         items = all_items[:limit] if limit else all_items
+        needs = _declared_needs(family, dataset)
         docs = out / f"turngym_{name}.jsonl"
         with docs.open("w") as fh:
             for it in items:
-                dataset = name[len(BFCL_PREFIX):] if name.startswith(BFCL_PREFIX) else name
-                ref = {"env": ENV_FOR[name], "dataset": dataset, "index": it["index"]}
+                ref = {"env": family.env_id, "dataset": dataset, "index": it["index"]}
                 fh.write(json.dumps({"turngym_ref": json.dumps(ref), "id": it["id"], "question": it["question"],
-                                     "answers": it["answers"], "bfcl": name.startswith(BFCL_PREFIX)},
+                                     "answers": it["answers"], "bfcl": needs.answer_kind == "calls"},
                                     ensure_ascii=False) + "\n")
-        metrics = ["em", "f1"] if ENV_FOR[name].endswith("SearchQA-v0") else ["acc"]
+        metrics = ["em", "f1"] if needs.answer_kind == "qa_text" else ["acc"]  # text answers: EM and F1
         task = {
             "task": f"turngym_{name}",
             "tag": ["turngym"],
@@ -248,12 +289,11 @@ def make_turngym_lm_class():
             for i, ref in enumerate(refs):
                 by_env.setdefault((ref["env"], ref["dataset"]), []).append(i)
             for (env_id, dataset), rows in by_env.items():
-                kwargs: dict[str, Any] = {"dataset": dataset, "max_turns": self.max_turns, "prompt_style": "base"}
-                if env_id.endswith("BFCL-v0"):  # its own step cap (20 per user turn); prompts are BFCL's
-                    kwargs = {"category": dataset}
-                if env_id.endswith("SearchQA-v0") and self.retriever:
-                    kwargs["retriever"] = self.retriever
-                runner = RolloutRunner(self.policy, lambda: gymnasium.make(env_id, **kwargs),
+                if env_id not in FAMILY_OF_ENV:
+                    raise ValueError(f"a turngym task names env {env_id!r}, which the bridge does not play; "
+                                     f"it plays {sorted(FAMILY_OF_ENV)}")
+                kwargs = FAMILY_OF_ENV[env_id].env_kwargs(dataset, self.max_turns, self.retriever)
+                runner = RolloutRunner(self.policy, functools.partial(gymnasium.make, env_id, **kwargs),
                                        SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0),
                                        concurrency=self.concurrency)
                 episodes = {e.task["index"]: e for e in runner.run([RolloutTask(index=refs[i]["index"]) for i in rows])}

@@ -187,20 +187,19 @@ def _gold(ep: Episode) -> str:
 def _clusters(episodes: Sequence[Episode], groups: dict[str, list[int]]) -> list[tuple[str, str]]:
     """(cluster letter, kind) per episode: kind ``largest``, ``other`` or ``none`` (no answer).
 
-    Answers are clustered by the key-based equivalence of the env family (QA: SQuAD-normalised
-    text and aliases; BFCL: canonical JSON calls). Math uses normalised text too: math-verify
-    equivalence costs ~20 ms per episode, minutes for 10,000.
+    Answers are clustered by a key-based equivalence for the answer kind the env declares
+    (calls: canonical JSON; otherwise SQuAD-normalised text). Math uses normalised text too:
+    math-verify equivalence costs ~20 ms per episode, minutes for 10,000. Episodes from files
+    written before episodes declared their answer kind are shown by normalised text.
     """
-    from turngym.rewards.equivalence import NormalizedMatch, equivalence_for_env
+    from turngym.rewards.equivalence import CallMatch, NormalizedMatch
 
     out: list[tuple[str, str]] = [("", "none")] * len(episodes)
-    keyers: dict[str, Any] = {}
+    text_key = NormalizedMatch().key
     for members in groups.values():
-        env_id = episodes[members[0]].env_id
-        if env_id not in keyers:
-            backend = equivalence_for_env(env_id)
-            keyers[env_id] = backend.key if hasattr(backend, "key") else NormalizedMatch().key
-        keys = [keyers[env_id](str(episodes[i].final_answer).strip())
+        needs = episodes[members[0]].reward_needs
+        keyer = CallMatch.key if needs is not None and needs.answer_kind == "calls" else text_key
+        keys = [keyer(str(episodes[i].final_answer).strip())
                 if episodes[i].final_answer is not None and str(episodes[i].final_answer).strip() else None
                 for i in members]
         sizes: dict[str, int] = {}

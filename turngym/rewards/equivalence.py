@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
+from turngym.episode import Episode, RewardNeeds, group_needs
 from turngym.grading.calls import canonical_calls
 from turngym.grading.qa import normalize_answer
 
@@ -135,22 +136,26 @@ def cluster_answers(question: str, answers: Sequence[str | None], equivalence: E
     return Clustering(labels, members)
 
 
-def equivalence_for_env(env_id: str, **kwargs: Any) -> Equivalence:
-    """The offline default for an env family."""
-    if "MathCode" in env_id:
-        return MathEquivalence(**kwargs)
-    if "BFCL" in env_id:
+def equivalence_for(needs: RewardNeeds) -> Equivalence:
+    """The offline default for the answer kind an env declares (an env without answers: any match,
+    there is nothing to cluster)."""
+    if needs.answer_kind == "math":
+        return MathEquivalence()
+    if needs.answer_kind == "calls":
         return CallMatch()
-    return NormalizedMatch(**kwargs)
+    return NormalizedMatch()
 
 
-def make_equivalence(spec: Any, env_id: str) -> Equivalence:
-    """``auto`` (offline default for the env), ``normalized``, ``math``, ``calls``,
-    ``nli:<model id or path>``, or a ready backend object."""
+AUTO_HINT = "Pass equivalence='normalized', 'math', 'calls' or 'nli:<model>' instead of 'auto'."
+
+
+def make_equivalence(spec: Any, episodes: Sequence[Episode]) -> Equivalence:
+    """``auto`` (the offline default for the answer kind the episodes' env declares), ``normalized``,
+    ``math``, ``calls``, ``nli:<model id or path>``, or a ready backend object."""
     if not isinstance(spec, str):
         return spec
     if spec == "auto":
-        return equivalence_for_env(env_id)
+        return equivalence_for(group_needs(episodes, AUTO_HINT))
     if spec.startswith("nli:"):
         return NLIEquivalence.load(spec[4:])
     table = {"normalized": NormalizedMatch, "math": MathEquivalence, "calls": CallMatch}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
-from turngym.episode import Episode, Turn
+from turngym.episode import Episode, RewardNeeds, Turn
 from turngym.grading.qa import normalize_answer
 
 PREMISE_CHARS = 2000
@@ -66,19 +66,23 @@ class NLIEvidence:
         return self.nli.entailment([(o, hyp) for o in observations]) if observations else []
 
 
-def is_tool_result(turn: Turn) -> bool:
-    """The turn ran a tool and its observation is that tool's output (not an error or a user message)."""
+def is_tool_result(turn: Turn, needs: RewardNeeds) -> bool:
+    """The turn ran a tool and its observation is that tool's output (not an error or a user message),
+    by the failure metrics the env declares in ``needs``."""
     if not turn.observation or not turn.tool_calls or turn.parse_error:
         return False
-    m = turn.metrics
-    return not (m.get("retrieval_error") or m.get("tool_ok") is False or m.get("exec_ok") is False)
+    return not needs.tool_failed(turn.metrics)
 
 
 def evidence_texts(episode: Episode, source: str = "tool_results", premise_chars: int | None = PREMISE_CHARS) -> list[str]:
     if source not in EVIDENCE_SOURCES:
         raise ValueError(f"evidence source must be one of {EVIDENCE_SOURCES}, got {source!r}")
-    texts = [t.observation for t in episode.turns
-             if t.observation and (source == "observations" or is_tool_result(t))]
+    if source == "observations":
+        texts = [t.observation for t in episode.turns if t.observation]
+    else:
+        needs = episode.needs("Its tool results cannot be told from error messages; "
+                              "pass evidence_source='observations' to count every observation.")
+        texts = [t.observation for t in episode.turns if is_tool_result(t, needs)]
     return [x[:premise_chars] for x in texts] if premise_chars is not None else texts
 
 

@@ -30,7 +30,7 @@ class OutcomeReward:
 
 def cluster_group(episodes: Sequence[Episode], equivalence: Any) -> Clustering:
     group = EpisodeGroup.of(episodes)
-    backend = make_equivalence(equivalence, group.env_id)
+    backend = make_equivalence(equivalence, group.episodes)
     return cluster_answers(group.question, [e.final_answer for e in group], backend)
 
 

@@ -41,7 +41,7 @@ def _log(x: float) -> float:
 
 @dataclass
 class _PotentialMachinery:
-    scorer: Any = None
+    scorer: Any = None  # a model (name, directory, mapping), a scorer object (e.g. shared by siop and igpo), or 'policy'
     lam: float = 0.5
     eps: float = 1e-8
     prefix: str = "before_observation"
@@ -86,7 +86,7 @@ class _PotentialMachinery:
         facts = self._tokenizer_facts(tok)
         if self.tokens == "ids" and episode.prompt_ids is not None and facts["fingerprint"] is not None:
             check_tokenizer(episode, tok, facts["fingerprint"])
-        pseudo = PseudoAnswer.make(self.pseudo_answer, episode.env_id)
+        pseudo = PseudoAnswer.for_episode(self.pseudo_answer, episode)
         conts = [continuation(tok, pseudo, r, facts["eot"]) for r in references]
         points = scoring_points(episode, tok, self.prefix, self.tokens)
         if not self.final_turn_gain:
@@ -131,7 +131,7 @@ class SIOPReward(_PotentialMachinery):
     def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
         group = EpisodeGroup.of(episodes)
         question = group.question
-        cl = cluster_answers(question, [e.final_answer for e in group], make_equivalence(self.equivalence, group.env_id))
+        cl = cluster_answers(question, [e.final_answer for e in group], make_equivalence(self.equivalence, group.episodes))
         evidence = make_evidence(self.evidence)
         k = len(cl.members)
         answers = [[str(episodes[i].final_answer).strip() for i in mem] for mem in cl.members]

@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from turngym.episode import Episode
+from turngym.episode import Episode, RewardNeeds
 
 PREFIX_MODES = ("before_observation", "after_observation")
 TOKEN_MODES = ("ids", "text")
@@ -50,7 +50,9 @@ class PseudoAnswer:
     end_of_turn: bool = True
 
     @classmethod
-    def make(cls, spec: Any, env_id: str = "") -> "PseudoAnswer":
+    def make(cls, spec: Any, needs: RewardNeeds | None = None) -> "PseudoAnswer":
+        """``auto`` takes the cue the env declares in ``needs`` (``boxed`` for \\boxed{} answers,
+        ``official`` for answer tags); without ``needs`` it is only validated (as ``official``)."""
         if isinstance(spec, PseudoAnswer):
             return spec
         if isinstance(spec, dict):
@@ -60,9 +62,16 @@ class PseudoAnswer:
         if spec == "boxed":
             return cls(prefix="\nNow there's enough information to answer\n</think>\nThe final answer is \\boxed{",
                        suffix="}")
-        if spec == "auto":  # per env: math envs answer in \boxed{}, the rest in <answer> tags
-            return cls.make("boxed" if "MathCode" in env_id else "official")
+        if spec == "auto":
+            return cls.make("boxed" if needs is not None and needs.answer_cue == "boxed" else "official")
         raise ValueError(f"pseudo_answer must be 'official', 'boxed', 'auto' or {{prefix, suffix, end_of_turn}}; got {spec!r}")
+
+    @classmethod
+    def for_episode(cls, spec: Any, episode: Episode) -> "PseudoAnswer":
+        """The pseudo-answer for one episode: ``auto`` reads the cue its env declared."""
+        if spec != "auto":
+            return cls.make(spec)
+        return cls.make(spec, episode.needs("Pass pseudo_answer='official' or 'boxed' instead of 'auto'."))
 
 
 @dataclass(frozen=True)

@@ -18,23 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from turngym.corpora.datasets import Manifest, parse_jsonl
+from turngym.envs.bfcl.categories import (CATEGORIES, MEMORY, MEMORY_PREREQ, MULTI_TURN, REFUSED, RELEVANCE,
+                                          SINGLE_TURN_AST)
 from turngym.envs.bfcl.upstream import BFCL_VERSION, bfcl
 
-SINGLE_TURN_AST = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
-                   "parallel_multiple", "live_simple", "live_multiple", "live_parallel",
-                   "live_parallel_multiple")
-RELEVANCE = ("irrelevance", "live_irrelevance", "live_relevance")
-MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
-# memory: the *_prereq conversations write the memory snapshots the questions then read
-MEMORY = ("memory_kv", "memory_rec_sum")
-MEMORY_PREREQ = tuple(c + "_prereq" for c in MEMORY)
-CATEGORIES = SINGLE_TURN_AST + RELEVANCE + MULTI_TURN + MEMORY + MEMORY_PREREQ
-REFUSED = {
-    "web_search_base": "needs a live web search API (bfcl-eval's WebSearchAPI calls SerpAPI over the network)",
-    "web_search_no_snippet": "needs a live web search API (bfcl-eval's WebSearchAPI calls SerpAPI over the network)",
-    "memory_vector": "loads SentenceTransformer('all-MiniLM-L6-v2') from the Hugging Face hub at import; not supported",
-    "format_sensitivity": "is a prompt-format sweep over other categories, not a task; not supported",
-}
+__all__ = ["CATEGORIES", "MULTI_TURN", "RELEVANCE", "SINGLE_TURN_AST", "BFCLCategory", "BFCLDataError",
+           "MemoryOrderError", "check_category", "is_memory", "is_multi_turn", "language_of", "load_category"]
 
 
 class BFCLDataError(ValueError):

@@ -1,0 +1,294 @@
+"""BFCL protocols, one class per mode: a single-turn entry (one action, scored by bfcl-eval's AST or
+relevance check), a multi-turn conversation (calls executed on bfcl-eval's backends, each user
+turn checked by ``multi_turn_checker``), and memory (a multi-turn conversation graded on its last
+reply). Each holds its episode's progress; the env (:class:`~turngym.envs.bfcl.env.BFCLEnv`) holds
+the data, the entry, the backend session and the tool format.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from turngym.envs.base import ActionResult
+from turngym.envs.bfcl.calls import Decoded
+from turngym.envs.bfcl.categories import RELEVANCE
+from turngym.envs.bfcl.data import MemoryOrderError, language_of
+from turngym.envs.bfcl.execution import BackendSession, is_error_result
+from turngym.envs.bfcl.upstream import CHECKER_MODEL_NAME, bfcl
+from turngym.episode import RewardNeeds
+
+if TYPE_CHECKING:
+    from turngym.envs.bfcl.env import BFCLEnv
+
+CALL_ANSWERS = RewardNeeds(answer_kind="calls", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))
+# memory questions are answered in the last reply's text (bfcl-eval's agentic checker)
+TEXT_ANSWERS = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))
+
+
+def answer_json(calls: Any) -> str:
+    """The episode's answer for verifier-free rewards: its calls as canonical JSON ("[]": no call)."""
+    return json.dumps(calls, sort_keys=True, ensure_ascii=False, default=str)
+
+
+class Mode:
+    """The thin base: the first prompt as bfcl-eval renders it, and the hooks each mode fills."""
+
+    reward_needs: RewardNeeds = CALL_ANSWERS
+
+    def __init__(self, env: "BFCLEnv"):
+        self.env = env
+
+    def prompt(self, entry: dict[str, Any], index: int) -> list[dict[str, str]]:
+        env = self.env
+        key = (index, env.tool_format)
+        if key not in env.data.prompts:  # bfcl-eval's system prompt serialises every doc: render once
+            first = env.format.with_function_docs(copy.deepcopy(entry["question"][0]), entry)
+            env.data.prompts[key] = [{"role": m["role"], "content": m["content"]} for m in first]
+        return [dict(m) for m in env.data.prompts[key]]
+
+    def on_reset(self) -> None:
+        """Start the episode's progress."""
+
+    def act(self, action: str) -> ActionResult:
+        raise NotImplementedError
+
+    def action_error(self, action: str, exc: Exception) -> ActionResult | None:
+        """What the agent sees when its action raised; None: the env's default (an error observation)."""
+        return None
+
+    def grade(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def on_close(self) -> None:
+        """Release or save per-episode state before the env closes the backend session."""
+
+
+class SingleTurn(Mode):
+    """One action, decoded and scored like bfcl-eval's evaluator (AST checker; relevance: a call or none)."""
+
+    def on_reset(self) -> None:
+        self.decoded = Decoded(error="the episode ended before any action")
+
+    def act(self, action: str) -> ActionResult:
+        env = self.env
+        decoded = env.format.decode(action, env.language, env._name_map, execute=False)
+        calls = [{"name": n, "arguments": a} for c in decoded.calls for n, a in c.items()] \
+            if isinstance(decoded.calls, list) else []
+        self.decoded = decoded
+        return ActionResult(observation=None, tool_calls=calls, parse_error=decoded.error, terminated=True,
+                            metrics={"tool_ok": decoded.has_calls}, final_answer=answer_json(
+                                decoded.calls if decoded.error is None else []))
+
+    def action_error(self, action: str, exc: Exception) -> ActionResult:
+        """A single-turn entry gets one action: one that raised is a decoding failure and ends it."""
+        self.decoded = Decoded(error=f"{type(exc).__name__}: {str(exc)[:500]}")
+        return ActionResult(observation=None, terminated=True, final_answer="[]", metrics={"tool_ok": False})
+
+    def grade(self) -> dict[str, Any]:
+        env, decoded = self.env, self.decoded
+        out: dict[str, Any] = {"category": env.category}
+        if env.category in RELEVANCE:
+            has_call = decoded.error is None and not bfcl()["utils"].is_empty_output(decoded.calls)
+            valid = has_call if env.category == "live_relevance" else not has_call
+            out["bfcl_valid"] = valid
+            if not valid:
+                out["error_type"] = "relevance_error:decoder_failed" if env.category == "live_relevance" \
+                    else "irrelevance_error:decoder_success"
+            return out
+        out.update(ast_verdict(env.category, env._checker_entry["function"], decoded, env._ground_truth))
+        return out
+
+
+class MultiTurn(Mode):
+    """bfcl-eval's inference loop: up to 20 steps of calls per user turn; a step without a decodable
+    call ends the user turn, which is then checked (state and response)."""
+
+    def on_reset(self) -> None:
+        env = self.env
+        self.user_turn = 0
+        self.steps_in_turn = 0
+        self.turn_calls: list[list[str]] = []
+        self.calls_by_turn: list[list[str]] = []  # every executed call, per user turn: the episode's answer
+        self.all_results: list[str] = []
+        self.turn_checks: list[dict[str, Any]] = []
+        self.last_reply: str | None = None
+        if env._session is None:
+            env._session = BackendSession(env._entry, env.category)
+        env.format.map_backend_methods(env._session.methods, env._name_map)
+
+    def act(self, action: str) -> ActionResult:
+        env = self.env
+        assert env._session is not None
+        start = time.perf_counter()
+        decoded = env.format.decode(action, env.language, env._name_map, execute=True)
+        metrics: dict[str, Any] = {"bfcl_user_turn": self.user_turn, "bfcl_step": self.steps_in_turn}
+        calls = env.format.execution_strings(decoded)
+        if decoded.error is not None or not calls or (len(calls) == 1 and not calls[0]):
+            # bfcl-eval: an undecodable or empty step ends the user turn
+            self.last_reply = action
+            metrics.update(self.close_user_turn())
+            metrics["tool_ok"] = None
+            return self.next_user_turn(decoded.error, metrics, start)
+        results = env._session.execute(calls)
+        self.turn_calls.append(calls)
+        self.all_results.extend(results)
+        self.steps_in_turn += 1
+        metrics["tool_ok"] = not any(is_error_result(r) for r in results)
+        tool_calls = [{"call": c, "result": r} for c, r in zip(calls, results)]
+        if self.steps_in_turn > bfcl()["prompts"].MAXIMUM_STEP_LIMIT:
+            # bfcl-eval stops the conversation here; the turn's calls still count, so on the
+            # last user turn the entry is checked as usual, on an earlier one it fails
+            metrics["force_quit"] = True
+            metrics.update(self.close_user_turn())
+            return ActionResult(observation=None, tool_calls=tool_calls, metrics=metrics, terminated=True,
+                                final_answer=answer_json(self.calls_by_turn),
+                                tool_ms=(time.perf_counter() - start) * 1000.0)
+        return ActionResult(observation=env.format.render_results(calls, results), tool_calls=tool_calls,
+                            metrics=metrics, observation_role=env.format.result_role,
+                            tool_ms=(time.perf_counter() - start) * 1000.0)
+
+    def final_answer(self) -> str:
+        return answer_json(self.calls_by_turn)
+
+    def next_user_turn(self, error: str | None, metrics: dict[str, Any], start: float) -> ActionResult:
+        self.user_turn += 1
+        self.steps_in_turn = 0
+        self.turn_calls = []
+        done = self.user_turn >= len(self.env._entry["question"])
+        observation = None if done else self.user_message(self.user_turn)
+        return ActionResult(observation=observation, parse_error=error, metrics=metrics, terminated=done,
+                            observation_role="user", tool_ms=(time.perf_counter() - start) * 1000.0,
+                            final_answer=self.final_answer() if done else None)
+
+    def user_message(self, turn: int) -> str:
+        env = self.env
+        holdout = env._entry.get("missed_function", {})
+        if str(turn) in holdout:
+            functions = env.format.held_out_functions(holdout[str(turn)], env._name_map)
+            return bfcl()["prompts"].DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(functions=functions)
+        return "\n\n".join(m["content"] for m in env._entry["question"][turn])
+
+    def close_user_turn(self) -> dict[str, Any]:
+        """bfcl-eval's per-turn checks (``multi_turn_checker``) for the user turn just ended."""
+        env = self.env
+        assert env._session is not None
+        u = self.user_turn
+        self.calls_by_turn.append([c for step in self.turn_calls for c in step])
+        ground_truth = list(env._ground_truth[u])
+        gt_results = env._session.execute_ground_truth(ground_truth)
+        check: dict[str, Any] = {"bfcl_checked": bool(ground_truth)}
+        if not ground_truth:  # bfcl-eval checks nothing on a turn meant to go unanswered
+            self.turn_checks.append({"turn": u, "checked": False, "valid": True})
+            return check
+        if not self.turn_calls:
+            check.update(bfcl_state_ok=False, bfcl_response_ok=False, bfcl_turn_valid=False,
+                         bfcl_error_type="multi_turn:empty_turn_model_response")
+        else:
+            checker = bfcl()["multi_turn_checker"]
+            state = checker.state_checker(env._session.instances, env._session.gt_instances)
+            response = checker.response_checker(self.all_results, gt_results, u)
+            check.update(bfcl_state_ok=bool(state["valid"]), bfcl_response_ok=bool(response["valid"]),
+                         bfcl_turn_valid=bool(state["valid"] and response["valid"]))
+            if not state["valid"]:
+                check["bfcl_error_type"] = state["error_type"]
+            elif not response["valid"]:
+                check["bfcl_error_type"] = response["error_type"]
+        self.turn_checks.append({"turn": u, "checked": True, "valid": check["bfcl_turn_valid"],
+                                 "error_type": check.get("bfcl_error_type")})
+        return check
+
+    def grade(self) -> dict[str, Any]:
+        env = self.env
+        n_turns = len(env._entry["question"])
+        out: dict[str, Any] = {"category": env.category, "user_turns": n_turns,
+                               "user_turns_done": len(self.turn_checks)}
+        if len(self.turn_checks) < n_turns:
+            out.update(bfcl_valid=False, error_type="multi_turn:force_terminated")
+            return out
+        failed = [c for c in self.turn_checks if c["checked"] and not c["valid"]]
+        out["bfcl_valid"] = not failed
+        if failed:
+            out.update(error_type=failed[0]["error_type"], failed_turn=failed[0]["turn"])
+        return out
+
+
+class Memory(MultiTurn):
+    """Memory categories: the multi-turn loop on a memory backend whose snapshot the ``*_prereq``
+    conversations write and the questions read; a question is graded on its last reply."""
+
+    reward_needs = TEXT_ANSWERS
+
+    def prompt(self, entry: dict[str, Any], index: int) -> list[dict[str, str]]:
+        """bfcl-eval's order: the memory instruction (with the core memory loaded from the snapshot)
+        goes in first, then the function-doc system prompt in front of it."""
+        env = self.env
+        backend = entry["involved_classes"][0]
+        config = {backend: {"model_result_dir": env.memory_dir, "scenario": entry["scenario"], "test_id": entry["id"],
+                            "test_category": env.category}}
+        env._session = BackendSession({**entry, "initial_config": config}, env.category)
+        instance = env._session.instances[backend]
+        # the conversation this one follows must have been played (and saved) already; its own
+        # checkpoint, not just the scenario's latest snapshot, so a run out of order cannot read stale memory
+        before = entry.get("depends_on", [])[-1:]
+        checkpoints = instance.latest_snapshot_file.parent / "prereq_checkpoints"
+        if any(not (checkpoints / f"{dep}.json").is_file() for dep in before):
+            env._close_session()
+            base = env.category.removesuffix("_prereq")
+            raise MemoryOrderError(
+                f"no memory snapshot for scenario {entry['scenario']!r} under {env.memory_dir}: play the "
+                f"{base}_prereq items first, in order with k=1, with the same memory_dir")
+        question = bfcl()["handler_utils"].add_memory_instruction_system_prompt(
+            copy.deepcopy(entry["question"]), env.category, entry["scenario"], instance)
+        first = env.format.with_function_docs(question[0], entry)
+        return [{"role": m["role"], "content": m["content"]} for m in first]
+
+    def final_answer(self) -> str:
+        return self.last_reply  # type: ignore[return-value] - set by the step that ended the conversation
+
+    def close_user_turn(self) -> dict[str, Any]:
+        """Memory is graded on the final reply only (bfcl-eval's agentic checker): no per-turn check."""
+        self.calls_by_turn.append([c for step in self.turn_calls for c in step])
+        self.turn_checks.append({"turn": self.user_turn, "checked": False, "valid": True})
+        return {"bfcl_checked": False}
+
+    def grade(self) -> dict[str, Any]:
+        """bfcl-eval's agentic verdict: a ground-truth answer appears in the last reply without calls."""
+        env = self.env
+        out: dict[str, Any] = {"category": env.category}
+        if env.category.endswith("_prereq"):
+            return {**out, "prereq": True}  # writes memory; not scored
+        if self.last_reply is None:
+            return {**out, "bfcl_valid": False, "error_type": "agentic:no_last_message"}
+        result = bfcl()["agentic_checker"].agentic_checker(self.last_reply, list(env._ground_truth))
+        out["bfcl_valid"] = bool(result["valid"])
+        if not result["valid"]:
+            out["error_type"] = result.get("error_type")
+        return out
+
+    def on_close(self) -> None:
+        env = self.env
+        if env.category.endswith("_prereq") and env._session is not None:
+            # bfcl-eval: a prerequisite conversation's memory is saved for the next one and the questions
+            next(iter(env._session.instances.values()))._flush_memory_to_local_file()
+
+
+def ast_verdict(category: str, functions: list[dict[str, Any]], decoded: Decoded,
+                ground_truth: list[dict[str, Any]]) -> dict[str, Any]:
+    """bfcl-eval's ``_evaluate_single_ast_entry`` verdict on already-decoded calls."""
+    mods = bfcl()
+    if decoded.error is not None:
+        return {"bfcl_valid": False, "error_type": "ast_decoder:decoder_failed", "error": decoded.error}
+    if not mods["utils"].is_function_calling_format_output(decoded.calls):
+        return {"bfcl_valid": False, "error_type": "ast_decoder:decoder_wrong_output_format"}
+    lang = mods["enums"].Language
+    language = {"python": lang.PYTHON, "java": lang.JAVA, "javascript": lang.JAVASCRIPT}[language_of(category)]
+    result = mods["ast_checker"].ast_checker(copy.deepcopy(functions), copy.deepcopy(decoded.calls),
+                                             copy.deepcopy(ground_truth), language, category, CHECKER_MODEL_NAME)
+    out: dict[str, Any] = {"bfcl_valid": bool(result["valid"])}
+    if not result["valid"]:
+        out["error_type"] = result.get("error_type")
+        out["error"] = [str(e) for e in result.get("error", [])][:3]
+    return out
