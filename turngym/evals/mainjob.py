@@ -165,11 +165,16 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
     lines += ["", "## Reward ablation on these episodes", "",
               (f"{ablation['groups']} groups, {ablation['episodes']} episodes, {ablation['turns_with_ground_truth']} turns with "
               "per-turn truth from the envs. Credit accuracy on the paired estimator's advantages (AUC, 0.5 = none):"), "",
-              "| reward | estimator | AUC | ρ |", "| --- | --- | --- | --- |"]
+              "| reward | estimator | AUC | ρ | groups / labelled turns (useful) |", "| --- | --- | --- | --- | --- |"]
     f = lambda x: "–" if x is None else f"{x:.3f}"
     for n, m in ablation["rewards"].items():
         a = m["credit_accuracy_advantage"]
-        lines.append(f"| {n} | {a['estimator']} | {f(a['auc'])} | {f(a['spearman'])} |")
+        lines.append(f"| {n} | {a['estimator']} | {f(a['auc'])} | {f(a['spearman'])} | "
+                     f"{a.get('n_groups')} / {a.get('n_turns')} ({a.get('n_positive')}){'*' if 'scope' in m else ''} |")
+    if ablation.get("gold_only"):
+        g = ablation["gold_only"]
+        lines += ["", (f"\\* needs a gold answer: scored on the {g['groups']} groups of {', '.join(g['envs'])}; "
+                       f"{g['left_out_groups']} groups of {', '.join(g['left_out_envs'])} carry none.")]
     lines += ["", "Full table: [ablation/ablation.md](ablation/ablation.md).", "",
               "## Credit benchmark (planted per-turn truth)", "", "| reward | " + " | ".join(bench["envs"]) + " |",
               "| --- |" + " --- |" * len(bench["envs"])]
