@@ -1,52 +1,86 @@
-"""Which SearchQA-v0 tool format makes the embedded instruct model search?
+"""Which SearchQA-v0 tool format and prompt make the embedded instruct model search?
 
-Plays the same HotpotQA items greedily in the Search-R1 tag format and in the native
-function-tool format (Hermes ``<tool_call>``), with one loaded model, and prints per format:
-searches per episode, share of episodes that searched, retrieval hits, answered rate, EM, F1.
-Usage: python benchmarks/searchqa_formats.py [--model qwen2.5-coder-0.5b-instruct] [--limit 8]
+Plays the same items (the first ``--limit`` of each dataset in file order; the main job's
+SearchQA subset is the first items of HotpotQA dev) greedily under every arm, with one loaded
+model. Arms: ``tags`` (Search-R1 ``<search>`` template) and ``native`` (search as a Hermes
+function tool through the chat template), each with ``prompt=official`` and
+``prompt=search_first`` (an added instruction to search before answering). Per arm and
+dataset: episodes with at least one executed search (a query that reached the index),
+episodes whose searches retrieved a passage holding a gold answer, retrieval hits over all
+searches, answered rate, EM, F1, and answers that hold a tool call (a call put in ``<answer>``).
+Usage: python benchmarks/searchqa_formats.py [--model qwen2.5-coder-0.5b-instruct] [--limit 4]
+       [--datasets hotpotqa,nq] [--arms tags:official,tags:search_first,native:official,native:search_first]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import gymnasium
 
 import turngym  # noqa: F401
-from turngym.agents.loading import load_policy
+from turngym.agents.loading import load_policy, model_identity
 from turngym.agents.policy import SamplingParams
 from turngym.agents.runner import RolloutRunner
+
+ARMS = "tags:official,tags:search_first,native:official,native:search_first"
+
+
+def executed_searches(ep) -> int:
+    return sum(t.metrics.get("action") == "search" and "n_docs" in t.metrics for t in ep.turns)
+
+
+def arm_row(eps) -> dict:
+    n = len(eps)
+    searches = [executed_searches(e) for e in eps]
+    hits = [sum(bool(t.metrics.get("retrieval_hit")) for t in e.turns) for e in eps]
+    return {"episodes": n, "searched": sum(s > 0 for s in searches), "searches": sum(searches),
+            "episodes_with_hit": sum(h > 0 for h in hits), "hits": sum(hits),
+            "answered": sum(e.final_answer is not None for e in eps),
+            "call_in_answer": sum(e.final_answer is not None and ("\"name\"" in e.final_answer or "tool_call" in e.final_answer)
+                                  for e in eps),
+            "em": sum(e.outcome.get("em", 0.0) for e in eps) / n, "f1": sum(e.outcome.get("f1", 0.0) for e in eps) / n}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--dataset", default="hotpotqa")
-    ap.add_argument("--limit", type=int, default=8)
+    ap.add_argument("--datasets", default="hotpotqa,nq")
+    ap.add_argument("--limit", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--formats", default="tags,native")
+    ap.add_argument("--max-turns", type=int, default=3)
+    ap.add_argument("--arms", default=ARMS)
+    ap.add_argument("--json", default=None, help="also write the table as JSON here")
     args = ap.parse_args()
     policy = load_policy(args.model)
+    ident = model_identity(args.model)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0)
-    for fmt in args.formats.split(","):
-
-        def make(fmt: str = fmt):
-            return gymnasium.make("turngym/SearchQA-v0", dataset=args.dataset, tool_format=fmt, max_turns=3)
-
-        runner = RolloutRunner(policy, make, sampling, k=1, concurrency=8, run_tag=fmt)
-        start = time.perf_counter()
-        eps = runner.run(range(args.limit))
-        wall = time.perf_counter() - start
-        searches = [sum(t.metrics.get("action") == "search" for t in e.turns) for e in eps]
-        hits = sum(bool(t.metrics.get("retrieval_hit")) for e in eps for t in e.turns)
-        n = len(eps)
-        print(f"{fmt:7s} n={n} searched={sum(s > 0 for s in searches)}/{n} searches/ep={sum(searches) / n:.2f} "
-              f"hits={hits} answered={sum(e.final_answer is not None for e in eps)}/{n} "
-              f"EM={sum(e.outcome['em'] for e in eps) / n:.3f} F1={sum(e.outcome['f1'] for e in eps) / n:.3f} "
-              f"wall={wall:.0f}s", flush=True)
-        for e in eps[:2]:
-            print("  example:", repr(e.turns[0].action[:200]))
+    rows = []
+    print(f"model {ident.get('name')} sha256 {ident.get('sha256')}; greedy, {args.max_new_tokens} new tokens per turn, "
+          f"max {args.max_turns} turns; items 0..{args.limit - 1} of each dataset", flush=True)
+    print("| arm | dataset | episodes | searched ≥1 | searches | episodes with a gold hit | hits | answered "
+          "| call inside <answer> | EM | F1 | wall s |\n|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    for arm in args.arms.split(","):
+        fmt, prompt = arm.split(":")
+        for ds in args.datasets.split(","):
+            make = lambda: gymnasium.make("turngym/SearchQA-v0", dataset=ds, tool_format=fmt, prompt=prompt,  # noqa: B023
+                                          max_turns=args.max_turns)
+            runner = RolloutRunner(policy, make, sampling, k=1, concurrency=8, run_tag=f"{arm}-{ds}")
+            start = time.perf_counter()
+            eps = runner.run(range(args.limit))
+            row = {"arm": arm, "dataset": ds, **arm_row(eps), "wall_s": round(time.perf_counter() - start, 1),
+                   "examples": [e.turns[0].action[:300] for e in eps[:2]]}
+            rows.append(row)
+            print(f"| {arm} | {ds} | {row['episodes']} | {row['searched']} | {row['searches']} | "
+                  f"{row['episodes_with_hit']} | {row['hits']} | {row['answered']} | {row['call_in_answer']} | "
+                  f"{row['em']:.3f} | {row['f1']:.3f} | {row['wall_s']:.0f} |", flush=True)
+    for r in rows:
+        print(f"{r['arm']} {r['dataset']} first turns:", *(repr(x) for x in r["examples"]), sep="\n  ")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"model": ident, "args": vars(args), "rows": rows}, fh, indent=1)
 
 
 if __name__ == "__main__":

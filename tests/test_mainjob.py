@@ -26,6 +26,10 @@ def test_main_job_reuses_one_policy_and_links_every_stage(tiny_chat_policy, tmp_
     bench = json.loads((tmp_path / "creditbench" / "creditbench.json").read_text())
     assert set(bench["envs"]["searchqa"]["wrappers"]) == {"outcome", "funrl", "siop", "igpo"}
     assert all("error" not in w for w in bench["envs"]["searchqa"]["wrappers"].values())
+    # per-stage CPU time next to wall time; siop and igpo shared the planted episodes' longest-prefix forwards
+    assert set(job["times"]["cpu_s"]) >= {"load_agent", "generation: calculator", "ablation", "creditbench"}
+    assert job["times"]["scorer_forwards"]["prefix_reused"] >= bench["envs"]["searchqa"]["episodes"]
+    assert "| stage | wall s | CPU s |" in text and "longest-prefix forwards reused" in text
 
 
 def test_eval_over_several_envs_loads_the_model_once(tiny_chat_policy, tmp_path, monkeypatch):

@@ -27,6 +27,27 @@ def test_k_rollouts_share_a_group_and_ids_are_unique(tiny_chat_policy):
         assert len({m.seed for m in members}) == 3
 
 
+def test_runners_sharing_an_env_pool_make_each_env_once_and_play_the_same(tiny_chat_policy):
+    made = []
+
+    def factory():
+        made.append(CalculatorEnv(max_turns=2))
+        return made[-1]
+
+    def play(runner):
+        return [(e.id, [t.action for t in e.turns], e.outcome) for e in runner.run([0, 1])]
+
+    pool: list = []
+    sampling = SamplingParams(max_new_tokens=8, temperature=0.0)  # greedy: the same episodes whatever the batch
+    play(RolloutRunner(tiny_chat_policy, factory, sampling, k=2, concurrency=3, env_pool=pool))
+    n = len(made)
+    assert n > 0 and sorted(map(id, pool)) == sorted(map(id, made))
+    again = play(RolloutRunner(tiny_chat_policy, factory, sampling, k=2, concurrency=3, env_pool=pool))
+    assert len(made) == n  # the second runner reset the pooled envs instead of making new ones
+    fresh = play(RolloutRunner(tiny_chat_policy, lambda: CalculatorEnv(max_turns=2), sampling, k=2, concurrency=3))
+    assert sorted(again, key=str) == sorted(fresh, key=str)
+
+
 def test_batched_generation_pads_and_cuts_each_row(tiny_chat_policy):
     tok = tiny_chat_policy.tokenizer
     short = tok("hi", add_special_tokens=False)["input_ids"]

@@ -90,3 +90,23 @@ def test_native_prompt_renders_through_the_qwen_chat_template(retriever):
     assert '"name": "search"' in text and "<tool_call>" in text and text.endswith("<|im_start|>assistant\n")
     obs = ct.observation_text("<information>x</information>\n", "tool", [])
     assert "<tool_response>" in obs and obs.endswith("<|im_start|>assistant\n")
+
+
+def test_search_first_prompt_is_a_named_deviation_and_official_is_the_default(retriever):
+    from turngym.envs.search_qa import NATIVE_SYSTEM_PROMPT, SEARCH_FIRST_INSTRUCTION, SEARCH_R1_TEMPLATE
+
+    task = {"task": {"question": "Where is the capital of France", "answers": ["Paris"]}}
+    official = make(retriever).unwrapped.episode.prompt
+    assert official[0]["content"] == NATIVE_SYSTEM_PROMPT and SEARCH_FIRST_INSTRUCTION not in official[0]["content"]
+    first = make(retriever, prompt="search_first").unwrapped.episode.prompt
+    assert first[0]["content"] == NATIVE_SYSTEM_PROMPT + " " + SEARCH_FIRST_INSTRUCTION and first[1:] == official[1:]
+    tags = gymnasium.make("turngym/SearchQA-v0", dataset="bamboogle", retriever=retriever)
+    tags.reset(options=task)
+    assert tags.unwrapped.episode.prompt == [{"role": "user", "content": SEARCH_R1_TEMPLATE.format(
+        question="Where is the capital of France?")}]
+    tags_first = gymnasium.make("turngym/SearchQA-v0", dataset="bamboogle", retriever=retriever, prompt="search_first")
+    tags_first.reset(options=task)
+    assert tags_first.unwrapped.episode.prompt == [{"role": "system", "content": SEARCH_FIRST_INSTRUCTION},
+                                                   *tags.unwrapped.episode.prompt]
+    with pytest.raises(ValueError, match="prompt must be one of"):
+        gymnasium.make("turngym/SearchQA-v0", dataset="bamboogle", retriever=retriever, prompt="shout")

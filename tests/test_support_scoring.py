@@ -231,6 +231,7 @@ def test_tree_scoring_with_sliding_window_layers_equals_naive(tiny_chat_policy):
                            num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=8,
                            layer_types=["sliding_attention", "full_attention"], max_position_embeddings=512,
                            pad_token_id=tok.pad_token_id)
+    cfg.final_logit_softcapping = 3.0  # the tree path applies the head's soft-capping as the model's forward does
     model = Gemma3ForCausalLM(cfg).eval()
     ids = tok("What is 12 * 34 + 5? <calc>12 * 34</calc> <result>408</result> then add five", add_special_tokens=False)["input_ids"]
     points = [ids[:6], ids[:15], ids]  # later points run past the sliding window
@@ -266,3 +267,35 @@ def test_ablate_scorer_spec_local_model_and_server(tiny_chat_policy, episodes, t
         server.close()
     with pytest.raises(ValueError, match="JSON"):
         run_ablation(path, ["siop"], tmp_path / "c", scorer="{not json")
+
+
+def test_kept_prefixes_give_the_same_scores_with_one_forward_less(tiny_chat_policy):
+    """SIOP then IGPO on one shared scorer with ``prefix_cache_tokens``: the longest prefix (τ_T, the same for
+    both) runs once per episode, and both wrappers' rewards equal those of scorers that keep nothing."""
+    import copy
+
+    tok = tiny_chat_policy.tokenizer
+    group = []
+    for k, (calc, answer) in enumerate([("6*7", "42"), ("6*7", "42"), ("2+2", "4"), ("6*7", "41")]):
+        env = CalculatorEnv(max_turns=3)
+        env.reset(seed=k, options={"task": {"question": "What is 6 times 7?", "answers": ["42"]}})
+        env.step(f"<calc>{calc}</calc>")
+        env.step(f"<answer>{answer}</answer>")
+        group.append(copy.deepcopy(env.episode))
+    multi = len(group)  # every episode is answered and has two turns: both wrappers score all of them
+
+    def run(keep):
+        scorer = HFSupportScorer(tiny_chat_policy.model, tok, prefix_cache_tokens=keep)
+        out = [get_reward(n, scorer=scorer, tokens="text").score_group(group).rewards for n in ("siop", "igpo")]
+        return out, scorer.stats
+
+    (siop_a, igpo_a), plain = run(0)
+    (siop_b, igpo_b), kept = run(100_000)
+    for a, b in ((siop_a, siop_b), (igpo_a, igpo_b)):
+        for ra, rb in zip(a, b):
+            assert ra == pytest.approx(rb, abs=1e-5)
+    assert kept["prefix_reused"] >= multi and plain["prefix_reused"] == 0
+    assert kept["forwards"] <= plain["forwards"] - multi
+    small = HFSupportScorer(tiny_chat_policy.model, tok, prefix_cache_tokens=1)  # too small to keep any prefix
+    get_reward("siop", scorer=small, tokens="text").score_group(group)
+    assert small.stats["prefix_reused"] == 0 and not small._prefixes

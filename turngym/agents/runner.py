@@ -78,6 +78,9 @@ class RolloutRunner:
     on_episode: Callable[[Episode], None] | None = None
     max_episode_tokens: int | None = None  # budget for all action + observation tokens of an episode
     batching: str = "static"  # "static" (one generate call per tick) | "continuous" (slots refilled as turns end)
+    # free envs shared with later runners (e.g. the trainer's, one per rollout call): each env, and the dataset
+    # it loaded, is made once and reset for every episode; None: this runner's own pool
+    env_pool: list[Any] | None = None
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.concurrency < 1:
@@ -90,7 +93,7 @@ class RolloutRunner:
         tok = getattr(self.policy, "tokenizer", None)
         self.tokens = ConversationTokenizer(tok, self.use_chat_template) if tok is not None else None
         self.tokenizer_id = tokenizer_fingerprint(tok) if tok is not None else None  # recorded with the ids
-        self._free_envs: list[Any] = []
+        self._free_envs: list[Any] = self.env_pool if self.env_pool is not None else []
 
     # ------------------------------------------------------------------ ids
 

@@ -10,6 +10,11 @@ that contains a gold answer (``retrieval_hit``).
 (``Episode.tools``), as SIOP's official setup runs it: the model calls it with a Hermes
 ``<tool_call>{"name": "search", "arguments": {"query": ...}}</tool_call>`` block, the
 passages come back as a ``tool`` message, and ``<answer>a</answer>`` still ends the episode.
+
+``prompt="official"`` (default) is Search-R1's instruction (in native format the same words
+as a system prompt); ``prompt="search_first"`` adds one instruction to search before
+answering (a deviation, listed in docs/faithfulness.md): small instruct models otherwise
+answer from memory without searching.
 """
 
 from __future__ import annotations
@@ -52,6 +57,11 @@ NATIVE_INVALID_ACTION = (
     "Your previous reply neither called the search tool nor gave an answer. To search, call the search tool; "
     "to answer, put the final answer between <answer> and </answer>."
 )
+PROMPTS = ("official", "search_first")
+SEARCH_FIRST_INSTRUCTION = (
+    "Always search before you answer: your first reply must be a search, and give the final answer only after "
+    "you have read the search results."
+)
 SEARCH_TOOL = {
     "type": "function",
     "function": {
@@ -84,13 +94,16 @@ class SearchQAEnv(TextEnv):
 
     def __init__(self, dataset: str = "nq", split: str | None = None, retriever: Any = None, topk: int = 3,
                  max_turns: int = 4, prompt_style: str = "chat", max_query_chars: int = 2000,
-                 tool_format: str = "tags", render_mode: str | None = None):
+                 tool_format: str = "tags", prompt: str = "official", render_mode: str | None = None):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         if tool_format not in TOOL_FORMATS:
             raise ValueError(f"tool_format must be one of {TOOL_FORMATS}, got {tool_format!r}")
         if tool_format == "native" and prompt_style == "base":
             raise ValueError("tool_format='native' needs a chat model (prompt_style='chat'): tools go through the chat template")
         self.tool_format = tool_format
+        if prompt not in PROMPTS:
+            raise ValueError(f"prompt must be one of {PROMPTS}, got {prompt!r}")
+        self.prompt = prompt
         if tool_format == "native":
             self.stop = ("</tool_call>", "</answer>")
         if prompt_style not in ("chat", "base"):
@@ -132,9 +145,13 @@ class SearchQAEnv(TextEnv):
         question = task["question"].strip()
         if question and question[-1] != "?":
             question += "?"
+        extra = " " + SEARCH_FIRST_INSTRUCTION if self.prompt == "search_first" else ""
         if self.tool_format == "native":
-            return [{"role": "system", "content": NATIVE_SYSTEM_PROMPT},
+            return [{"role": "system", "content": NATIVE_SYSTEM_PROMPT + extra},
                     {"role": "user", "content": NATIVE_USER_TEMPLATE.format(question=question)}]
+        if extra:  # the official template is one user message; the instruction goes in a system turn before it
+            return [{"role": "system", "content": extra.strip()},
+                    {"role": "user", "content": SEARCH_R1_TEMPLATE.format(question=question)}]
         return [{"role": "user", "content": SEARCH_R1_TEMPLATE.format(question=question)}]
 
     def make_tools(self, task: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -221,4 +238,4 @@ class SearchQAEnv(TextEnv):
                 "answered": episode.final_answer is not None}
 
 
-__all__ = ["SearchQAEnv", "QA_DATASETS", "SEARCH_TOOL", "TOOL_FORMATS", "format_passages"]
+__all__ = ["SearchQAEnv", "QA_DATASETS", "PROMPTS", "SEARCH_TOOL", "TOOL_FORMATS", "format_passages"]

@@ -36,6 +36,8 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
     """``rewards``: name → reward wrapper. Groups are the episodes' ``group`` ids. ``reliability``:
     a judge-reliability result (``turngym.rewards.scribe.diagnostics.reliability``) to report too."""
     groups = group_episodes(episodes)
+    gold_only = _gold_only_scope(rewards, groups)  # e.g. igpo where some envs carry no gold answer
+    rewards = {n: w for n, w in rewards.items() if n not in gold_only.get("rewards", {})}
     ordered = [ep for g in groups for ep in g]
     per_turn: dict[str, list[list[float]]] = {}
     errors: dict[str, str] = {}
@@ -71,6 +73,11 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
             "mean_turn_reward": float(np.mean(flat[name])) if flat[name] else None,
             **_costs(rewards[name]),
         }
+    for name, result in gold_only.get("rewards", {}).items():
+        summary["rewards"][name] = result
+    summary["errors"].update(gold_only.get("errors", {}))
+    if gold_only:
+        summary["gold_only"] = {k: v for k, v in gold_only.items() if k not in ("rewards", "errors")}
     names = list(per_turn)
     for a in names:
         summary["correlation"][a] = {b: spearman(flat[a], flat[b]) for b in names}
@@ -95,6 +102,27 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
                                          "per-turn rewards and advantages: [view.html](view.html) "
                                          "(rewards by episode id in `scores.jsonl`).\n")
     return summary
+
+
+def _has_gold(ep: Episode) -> bool:
+    return any(str(a).strip() for a in ep.task.get("answers", []) or [])
+
+
+def _gold_only_scope(rewards: dict[str, Any], groups: Sequence[EpisodeGroup]) -> dict[str, Any]:
+    """Wrappers that need a gold answer (``requires_gold``: igpo), when some groups have none (BFCL calls):
+    scored apart on the groups whose episodes all carry one, so their cells cover the envs where they apply
+    (the report says which, with the group and turn counts) instead of failing on the whole ablation."""
+    needy = {n: w for n, w in rewards.items() if getattr(w, "requires_gold", False)}
+    if not needy or all(_has_gold(e) for g in groups for e in g):
+        return {}
+    kept = [g for g in groups if all(_has_gold(e) for e in g)]
+    left = [g for g in groups if not all(_has_gold(e) for e in g)]
+    scope = {"envs": sorted({g[0].env_id for g in kept}), "groups": len(kept),
+             "left_out_envs": sorted({g[0].env_id for g in left}), "left_out_groups": len(left)}
+    if not kept:
+        return {**scope, "rewards": {}, "errors": {n: "no group carries a gold answer" for n in needy}}
+    sub = ablate([e for g in kept for e in g], needy)
+    return {**scope, "rewards": {n: {**m, "scope": scope} for n, m in sub["rewards"].items()}, "errors": sub["errors"]}
 
 
 def _advantage_credit(name: str, rows: list[list[float]], truths: list[list[float | None]],
@@ -130,13 +158,19 @@ def _markdown(s: dict[str, Any]) -> str:
     lines = ["# Reward ablation", "", f"{s['groups']} groups, {s['episodes']} episodes, "
              f"{s['turns_with_ground_truth']} turns with per-turn ground truth.", "",
              "| reward | credit accuracy (ρ vs per-turn truth) | advantage estimator | credit accuracy on advantages: AUC [95% CI] | ρ [95% CI] "
-             "| agreement with gold outcome (ρ) | within-group variance | mean turn reward |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| groups / labelled turns (useful) | agreement with gold outcome (ρ) | within-group variance | mean turn reward |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     ci = lambda m, k: "–" if m.get(k) is None else f(m[k]) + (f" [{m[k + '_ci95'][0]:.3f}, {m[k + '_ci95'][1]:.3f}]" if m.get(k + "_ci95") else "")  # noqa: E731
     for n, m in s["rewards"].items():
         adv = m["credit_accuracy_advantage"]
-        lines.append(f"| {n} | {f(m['credit_accuracy'])} | {adv['estimator']} | {ci(adv, 'auc')} | {ci(adv, 'spearman')} | "
+        used = f"{adv.get('n_groups', '–')} / {adv.get('n_turns', '–')} ({adv.get('n_positive', '–')})" + ("*" if "scope" in m else "")
+        lines.append(f"| {n} | {f(m['credit_accuracy'])} | {adv['estimator']} | {ci(adv, 'auc')} | {ci(adv, 'spearman')} | {used} | "
                      f"{f(m['agreement_with_gold_outcome'])} | {f(m['within_group_variance'])} | {f(m['mean_turn_reward'])} |")
+    if s.get("gold_only"):
+        g = s["gold_only"]
+        lines += ["", (f"\\* scored only on the {g['groups']} groups whose episodes carry a gold answer "
+                       f"({', '.join(g['envs'])}); left out: {g['left_out_groups']} groups of {', '.join(g['left_out_envs'])} "
+                       "(no gold answer for the reward to score). Not in the rank correlation, heatmap or viewer below.")]
     names = list(s["correlation"])
     if names:
         lines += ["", "Rank correlation between wrappers' per-turn rewards:", "", "| | " + " | ".join(names) + " |",

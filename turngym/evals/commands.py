@@ -63,7 +63,8 @@ def cmd_main_job(args: argparse.Namespace) -> int:
     cfg = MainJobConfig(out=Path(args.out), model=args.model, scorer=args.scorer or args.model, k=args.k, limit=args.limit,
                         concurrency=args.concurrency, scribe=args.scribe, bench_groups=args.bench_groups,
                         bench_k=args.bench_k, seed=args.seed, setup_s=args.setup_s,
-                        bench_envs=tuple(e.strip() for e in args.bench_envs.split(",") if e.strip()))
+                        bench_envs=tuple(e.strip() for e in args.bench_envs.split(",") if e.strip()),
+                        scorer_dtype=args.scorer_dtype, prefix_cache_tokens=args.prefix_cache_tokens)
     try:
         path = run_main_job(cfg)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
@@ -142,4 +143,8 @@ def add_credit_commands(sub: argparse._SubParsersAction) -> None:
     mj.add_argument("--bench-k", type=int, default=4)
     mj.add_argument("--seed", type=int, default=0)
     mj.add_argument("--setup-s", type=float, default=None, help="set-up seconds measured by the caller, for the report")
+    mj.add_argument("--scorer-dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="dtype the support scorer runs in (float32: the reference setting)")
+    mj.add_argument("--prefix-cache-tokens", type=int, default=40_000,
+                    help="tokens of longest-prefix forwards the scorer keeps for siop and igpo to share (0: none)")
     mj.set_defaults(func=cmd_main_job)

@@ -52,6 +52,10 @@ class MainJobConfig:
     out: Path
     model: str = INSTRUCT_MODEL
     scorer: str = INSTRUCT_MODEL  # fp32 copy of the agent: scores support for siop / igpo on its own token ids
+    scorer_dtype: str = "float32"  # the agent scoring its own ids: cast to this dtype ("bfloat16": no cast)
+    # siop and igpo share one scorer that keeps each episode's longest-prefix forward (τ_T, the same for both),
+    # this many tokens in all (about 28 kB a token for the fp32 instruct model); 0 keeps none
+    prefix_cache_tokens: int = 40_000
     k: int = 4
     limit: int = 3
     temperature: float = 0.7
@@ -80,42 +84,54 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = cfg.runs or default_runs(cfg.limit)
-    times: dict[str, Any] = {"setup_s": cfg.setup_s}
-    t0 = time.perf_counter()
+    times: dict[str, Any] = {"setup_s": cfg.setup_s, "cpu_s": {}}  # cpu_s: this process's CPU time per stage
+    t0, c0 = time.perf_counter(), time.process_time()
     policy = load_policy(cfg.model) if policy is None else policy
     times["load_agent_s"] = round(time.perf_counter() - t0, 1)
+    times["cpu_s"]["load_agent"] = round(time.process_time() - c0, 1)
     results: dict[str, Any] = {}
     episodes = []
     times["generation_s"] = {}
     for r in runs:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         spec = EvalSpec(env_id=r.env_id, env_kwargs=r.env_kwargs, model=cfg.model, k=cfg.k, limit=r.limit,
                         concurrency=cfg.concurrency, max_new_tokens=r.max_new_tokens, temperature=cfg.temperature,
                         seed=cfg.seed)
         results[r.name] = run_eval(spec, out / r.name, policy=policy)
         times["generation_s"][r.name] = round(time.perf_counter() - t0, 1)
+        times["cpu_s"][f"generation: {r.name}"] = round(time.process_time() - c0, 1)
         episodes += read_episodes(out / r.name / "episodes.jsonl").episodes
         print(f"[main-job] {r.name}: " + ", ".join(f"{k} {v['value']:.3f}" for k, v in results[r.name]["metrics"].items()
                                                    if isinstance(v, dict) and "value" in v), flush=True)
     names = list(cfg.rewards) + (["scribe"] if cfg.scribe else [])
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     scorer = None
     if {"siop", "igpo"} & set(names):
-        if cfg.scorer == cfg.model:  # the agent itself, cast to fp32 in place: one copy of the weights in memory
-            scorer = HFSupportScorer(policy.model.float(), policy.tokenizer)
+        if cfg.scorer == cfg.model:  # the agent itself, cast in place: one copy of the weights in memory
+            import torch
+
+            scorer = HFSupportScorer(policy.model.to(getattr(torch, cfg.scorer_dtype)), policy.tokenizer,
+                                     prefix_cache_tokens=cfg.prefix_cache_tokens)
         else:
-            scorer = HFSupportScorer.load(cfg.scorer)
+            scorer = HFSupportScorer.load(cfg.scorer, dtype=cfg.scorer_dtype, prefix_cache_tokens=cfg.prefix_cache_tokens)
     times["load_scorer_s"] = round(time.perf_counter() - t0, 1)
-    t0 = time.perf_counter()
+    times["cpu_s"]["load_scorer"] = round(time.process_time() - c0, 1)
+    t0, c0 = time.perf_counter(), time.process_time()
     wrappers = make_wrappers(names, scorer=scorer, scribe_llm=policy if cfg.scribe else None, scribe_episodes=episodes)
     ablation = ablate(episodes, wrappers, out / "ablation")
     times["ablation_s"] = round(time.perf_counter() - t0, 1)
-    t0 = time.perf_counter()
+    times["cpu_s"]["ablation"] = round(time.process_time() - c0, 1)
+    if scorer is not None:
+        scorer.clear_prefixes()  # the planted episodes share no prefix with the real ones
+    t0, c0 = time.perf_counter(), time.process_time()
     bench_cfg = BenchConfig(envs=cfg.bench_envs, groups=cfg.bench_groups, k=cfg.bench_k, seed=cfg.seed)
     support = [n for n in names if n in ("siop", "igpo")]  # scripted episodes are text: the scorer tokenises them
     bench_wrappers = {**wrappers, **make_wrappers(support, scorer=scorer, tokens="text")}
     bench = run_creditbench(bench_cfg, bench_wrappers, out / "creditbench")
     times["creditbench_s"] = round(time.perf_counter() - t0, 1)
+    times["cpu_s"]["creditbench"] = round(time.process_time() - c0, 1)
+    if scorer is not None:
+        times["scorer_forwards"] = dict(scorer.stats)
     gen_total = sum(times["generation_s"].values())
     times["generation_total_s"] = round(gen_total, 1)
     times["scoring_total_s"] = round(times["ablation_s"] + times["creditbench_s"], 1)
@@ -124,6 +140,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
     identity = {"agent": model_identity(cfg.model), "scorer": model_identity(cfg.scorer) if scorer else None}
     (out / "main_job.json").write_text(json.dumps({"models": identity, "times": times, "config": {
         "k": cfg.k, "limit": cfg.limit, "temperature": cfg.temperature, "rewards": names,
+        "scorer_dtype": cfg.scorer_dtype, "prefix_cache_tokens": cfg.prefix_cache_tokens,
         "bench_groups": cfg.bench_groups, "bench_k": cfg.bench_k, "seed": cfg.seed}}, indent=1, default=str))
     path = out / "report.md"
     path.write_text(_report(cfg, runs, results, ablation, bench, times, identity))
@@ -148,11 +165,16 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
     lines += ["", "## Reward ablation on these episodes", "",
               (f"{ablation['groups']} groups, {ablation['episodes']} episodes, {ablation['turns_with_ground_truth']} turns with "
               "per-turn truth from the envs. Credit accuracy on the paired estimator's advantages (AUC, 0.5 = none):"), "",
-              "| reward | estimator | AUC | ρ |", "| --- | --- | --- | --- |"]
+              "| reward | estimator | AUC | ρ | groups / labelled turns (useful) |", "| --- | --- | --- | --- | --- |"]
     f = lambda x: "–" if x is None else f"{x:.3f}"
     for n, m in ablation["rewards"].items():
         a = m["credit_accuracy_advantage"]
-        lines.append(f"| {n} | {a['estimator']} | {f(a['auc'])} | {f(a['spearman'])} |")
+        lines.append(f"| {n} | {a['estimator']} | {f(a['auc'])} | {f(a['spearman'])} | "
+                     f"{a.get('n_groups')} / {a.get('n_turns')} ({a.get('n_positive')}){'*' if 'scope' in m else ''} |")
+    if ablation.get("gold_only"):
+        g = ablation["gold_only"]
+        lines += ["", (f"\\* needs a gold answer: scored on the {g['groups']} groups of {', '.join(g['envs'])}; "
+                       f"{g['left_out_groups']} groups of {', '.join(g['left_out_envs'])} carry none.")]
     lines += ["", "Full table: [ablation/ablation.md](ablation/ablation.md).", "",
               "## Credit benchmark (planted per-turn truth)", "", "| reward | " + " | ".join(bench["envs"]) + " |",
               "| --- |" + " --- |" * len(bench["envs"])]
@@ -162,14 +184,24 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
             w = e["wrappers"].get(n, {})
             cells.append("failed" if "error" in w else f(w.get("advantage", {}).get("auc")))
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    cpu = times.get("cpu_s", {})
+    c = lambda key: cpu.get(key, "–")  # noqa: E731
     lines += ["", ("AUC on advantages; intervals, raw-reward and next-turn columns: "
               "[creditbench/creditbench.md](creditbench/creditbench.md)."), "", "## Wall time", "",
-              "| stage | seconds |", "| --- | --- |"]
+              ("Wall seconds, and this process's CPU seconds (all its threads; the sandbox's interpreter processes "
+               "not counted): on a shared machine the wall time grows with the load, the CPU time much less."), "",
+              "| stage | wall s | CPU s |", "| --- | --- | --- |"]
     if times.get("setup_s") is not None:
-        lines.append(f"| set-up (scripts/setup.sh and the model extra; one-time model conversion excluded when cached) | {times['setup_s']} |")
-    lines += [f"| load agent model | {times['load_agent_s']} |",
-              f"| support scorer ready (the agent cast to fp32, or a separate load) | {times['load_scorer_s']} |"]
-    lines += [f"| generation: {k} (includes env steps and result writing) | {v} |" for k, v in times["generation_s"].items()]
-    lines += [f"| scoring: reward ablation | {times['ablation_s']} |", f"| scoring: creditbench (build + score) | {times['creditbench_s']} |",
-              f"| total in process | {times['total_in_process_s']} |", ""]
+        lines.append(f"| set-up (scripts/setup.sh and the model extra; one-time model conversion excluded when cached) | {times['setup_s']} | – |")
+    lines += [f"| load agent model | {times['load_agent_s']} | {c('load_agent')} |",
+              f"| support scorer ready (the agent cast to {cfg.scorer_dtype}, or a separate load) | {times['load_scorer_s']} | {c('load_scorer')} |"]
+    lines += [f"| generation: {k} (includes env steps and result writing) | {v} | {c('generation: ' + k)} |"
+              for k, v in times["generation_s"].items()]
+    lines += [f"| scoring: reward ablation | {times['ablation_s']} | {c('ablation')} |",
+              f"| scoring: creditbench (build + score) | {times['creditbench_s']} | {c('creditbench')} |",
+              f"| total in process | {times['total_in_process_s']} | {round(sum(cpu.values()), 1) if cpu else '–'} |", ""]
+    if times.get("scorer_forwards"):
+        f = times["scorer_forwards"]
+        lines += [f"Support scorer: {f['forwards']} forwards over {f['tokens']} tokens; {f['prefix_reused']} longest-prefix "
+                  "forwards reused (siop and igpo score the same episodes).", ""]
     return "\n".join(lines)

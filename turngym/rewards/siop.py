@@ -24,7 +24,7 @@ import math
 import re
 import string
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 from turngym.episode import Episode, EpisodeGroup
 from turngym.rewards.base import GroupScores, finite, outcome_score
@@ -211,6 +211,7 @@ class IGPOReward(_PotentialMachinery):
     format_penalty: float | None = -2.0  # official; None: no format check
     metric: str | None = None
     name: str = "igpo"
+    requires_gold: ClassVar[bool] = True  # every episode needs a gold answer (ablate scores it where they have one)
 
     def __post_init__(self) -> None:
         super().__post_init__()

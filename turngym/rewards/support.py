@@ -20,12 +20,17 @@ The local scorer (``method="tree"``) runs the longest prefix once and then every
 attending to its own point's prefix through a tree-shaped attention mask (sliding-window
 layers get a windowed copy of the mask). ``method="naive"`` runs one full forward per
 (point, reference): the baseline, and the reference the tree path is tested against.
+``prefix_cache_tokens`` > 0 keeps the longest prefix's keys/values and final hidden states
+(up to that many tokens, least recently used dropped first), so wrappers that score the same
+episode with one scorer (SIOP and IGPO both end at τ_T) run that forward once.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
@@ -181,7 +186,9 @@ class HFSupportScorer:
     model: Any
     tokenizer: Any
     method: str = "tree"  # "tree": two forwards per episode; "naive": one per (point, reference)
-    stats: dict[str, int] = field(default_factory=lambda: {"forwards": 0, "tokens": 0})
+    prefix_cache_tokens: int = 0  # tree: keep the longest prefixes' forwards (this many tokens in all) for reuse
+    stats: dict[str, int] = field(default_factory=lambda: {"forwards": 0, "tokens": 0, "prefix_reused": 0})
+    _prefixes: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.method not in ("tree", "naive"):
@@ -258,11 +265,45 @@ class HFSupportScorer:
             return torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, torch.finfo(dtype).min)
         return m
 
+    def _prefix_forward(self, main: list[int], device: Any) -> tuple[Any, Any]:
+        """KV cache (full layers, so every point's prefix stays visible) and final hidden states of ``main``;
+        from the store when kept there (the cache handed out is a copy: the branch forward extends it)."""
+        import torch
+        from transformers import DynamicCache
+
+        key = tuple(main)
+        kept = self._prefixes.get(key)
+        if kept is not None:
+            self._prefixes.move_to_end(key)
+            self.stats["prefix_reused"] += 1
+            return copy.deepcopy(kept[0]), kept[1]
+        cache = DynamicCache()
+        self.stats["forwards"] += 1
+        self.stats["tokens"] += len(main)
+        hidden = self.model.get_decoder()(input_ids=torch.tensor([main], device=device), cache=cache,
+                                          use_cache=True).last_hidden_state[0]
+        if 0 < len(main) <= self.prefix_cache_tokens:
+            self._prefixes[key] = (copy.deepcopy(cache), hidden)
+            while sum(len(k) for k in self._prefixes) > self.prefix_cache_tokens:
+                self._prefixes.popitem(last=False)
+        return cache, hidden
+
+    def clear_prefixes(self) -> None:
+        self._prefixes.clear()
+
+    def _logits(self, hidden: Any) -> Any:
+        """The LM head on final hidden states, with the model's final logit soft-capping (Gemma) if it has one."""
+        import torch
+
+        logits = self.model.get_output_embeddings()(hidden)
+        cfg = getattr(self.model.config, "text_config", None) or self.model.config
+        cap = getattr(cfg, "final_logit_softcapping", None)
+        return torch.tanh(logits / cap) * cap if cap else logits
+
     def _tree(self, points, conts):
         """The longest point runs once (KV kept for every layer); then all (point, continuation)
         inputs run in one forward, each attending to its point's prefix and to itself."""
         import torch
-        from transformers import DynamicCache
 
         device = next(self.model.parameters()).device
         kinds, window = self._layer_kinds()
@@ -284,14 +325,10 @@ class HFSupportScorer:
             for k in range(c.start, c.end):
                 want.append((0, lp - 1, c.ids[k]) if k == 0 else (1, start + k - 1, c.ids[k]))
         main_idx = sorted({i for s, i, _ in want if s == 0})
-        cache = DynamicCache()  # full layers only: every point's prefix must stay visible
-        self.stats["forwards"] += 1
-        self.stats["tokens"] += n_main
-        out_main = self.model(input_ids=torch.tensor([main], device=device), cache=cache, use_cache=True,
-                              logits_to_keep=torch.tensor(main_idx or [n_main - 1], device=device))
+        cache, hidden = self._prefix_forward(main, device)
         logp: dict[tuple[int, int], Any] = {}
         if main_idx:
-            lp_main = torch.log_softmax(out_main.logits[0].float(), dim=-1)
+            lp_main = torch.log_softmax(self._logits(hidden[main_idx]).float(), dim=-1)
             for j, i in enumerate(main_idx):
                 logp[(0, i)] = lp_main[j]
         if n_b:
@@ -380,7 +417,7 @@ class OpenAISupportScorer:
         return [flat[i * n:(i + 1) * n] for i in range(len(points))]
 
 
-SCORER_KEYS = {"model", "base_url", "tokenizer", "api_key", "dtype", "device", "method"}
+SCORER_KEYS = {"model", "base_url", "tokenizer", "api_key", "dtype", "device", "method", "prefix_cache_tokens"}
 
 
 def make_scorer(spec: Any) -> SupportScorer:
@@ -415,6 +452,6 @@ def make_scorer(spec: Any) -> SupportScorer:
             tok = AutoTokenizer.from_pretrained(resolve_model_dir(tok_name))
             return OpenAISupportScorer(model=str(spec["model"]), base_url=str(spec["base_url"]), tokenizer=tok,
                                        api_key=spec.get("api_key"))
-        extra = {k: spec[k] for k in ("dtype", "device", "method") if k in spec}
+        extra = {k: spec[k] for k in ("dtype", "device", "method", "prefix_cache_tokens") if k in spec}
         return HFSupportScorer.load(str(spec["model"]), **extra)
     return spec

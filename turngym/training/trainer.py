@@ -163,6 +163,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         self._stop = tuple(stop) if stop is not None else tuple(env_factory().unwrapped.stop)
         self._batch_episodes: list[Episode] = []
         self._rollout_calls = 0
+        self._env_pool: list[Any] = []  # envs reused by every rollout call (each loads its dataset once)
         super().__init__(model=model, reward_funcs=[_outcome_for_logging], args=args, train_dataset=train_dataset,
                          rollout_func=self._rollout, **kwargs)
         if getattr(reward, "scorer", None) == "policy":
@@ -197,7 +198,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         sampling = SamplingParams(max_new_tokens=self.args.max_completion_length, stop=self._stop)
         policy = TRLGenerationPolicy(self)
         runner = RolloutRunner(policy, self.env_factory, sampling, concurrency=sum(g.k for g in groups),
-                               run_tag=tag, max_episode_tokens=self.max_episode_tokens)
+                               run_tag=tag, max_episode_tokens=self.max_episode_tokens, env_pool=self._env_pool)
         was_training = self.model.training
         start = time.perf_counter()
         episodes = runner.run(groups)

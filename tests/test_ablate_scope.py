@@ -1,0 +1,60 @@
+"""ablate: a wrapper that needs a gold answer (igpo) is scored on the groups that carry one, and says so."""
+
+import copy
+
+import pytest
+
+from turngym.envs.calculator import CalculatorEnv
+from turngym.evals.ablate import ablate
+from turngym.rewards import get_reward
+from turngym.rewards.support import HFSupportScorer
+
+
+def _play(index: int, k: int, actions: list[str]):
+    env = CalculatorEnv(max_turns=4)
+    env.reset(seed=k, options={"index": index, "episode_id": f"calc|{index}#{k}", "group": f"calc|{index}"})
+    for a in actions:
+        _, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            break
+    return copy.deepcopy(env.episode)
+
+
+@pytest.fixture(scope="module")
+def episodes():
+    eps = []
+    for index in (0, 1, 2):
+        gold = CalculatorEnv().get_item(index)["answers"][0]
+        for k in range(3):
+            good = k != 1  # a tool turn that works (tool_ok) or one that fails
+            eps.append(_play(index, k, ["<calc>2*3</calc>" if good else "<calc>2**</calc>",
+                                        f"<answer>{gold if good else 0}</answer>"]))
+    no_gold = []  # a group with no gold answer (as BFCL calls have none), labelled like the others
+    for e in eps[:3]:
+        e = copy.deepcopy(e)
+        e.id, e.group, e.env_id = e.id + "-nogold", "nogold", "turngym/NoGold-v0"
+        e.task = {**e.task, "answers": []}
+        no_gold.append(e)
+    return eps + no_gold
+
+
+def test_igpo_is_scored_where_gold_exists_and_the_table_says_so(episodes, tiny_chat_policy, tmp_path):
+    scorer = HFSupportScorer(tiny_chat_policy.model, tiny_chat_policy.tokenizer)
+    wrappers = {"outcome": get_reward("outcome"), "igpo": get_reward("igpo", scorer=scorer, tokens="text")}
+    with pytest.raises(ValueError, match="needs a gold answer"):  # the wrapper itself still refuses such a group
+        wrappers["igpo"].score_group(episodes[-3:])
+    s = ablate(episodes, wrappers, tmp_path)
+    assert not s["errors"]
+    igpo, outcome = s["rewards"]["igpo"], s["rewards"]["outcome"]
+    assert igpo["scope"] == {"envs": ["turngym/Calculator-v0"], "groups": 3, "left_out_envs": ["turngym/NoGold-v0"],
+                             "left_out_groups": 1}
+    assert igpo["credit_accuracy_advantage"]["n_turns"] == 9 and igpo["credit_accuracy_advantage"]["auc"] is not None
+    assert outcome["credit_accuracy_advantage"]["n_turns"] == 12 and "scope" not in outcome
+    md = (tmp_path / "ablation.md").read_text()
+    assert "| 3 / 9 (6)*" in md and "left out: 1 groups of turngym/NoGold-v0" in md
+
+
+def test_all_gold_keeps_igpo_in_the_main_table(episodes, tiny_chat_policy):
+    scorer = HFSupportScorer(tiny_chat_policy.model, tiny_chat_policy.tokenizer)
+    s = ablate(episodes[:-3], {"igpo": get_reward("igpo", scorer=scorer, tokens="text")})
+    assert "gold_only" not in s and "scope" not in s["rewards"]["igpo"] and "igpo" in s["correlation"]
