@@ -791,3 +791,17 @@ def test_served_judges_can_be_asked_for_structured_output():
         assert body["response_format"]["json_schema"]["schema"] == JUDGE_SCHEMA
     finally:
         server.close()
+
+
+def test_single_token_options_take_one_forward_pass_with_the_same_logprobs(tiny_chat_policy):
+    """The judge's 0-3 score options are one token each after the prompt: the one-pass path gives the
+    log-probabilities the padded one-copy-per-option pass gives (a multi-token option forces that path)."""
+    from turngym.rewards.scribe.constrain import option_logprobs
+
+    prompt, opts = "Grade: {\"score\":", ["0", "1", "2", "3"]  # (with a trailing space this tokenizer merges " 1")
+    tok = tiny_chat_policy.tokenizer
+    base = tok(prompt, add_special_tokens=False)["input_ids"]
+    assert all(tok(prompt + o, add_special_tokens=False)["input_ids"][:-1] == base for o in opts)  # the fast path applies
+    fast = option_logprobs(tiny_chat_policy, prompt, opts, add_special_tokens=False)
+    padded = option_logprobs(tiny_chat_policy, prompt, opts + ["3 and a longer tail"], add_special_tokens=False)
+    assert np.allclose(fast, padded[:4], atol=1e-4)
