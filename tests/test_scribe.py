@@ -805,3 +805,27 @@ def test_single_token_options_take_one_forward_pass_with_the_same_logprobs(tiny_
     fast = option_logprobs(tiny_chat_policy, prompt, opts, add_special_tokens=False)
     padded = option_logprobs(tiny_chat_policy, prompt, opts + ["3 and a longer tail"], add_special_tokens=False)
     assert np.allclose(fast, padded[:4], atol=1e-4)
+
+
+def test_reliability_counts_judge_replies_without_json_and_completes(planted_library, embedder):
+    """A served judge whose open-ended (PRM) replies are prose when sampled: the reliability run does not
+    abort; those replies are counted, shown in ablate's table, and the steps they hit are left out of agreement."""
+
+    def rule(prompt: str, n: int, sampling) -> str:
+        if prompt.startswith("Grade one step of an agent's work: is it correct") and sampling.temperature > 0:
+            return "I think this step is fine."  # no JSON, also after the re-ask
+        return scripted_rule(prompt, n, sampling)
+
+    scribe = get_reward("scribe", llm=JSONLLM(FakeRulePolicy(rule)), library=planted_library, embedder=embedder)
+    eps = [episode(f"e{i}", ["Step 1 [sum]: add 2 and 3 with python, giving 5", "Step 2 [birth]: search X"])
+           for i in range(2)]
+    r = reliability(eps, scribe, repeats=2)
+    prm = r["judges"]["prm"]
+    assert prm["repeat"]["llm"]["failed"] == 8 and prm["repeat"]["judged_every_time"] == 0  # 4 steps x 2 repeats
+    assert prm["repeat"]["exact_agreement"] is None
+    assert prm["cross_instance"]["scored_pairs"] == 2  # the greedy judgements parse: cross-instance still filled
+    assert r["judges"]["scribe"]["repeat"]["llm"]["failed"] == 0
+    from turngym.evals.ablate import reliability_table
+
+    table = "\n".join(reliability_table(r))
+    assert "| prm | 2 | – | – | – | 2 |" in table and table.count(" 8 of 8 |") == 1 and " 0 of 8 |" in table
