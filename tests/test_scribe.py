@@ -829,3 +829,17 @@ def test_reliability_counts_judge_replies_without_json_and_completes(planted_lib
 
     table = "\n".join(reliability_table(r))
     assert "| prm | 2 | – | – | – | 2 |" in table and table.count(" 8 of 8 |") == 1 and " 0 of 8 |" in table
+
+
+def test_a_reply_cut_off_by_the_token_limit_keeps_its_complete_steps():
+    from turngym.rewards.scribe.prompts import DECOMPOSE_SCHEMA
+
+    step = {"subgoal": "bound c {strictly}", "skill": "state an integer bound", "turn": 0, "starts_with": "Since c"}
+    cut = '{"steps": [' + json.dumps(step) + ', {"subgoal": "check the ans'
+    value, err, repaired = parse_json_reply(cut, DECOMPOSE_SCHEMA)
+    assert err is None and repaired and value == {"steps": [step]}
+    # nothing complete inside the object: still a failure, nothing invented
+    assert parse_json_reply('{"steps": [{"subgoal": "check', DECOMPOSE_SCHEMA)[0] is None
+    # a complete object is never cut back
+    whole = json.dumps({"steps": [step, step]})
+    assert parse_json_reply(whole + " and more prose", DECOMPOSE_SCHEMA)[0] == {"steps": [step, step]}
