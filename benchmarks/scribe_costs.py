@@ -216,7 +216,8 @@ def bench_judging(episodes: list[Episode], llm: Any) -> tuple[Any, Any, dict[str
     return reward, prm, figures
 
 
-def bench_reliability(episodes: list[Episode], reward: Any, repeats: int, temperature: float) -> dict[str, Any] | None:
+def bench_reliability(episodes: list[Episode], reward: Any, repeats: int, temperature: float,
+                      repeat_tokens: int | None) -> dict[str, Any] | None:
     from turngym.evals.ablate import reliability_table
     from turngym.rewards.scribe.diagnostics import reliability
 
@@ -224,7 +225,7 @@ def bench_reliability(episodes: list[Episode], reward: Any, repeats: int, temper
         print("no library was built (no decomposed steps): no reliability figures")
         return None
     t0 = time.perf_counter()
-    r = reliability(episodes, reward, repeats=repeats, temperature=temperature)
+    r = reliability(episodes, reward, repeats=repeats, temperature=temperature, repeat_max_new_tokens=repeat_tokens)
     r["seconds"] = time.perf_counter() - t0
     print(f"reliability ({r['seconds']:.1f} s):", flush=True)
     print("\n".join(reliability_table(r)), flush=True)
@@ -311,6 +312,8 @@ def main() -> None:
     ap.add_argument("--judges-only", action="store_true",
                     help="only repeat consistency of scribe's rubric judge vs prm on hand-made steps (paragraphs)")
     ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--repeat-max-new-tokens", type=int, default=None,
+                    help="tokens each repeat judgement generates (a local judge's score is chosen before any)")
     ap.add_argument("--out", default=None, help="write every figure as JSON here")
     ap.add_argument("--ablate-out", default=None,
                     help="also write `turngym ablate`'s report (ablation.md with the reliability table) for scribe "
@@ -347,7 +350,8 @@ def main() -> None:
     t0 = time.perf_counter()
     reward, prm, results["judging"] = bench_judging(episodes, llm)
     save()
-    results["reliability"] = rel = bench_reliability(episodes, reward, args.repeats, args.temperature)
+    results["reliability"] = rel = bench_reliability(episodes, reward, args.repeats, args.temperature,
+                                                      args.repeat_max_new_tokens)
     save()
     if args.ablate_out:  # `turngym ablate`'s report on the same rewards (scores and judgements from the cache)
         from turngym.evals.ablate import ablate

@@ -843,3 +843,15 @@ def test_a_reply_cut_off_by_the_token_limit_keeps_its_complete_steps():
     # a complete object is never cut back
     whole = json.dumps({"steps": [step, step]})
     assert parse_json_reply(whole + " and more prose", DECOMPOSE_SCHEMA)[0] == {"steps": [step, step]}
+
+
+def test_repeat_tokens_change_no_local_score(tiny_chat_policy):
+    """A local judge's score is drawn before generation: repeats that generate 1 token give the same
+    agreement as repeats that generate 8 (same draws), and every reply still yields a score."""
+    llm = JSONLLM(tiny_chat_policy, max_new_tokens=8)
+    prompts = judge_prompts(noisy_jobs(5), llm)
+    long = repeat_consistency(prompts, llm, n=3, temperature=5.0)
+    short = repeat_consistency(prompts, llm, n=3, temperature=5.0, max_new_tokens=1)
+    keys = ("judged_every_time", "exact_agreement", "pairwise_agreement", "mean_score_range", "mean_score_std")
+    assert [short[k] for k in keys] == [long[k] for k in keys] and short["judged_every_time"] == 5
+    assert short["exact_agreement"] < 1.0 and short["llm"]["failed"] == 0
