@@ -145,11 +145,11 @@ def stat_delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def bench_judging(episodes: list[Episode], llm: Any) -> tuple[Any, Any, dict[str, Any]]:
+def bench_judging(episodes: list[Episode], llm: Any, unlocated: str) -> tuple[Any, Any, dict[str, Any]]:
     groups: dict[str, list[Episode]] = {}
     for ep in episodes:
         groups.setdefault(ep.group or ep.id, []).append(ep)
-    reward = get_reward("scribe", llm=llm, min_cluster_size=2)
+    reward = get_reward("scribe", llm=llm, min_cluster_size=2, unlocated_steps=unlocated)
     f0 = llm.stats.to_dict()
     t0 = time.perf_counter()
     reward.fit(episodes)
@@ -161,6 +161,7 @@ def bench_judging(episodes: list[Episode], llm: Any) -> tuple[Any, Any, dict[str
     print(f"fit (decompose + build library): {fit_s:.1f} s, {json.dumps(stat_delta(f0, f1))}; decomposition: "
           f"{d_windows} windows, {d_fail} with no valid JSON, {sum(len(d.items) for d in decomps)} steps located, "
           f"{sum(d.dropped for d in decomps)} dropped (quote not found), "
+          f"{sum(d.whole_turn_steps for d in decomps)} whole-turn steps (unlocated={unlocated}), "
           f"{sum(len(d.unstepped_turns) for d in decomps)} of {sum(len(e.turns) for e in episodes)} turns unstepped",
           flush=True)
     rate = lambda a, b: (b["cache_hits"] - a["cache_hits"]) / max(1, b["calls"] - a["calls"])
@@ -188,7 +189,7 @@ def bench_judging(episodes: list[Episode], llm: Any) -> tuple[Any, Any, dict[str
     judge_failed = sum(d["judge_failed_steps"] for d in diags)
     print(f"scribe judge: {judge_failed} of {judge_calls} judged steps with no valid JSON (valued neutral, counted)",
           flush=True)
-    prm = get_reward("prm", llm=llm)
+    prm = get_reward("prm", llm=llm, unlocated_steps=unlocated)
     p0 = llm.stats.to_dict()
     prm_diags = [prm.score_group(g).diagnostics for g in groups.values()]
     prm_calls = sum(d["judge_calls"] for d in prm_diags)
@@ -203,6 +204,7 @@ def bench_judging(episodes: list[Episode], llm: Any) -> tuple[Any, Any, dict[str
         "fit_s": fit_s, "fit_llm": stat_delta(f0, f1), "decompose_windows": d_windows,
         "decompose_windows_failed": d_fail, "steps": steps, "unmatched_steps": unmatched,
         "dropped_steps": sum(d.dropped for d in decomps),
+        "whole_turn_steps": sum(d.whole_turn_steps for d in decomps), "unlocated": unlocated,
         "unstepped_turns": sum(len(d.unstepped_turns) for d in decomps),
         "library": None if lib is None else {"families": lib.clustering.get("families"),
                                              "skills": lib.clustering.get("skills"),
@@ -312,6 +314,9 @@ def main() -> None:
     ap.add_argument("--judges-only", action="store_true",
                     help="only repeat consistency of scribe's rubric judge vs prm on hand-made steps (paragraphs)")
     ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--unlocated", default="drop", choices=["drop", "whole_turn"],
+                    help="a turn none of whose step quotes is found: dropped, or one whole-turn step")
+    ap.add_argument("--llm-cache", default=None, help="JSONL cache of LLM replies (greedy calls; reused by reruns)")
     ap.add_argument("--repeat-max-new-tokens", type=int, default=None,
                     help="tokens each repeat judgement generates (a local judge's score is chosen before any)")
     ap.add_argument("--out", default=None, help="write every figure as JSON here")
@@ -321,7 +326,7 @@ def main() -> None:
     args = ap.parse_args()
     from turngym.agents.loading import model_identity
 
-    llm = make_llm(args.llm, max_concurrency=8, max_new_tokens=args.max_new_tokens)
+    llm = make_llm(args.llm, max_concurrency=8, max_new_tokens=args.max_new_tokens, cache_path=args.llm_cache)
     results: dict[str, Any] = {"args": vars(args), "judge_model": model_identity(args.llm)}
     print(f"judge model: {llm.name} {json.dumps(results['judge_model'])}", flush=True)
 
@@ -348,7 +353,7 @@ def main() -> None:
         bench_judges_only(episodes, llm, args.repeats, args.temperature)
         return
     t0 = time.perf_counter()
-    reward, prm, results["judging"] = bench_judging(episodes, llm)
+    reward, prm, results["judging"] = bench_judging(episodes, llm, args.unlocated)
     save()
     results["reliability"] = rel = bench_reliability(episodes, reward, args.repeats, args.temperature,
                                                       args.repeat_max_new_tokens)

@@ -855,3 +855,27 @@ def test_repeat_tokens_change_no_local_score(tiny_chat_policy):
     keys = ("judged_every_time", "exact_agreement", "pairwise_agreement", "mean_score_range", "mean_score_std")
     assert [short[k] for k in keys] == [long[k] for k in keys] and short["judged_every_time"] == 5
     assert short["exact_agreement"] < 1.0 and short["llm"]["failed"] == 0
+
+
+def test_unlocated_quotes_drop_steps_or_make_the_turn_one_step():
+    """A decomposer that paraphrases instead of quoting: by default its steps are dropped and the turn is
+    unstepped; with unlocated="whole_turn" the turn becomes one step (first placed step's labels), counted."""
+    from turngym.rewards.scribe.decompose import decompose
+
+    def paraphrasing(prompt: str, n: int, sampling) -> str:
+        return json.dumps({"steps": [
+            {"subgoal": "compute the product", "skill": "evaluate an expression", "turn": 0, "starts_with": "Calculate 84*63"},
+            {"subgoal": "then add", "skill": "add numbers", "turn": 0, "starts_with": "not in the text"},
+            {"subgoal": "answer", "skill": "give the final answer", "turn": 1, "starts_with": "<answer>5343"}]})
+
+    ep = episode("e", ["<calc>84 * 63 + 51</calc>", "<answer>5343</answer>"])
+    [dropped] = decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)))
+    assert dropped.dropped == 2 and dropped.unstepped_turns == [0] and dropped.whole_turn_steps == 0
+    assert [(it.turn, it.start, it.end) for it in dropped.items] == [(1, 0, 21)]
+    [whole] = decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)), unlocated="whole_turn")
+    assert whole.dropped == 2 and whole.unstepped_turns == [] and whole.whole_turn_steps == 1
+    first = whole.items[0]
+    assert (first.turn, first.start, first.end, first.skill) == (0, 0, 25, "evaluate an expression")
+    assert first.span == ep.turns[0].action
+    with pytest.raises(ValueError, match="unlocated"):
+        decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)), unlocated="guess")
