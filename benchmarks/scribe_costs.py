@@ -28,6 +28,7 @@ import itertools
 import json
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,7 @@ def descriptions(n: int, seed: int = 0) -> list[SkillItem]:
     return out
 
 
-def bench_library(n: int, llm: Any) -> None:
+def bench_library(n: int, llm: Any) -> dict[str, Any]:
     """Embedding and clustering are timed and printed before distillation starts (the LLM stage is
     by far the slowest on a CPU)."""
     from turngym.rewards.scribe.cluster import cluster_skills
@@ -89,11 +90,17 @@ def bench_library(n: int, llm: Any) -> None:
     lib, timings = build_library(items, embedder, llm, min_cluster_size=10)
     total = time.perf_counter() - t0
     after = llm.stats.to_dict()
+    calls = {k: after[k] - before[k] for k in ("calls", "cache_hits", "generated", "repaired", "reasked", "failed")}
     print(f"library build, {n} descriptions: {total:.1f} s total ("
           + ", ".join(f"{k} {v:.2f}" for k, v in timings.items())
           + f"); {lib.clustering['method']} -> {lib.clustering['families']} families, {lib.clustering['skills']} skills "
-            f"({lib.failed_distillations} failed distillations); distillation calls {after['calls'] - before['calls']}, "
-            f"failed JSON {after['failed'] - before['failed']}", flush=True)
+            f"({lib.failed_distillations} failed distillations); distillation LLM calls {calls['calls']} "
+            f"({calls['generated']} generations incl. re-asks; JSON repaired {calls['repaired']}, re-asked "
+            f"{calls['reasked']}, failed {calls['failed']})", flush=True)
+    return {"descriptions": n, "total_s": total, **timings, "clusters_before_distillation": len(skills),
+            "families": lib.clustering["families"], "skills": lib.clustering["skills"],
+            "method": lib.clustering["method"], "failed_distillations": lib.failed_distillations,
+            "distillation_llm": calls}
 
 
 def wrong_boxed(text: str) -> str:
@@ -132,15 +139,33 @@ def math_episodes(items: int) -> list[Episode]:
     return out
 
 
-def bench_judging(episodes: list[Episode], llm: Any) -> Any:
+def stat_delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """LLM call counts between two ``llm.stats.to_dict()`` readings, with the cache hit rate of that stretch."""
+    d = {k: b[k] - a[k] for k in ("calls", "cache_hits", "generated", "repaired", "reasked", "failed")}
+    d["cache_hit_rate"] = d["cache_hits"] / d["calls"] if d["calls"] else None
+    return d
+
+
+def bench_judging(episodes: list[Episode], llm: Any, unlocated: str) -> tuple[Any, Any, dict[str, Any]]:
     groups: dict[str, list[Episode]] = {}
     for ep in episodes:
         groups.setdefault(ep.group or ep.id, []).append(ep)
-    reward = get_reward("scribe", llm=llm, min_cluster_size=2)
+    reward = get_reward("scribe", llm=llm, min_cluster_size=2, unlocated_steps=unlocated)
+    f0 = llm.stats.to_dict()
     t0 = time.perf_counter()
     reward.fit(episodes)
     fit_s = time.perf_counter() - t0
-    rate = lambda a, b: (b["cache_hits"] - a["cache_hits"]) / max(1, b["calls"] - a["calls"])  # noqa: E731
+    f1 = llm.stats.to_dict()
+    decomps = reward.decompose(episodes)  # from the cache
+    d_fail = sum(d.failed_windows for d in decomps)
+    d_windows = sum(d.windows for d in decomps)
+    print(f"fit (decompose + build library): {fit_s:.1f} s, {json.dumps(stat_delta(f0, f1))}; decomposition: "
+          f"{d_windows} windows, {d_fail} with no valid JSON, {sum(len(d.items) for d in decomps)} steps located, "
+          f"{sum(d.dropped for d in decomps)} dropped (quote not found), "
+          f"{sum(d.whole_turn_steps for d in decomps)} whole-turn steps (unlocated={unlocated}), "
+          f"{sum(len(d.unstepped_turns) for d in decomps)} of {sum(len(e.turns) for e in episodes)} turns unstepped",
+          flush=True)
+    rate = lambda a, b: (b["cache_hits"] - a["cache_hits"]) / max(1, b["calls"] - a["calls"])
     s0 = llm.stats.to_dict()
     judge_calls, steps, t0 = 0, 0, time.perf_counter()
     diags = []
@@ -162,27 +187,57 @@ def bench_judging(episodes: list[Episode], llm: Any) -> Any:
           f"({unmatched} unmatched); judge calls per episode {judge_calls / len(episodes):.2f}; "
           f"LLM calls per episode (scoring pass) {(s1['calls'] - s0['calls']) / len(episodes):.2f}; "
           f"cache hit rate: scoring pass {rate(s0, s1):.2f}, repeat pass {rate(s1, s2):.2f}", flush=True)
-    prm = get_reward("prm", llm=llm)
+    judge_failed = sum(d["judge_failed_steps"] for d in diags)
+    print(f"scribe judge: {judge_failed} of {judge_calls} judged steps with no valid JSON (valued neutral, counted)",
+          flush=True)
+    prm = get_reward("prm", llm=llm, unlocated_steps=unlocated)
     p0 = llm.stats.to_dict()
-    prm_calls = sum(prm.score_group(g).diagnostics["judge_calls"] for g in groups.values())
+    prm_diags = [prm.score_group(g).diagnostics for g in groups.values()]
+    prm_calls = sum(d["judge_calls"] for d in prm_diags)
     p1 = llm.stats.to_dict()
+    prm_failed = sum(d["judge_failed_steps"] for d in prm_diags)
     print(f"prm on the same episodes: judge calls per episode {prm_calls / len(episodes):.2f}; "
-          f"cache hit rate {rate(p0, p1):.2f} (decompositions shared with scribe)", flush=True)
+          f"cache hit rate {rate(p0, p1):.2f} (decompositions shared with scribe); {prm_failed} of {prm_calls} "
+          f"judged steps with no valid JSON", flush=True)
     print(f"LLM totals: {json.dumps(llm.stats.to_dict())}")
-    return reward
+    figures = {
+        "episodes": len(episodes), "groups": len(groups), "turns": sum(len(e.turns) for e in episodes),
+        "fit_s": fit_s, "fit_llm": stat_delta(f0, f1), "decompose_windows": d_windows,
+        "decompose_windows_failed": d_fail, "steps": steps, "unmatched_steps": unmatched,
+        "dropped_steps": sum(d.dropped for d in decomps),
+        "whole_turn_steps": sum(d.whole_turn_steps for d in decomps), "unlocated": unlocated,
+        "unstepped_turns": sum(len(d.unstepped_turns) for d in decomps),
+        "library": None if lib is None else {"families": lib.clustering.get("families"),
+                                             "skills": lib.clustering.get("skills"),
+                                             "failed_distillations": lib.failed_distillations},
+        "scribe": {"score_s": score_s, "judge_calls_per_episode": judge_calls / len(episodes),
+                   "judge_failed_steps": judge_failed, "scoring_pass_llm": stat_delta(s0, s1),
+                   "repeat_pass_llm": stat_delta(s1, s2)},
+        "prm": {"judge_calls_per_episode": prm_calls / len(episodes), "judge_failed_steps": prm_failed,
+                "llm": stat_delta(p0, p1)},
+        "llm_totals": llm.stats.to_dict()}
+    return reward, prm, figures
 
 
-def bench_reliability(episodes: list[Episode], reward: Any, repeats: int) -> None:
+def bench_reliability(episodes: list[Episode], reward: Any, repeats: int, temperature: float,
+                      repeat_tokens: int | None) -> dict[str, Any] | None:
     from turngym.evals.ablate import reliability_table
     from turngym.rewards.scribe.diagnostics import reliability
 
     if reward.library is None:
         print("no library was built (no decomposed steps): no reliability figures")
-        return
+        return None
     t0 = time.perf_counter()
-    r = reliability(episodes, reward, repeats=repeats)
-    print(f"reliability ({time.perf_counter() - t0:.1f} s):", flush=True)
+    r = reliability(episodes, reward, repeats=repeats, temperature=temperature, repeat_max_new_tokens=repeat_tokens)
+    r["seconds"] = time.perf_counter() - t0
+    print(f"reliability ({r['seconds']:.1f} s):", flush=True)
     print("\n".join(reliability_table(r)), flush=True)
+    for name, j in r["judges"].items():
+        if j["repeat"] is not None:
+            print(f"  {name} repeats: judge replies with no valid JSON {j['repeat']['llm']['failed']} of "
+                  f"{j['repeat']['llm']['calls']} (repaired {j['repeat']['llm']['repaired']}, re-asked "
+                  f"{j['repeat']['llm']['reasked']})", flush=True)
+    return r
 
 
 MATH_STEP = SkillPrototype(
@@ -225,33 +280,95 @@ def bench_judges_only(episodes: list[Episode], llm: Any, repeats: int, temperatu
               f"judged every time {r['judged_every_time']}/{r['steps']} ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
+def load_episodes(paths: list[str], limit: int | None) -> list[Episode]:
+    """Episodes of every file (at most ``limit`` groups per file, whole groups), ids made unique across files."""
+    out: list[Episode] = []
+    for path in paths:
+        report = read_episodes(path)
+        if report.errors:
+            print(f"warning: skipped {len(report.errors)} corrupt line(s) in {path} (first: {report.errors[0]})")
+        kept: list[str] = []
+        for ep in report.episodes:
+            g = ep.group or ep.id
+            if g not in kept and limit is not None and len(kept) >= limit:
+                continue
+            if g not in kept:
+                kept.append(g)
+            if len(paths) > 1:
+                ep.id, ep.group = f"{ep.env_id}:{ep.id}", f"{ep.env_id}:{g}"
+            out.append(ep)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--llm", default="default")
     ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--episodes", default=None, help="episodes JSONL (default: MATH500 solutions through MathCode-v0)")
+    ap.add_argument("--episodes", nargs="+", default=None,
+                    help="episodes JSONL file(s) (default: MATH500 solutions through MathCode-v0)")
+    ap.add_argument("--groups-per-file", type=int, default=None, help="at most this many groups of each file")
     ap.add_argument("--math-items", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-library", action="store_true")
+    ap.add_argument("--library-only", action="store_true", help="only the library build for --n descriptions")
     ap.add_argument("--judges-only", action="store_true",
                     help="only repeat consistency of scribe's rubric judge vs prm on hand-made steps (paragraphs)")
     ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--unlocated", default="drop", choices=["drop", "whole_turn"],
+                    help="a turn none of whose step quotes is found: dropped, or one whole-turn step")
+    ap.add_argument("--llm-cache", default=None, help="JSONL cache of LLM replies (greedy calls; reused by reruns)")
+    ap.add_argument("--repeat-max-new-tokens", type=int, default=None,
+                    help="tokens each repeat judgement generates (a local judge's score is chosen before any)")
+    ap.add_argument("--out", default=None, help="write every figure as JSON here")
+    ap.add_argument("--ablate-out", default=None,
+                    help="also write `turngym ablate`'s report (ablation.md with the reliability table) for scribe "
+                         "and prm on these episodes here")
     args = ap.parse_args()
-    llm = make_llm(args.llm, max_concurrency=8, max_new_tokens=args.max_new_tokens)
-    print(f"judge model: {llm.name}", flush=True)
-    episodes = read_episodes(args.episodes).episodes if args.episodes else math_episodes(args.math_items)
+    from turngym.agents.loading import model_identity
+
+    llm = make_llm(args.llm, max_concurrency=8, max_new_tokens=args.max_new_tokens, cache_path=args.llm_cache)
+    results: dict[str, Any] = {"args": vars(args), "judge_model": model_identity(args.llm)}
+    print(f"judge model: {llm.name} {json.dumps(results['judge_model'])}", flush=True)
+
+    def save() -> None:
+        if args.out:
+            Path(args.out).write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+
+    if args.library_only:
+        t0 = time.perf_counter()
+        results["library"] = bench_library(args.n, llm)
+        results["wall_s"] = time.perf_counter() - t0
+        save()
+        return
+
+    episodes = load_episodes(args.episodes, args.groups_per_file) if args.episodes else math_episodes(args.math_items)
     if not episodes:
         raise SystemExit(f"no episodes in {args.episodes}")
     chars = [len(t.action) for e in episodes for t in e.turns]
+    results["episodes"] = {"count": len(episodes), "turns": len(chars), "action_chars": sum(chars),
+                           "longest_turn_chars": max(chars), "envs": sorted({e.env_id for e in episodes})}
     print(f"{len(episodes)} episodes, {sum(chars)} action characters, longest turn {max(chars)} characters", flush=True)
+
     if args.judges_only:
         bench_judges_only(episodes, llm, args.repeats, args.temperature)
         return
-    reward = bench_judging(episodes, llm)
-    bench_reliability(episodes, reward, args.repeats)
+    t0 = time.perf_counter()
+    reward, prm, results["judging"] = bench_judging(episodes, llm, args.unlocated)
+    save()
+    results["reliability"] = rel = bench_reliability(episodes, reward, args.repeats, args.temperature,
+                                                      args.repeat_max_new_tokens)
+    save()
+    if args.ablate_out:  # `turngym ablate`'s report on the same rewards (scores and judgements from the cache)
+        from turngym.evals.ablate import ablate
+
+        ablate(episodes, {"scribe": reward, "prm": prm}, args.ablate_out, reliability=rel)
+        print(f"ablation report: {Path(args.ablate_out) / 'ablation.md'}", flush=True)
     if not args.skip_library:  # last: distilling a 1,000-description library is the longest stage on a CPU
-        bench_library(args.n, llm)
+        results["library"] = bench_library(args.n, llm)
+    results["wall_s"] = time.perf_counter() - t0
+    save()
+
 
 if __name__ == "__main__":
     main()

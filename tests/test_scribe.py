@@ -791,3 +791,91 @@ def test_served_judges_can_be_asked_for_structured_output():
         assert body["response_format"]["json_schema"]["schema"] == JUDGE_SCHEMA
     finally:
         server.close()
+
+
+def test_single_token_options_take_one_forward_pass_with_the_same_logprobs(tiny_chat_policy):
+    """The judge's 0-3 score options are one token each after the prompt: the one-pass path gives the
+    log-probabilities the padded one-copy-per-option pass gives (a multi-token option forces that path)."""
+    from turngym.rewards.scribe.constrain import option_logprobs
+
+    prompt, opts = "Grade: {\"score\":", ["0", "1", "2", "3"]  # (with a trailing space this tokenizer merges " 1")
+    tok = tiny_chat_policy.tokenizer
+    base = tok(prompt, add_special_tokens=False)["input_ids"]
+    assert all(tok(prompt + o, add_special_tokens=False)["input_ids"][:-1] == base for o in opts)  # the fast path applies
+    fast = option_logprobs(tiny_chat_policy, prompt, opts, add_special_tokens=False)
+    padded = option_logprobs(tiny_chat_policy, prompt, opts + ["3 and a longer tail"], add_special_tokens=False)
+    assert np.allclose(fast, padded[:4], atol=1e-4)
+
+
+def test_reliability_counts_judge_replies_without_json_and_completes(planted_library, embedder):
+    """A served judge whose open-ended (PRM) replies are prose when sampled: the reliability run does not
+    abort; those replies are counted, shown in ablate's table, and the steps they hit are left out of agreement."""
+
+    def rule(prompt: str, n: int, sampling) -> str:
+        if prompt.startswith("Grade one step of an agent's work: is it correct") and sampling.temperature > 0:
+            return "I think this step is fine."  # no JSON, also after the re-ask
+        return scripted_rule(prompt, n, sampling)
+
+    scribe = get_reward("scribe", llm=JSONLLM(FakeRulePolicy(rule)), library=planted_library, embedder=embedder)
+    eps = [episode(f"e{i}", ["Step 1 [sum]: add 2 and 3 with python, giving 5", "Step 2 [birth]: search X"])
+           for i in range(2)]
+    r = reliability(eps, scribe, repeats=2)
+    prm = r["judges"]["prm"]
+    assert prm["repeat"]["llm"]["failed"] == 8 and prm["repeat"]["judged_every_time"] == 0  # 4 steps x 2 repeats
+    assert prm["repeat"]["exact_agreement"] is None
+    assert prm["cross_instance"]["scored_pairs"] == 2  # the greedy judgements parse: cross-instance still filled
+    assert r["judges"]["scribe"]["repeat"]["llm"]["failed"] == 0
+    from turngym.evals.ablate import reliability_table
+
+    table = "\n".join(reliability_table(r))
+    assert "| prm | 2 | – | – | – | 2 |" in table and table.count(" 8 of 8 |") == 1 and " 0 of 8 |" in table
+
+
+def test_a_reply_cut_off_by_the_token_limit_keeps_its_complete_steps():
+    from turngym.rewards.scribe.prompts import DECOMPOSE_SCHEMA
+
+    step = {"subgoal": "bound c {strictly}", "skill": "state an integer bound", "turn": 0, "starts_with": "Since c"}
+    cut = '{"steps": [' + json.dumps(step) + ', {"subgoal": "check the ans'
+    value, err, repaired = parse_json_reply(cut, DECOMPOSE_SCHEMA)
+    assert err is None and repaired and value == {"steps": [step]}
+    # nothing complete inside the object: still a failure, nothing invented
+    assert parse_json_reply('{"steps": [{"subgoal": "check', DECOMPOSE_SCHEMA)[0] is None
+    # a complete object is never cut back
+    whole = json.dumps({"steps": [step, step]})
+    assert parse_json_reply(whole + " and more prose", DECOMPOSE_SCHEMA)[0] == {"steps": [step, step]}
+
+
+def test_repeat_tokens_change_no_local_score(tiny_chat_policy):
+    """A local judge's score is drawn before generation: repeats that generate 1 token give the same
+    agreement as repeats that generate 8 (same draws), and every reply still yields a score."""
+    llm = JSONLLM(tiny_chat_policy, max_new_tokens=8)
+    prompts = judge_prompts(noisy_jobs(5), llm)
+    long = repeat_consistency(prompts, llm, n=3, temperature=5.0)
+    short = repeat_consistency(prompts, llm, n=3, temperature=5.0, max_new_tokens=1)
+    keys = ("judged_every_time", "exact_agreement", "pairwise_agreement", "mean_score_range", "mean_score_std")
+    assert [short[k] for k in keys] == [long[k] for k in keys] and short["judged_every_time"] == 5
+    assert short["exact_agreement"] < 1.0 and short["llm"]["failed"] == 0
+
+
+def test_unlocated_quotes_drop_steps_or_make_the_turn_one_step():
+    """A decomposer that paraphrases instead of quoting: by default its steps are dropped and the turn is
+    unstepped; with unlocated="whole_turn" the turn becomes one step (first placed step's labels), counted."""
+    from turngym.rewards.scribe.decompose import decompose
+
+    def paraphrasing(prompt: str, n: int, sampling) -> str:
+        return json.dumps({"steps": [
+            {"subgoal": "compute the product", "skill": "evaluate an expression", "turn": 0, "starts_with": "Calculate 84*63"},
+            {"subgoal": "then add", "skill": "add numbers", "turn": 0, "starts_with": "not in the text"},
+            {"subgoal": "answer", "skill": "give the final answer", "turn": 1, "starts_with": "<answer>5343"}]})
+
+    ep = episode("e", ["<calc>84 * 63 + 51</calc>", "<answer>5343</answer>"])
+    [dropped] = decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)))
+    assert dropped.dropped == 2 and dropped.unstepped_turns == [0] and dropped.whole_turn_steps == 0
+    assert [(it.turn, it.start, it.end) for it in dropped.items] == [(1, 0, 21)]
+    [whole] = decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)), unlocated="whole_turn")
+    assert whole.dropped == 2 and whole.unstepped_turns == [] and whole.whole_turn_steps == 1
+    first = whole.items[0]
+    assert (first.turn, first.start, first.end, first.skill) == (0, 0, 25, "evaluate an expression")
+    assert first.span == ep.turns[0].action
+    with pytest.raises(ValueError, match="unlocated"):
+        decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)), unlocated="guess")

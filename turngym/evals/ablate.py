@@ -196,13 +196,16 @@ def reliability_table(r: dict[str, Any]) -> list[str]:
     lines = ["", f"Judge reliability ({r['judge']}; {r['routed_steps']} routed steps of {r['episodes']} episodes; "
              f"cross-instance pairs: same prototype and step texts with cosine >= {r['neighbour_threshold']}):", "",
              "| judge | repeats | exact agreement | pairwise agreement | mean score range | cross-instance pairs | "
-             "cross-instance agreement | mean abs difference |", "|---|---|---|---|---|---|---|---|"]
+             "cross-instance agreement | mean abs difference | repeat replies without valid JSON |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, j in r["judges"].items():
         rep = j["repeat"] or {}
         c = j["cross_instance"]
+        llm = rep.get("llm") or {}
         lines.append(f"| {name} | {rep.get('repeats', '–')} | {f(rep.get('exact_agreement'))} | "
                      f"{f(rep.get('pairwise_agreement'))} | {f(rep.get('mean_score_range'))} | {c['scored_pairs']} | "
-                     f"{f(c['exact_agreement'])} | {f(c['mean_abs_difference'])} |")
+                     f"{f(c['exact_agreement'])} | {f(c['mean_abs_difference'])} | "
+                     f"{llm.get('failed', '–')} of {llm.get('calls', '–')} |")
     return lines
 
 

@@ -28,6 +28,7 @@ class PRMReward:
     unmatched_value: float = NEUTRAL      # value of a step whose judgement failed (no valid JSON)
     turn_aggregate: str = "mean"
     window_tokens: int = 1024
+    unlocated_steps: str = "drop"        # or "whole_turn": see turngym.rewards.scribe.decompose
     judge_tokens: int = 768
     observation_tokens: int = 192
     llm_base_url: str | None = None
@@ -39,7 +40,7 @@ class PRMReward:
         self.llm = make_llm(self.llm, self.llm_base_url, guided_json=self.guided_json)
 
     def decompose(self, episodes: Sequence[Episode]) -> list[Any]:
-        return decompose(episodes, self.llm, self.window_tokens, self.observation_tokens)
+        return decompose(episodes, self.llm, self.window_tokens, self.observation_tokens, self.unlocated_steps)
 
     def score_episode(self, episode: Episode) -> list[float]:
         return self.score_group([episode]).rewards[0]

@@ -32,6 +32,13 @@ def option_logprobs(policy: Any, prompt_text: str, options: Sequence[str], add_s
         while k < min(len(base), len(s)) and base[k] == s[k]:
             k += 1
         starts.append(max(1, k))
+    device = next(model.parameters()).device
+    if base and all(st == len(base) and len(s) == len(base) + 1 for st, s in zip(starts, seqs)):
+        # every option is one token after the whole prompt (a judge's 0-3 score): one forward pass of the
+        # prompt alone gives them all, instead of one padded copy of the prompt per option
+        last = model(input_ids=torch.tensor([base], device=device)).logits[0, -1].float()
+        logp1 = torch.log_softmax(last, dim=-1)
+        return [float(logp1[s[-1]]) for s in seqs]
     width = max(len(s) for s in seqs)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     ids = torch.full((len(seqs), width), pad, dtype=torch.long)
@@ -39,7 +46,6 @@ def option_logprobs(policy: Any, prompt_text: str, options: Sequence[str], add_s
     for i, s in enumerate(seqs):
         ids[i, :len(s)] = torch.tensor(s)
         mask[i, :len(s)] = 1
-    device = next(model.parameters()).device
     logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
     logp = torch.log_softmax(logits, dim=-1)
     out = []

@@ -143,15 +143,24 @@ class Decomposition:
     failed_windows: int = 0                # windows for which the LLM never produced valid JSON
     windows: int = 0
     unstepped_turns: list[int] = field(default_factory=list)
+    whole_turn_steps: int = 0              # unlocated="whole_turn": turns made one step because no quote was found
 
     @property
     def failed(self) -> bool:
         return self.windows > 0 and self.failed_windows == self.windows
 
 
+UNLOCATED = ("drop", "whole_turn")
+
+
 def decompose(episodes: Sequence[Episode], llm: Any, window_tokens: int = 1024,
-              observation_tokens: int = 192) -> list[Decomposition]:
-    """Steps of every episode, with spans; all windows of all episodes in one batch of LLM calls."""
+              observation_tokens: int = 192, unlocated: str = "drop") -> list[Decomposition]:
+    """Steps of every episode, with spans; all windows of all episodes in one batch of LLM calls.
+    ``unlocated``: what happens to a turn none of whose steps' quotes is found: ``"drop"`` (its steps
+    are dropped and counted, the turn is unstepped) or ``"whole_turn"`` (the turn becomes one step, with
+    the subgoal and skill of the first step the decomposer placed in it; counted as ``whole_turn_steps``)."""
+    if unlocated not in UNLOCATED:
+        raise ValueError(f"unlocated must be one of {UNLOCATED}, got {unlocated!r}")
     if window_tokens < 16 or observation_tokens >= window_tokens:
         raise ValueError(f"need window_tokens >= 16 and observation_tokens < window_tokens, got {window_tokens} "
                          f"and {observation_tokens}")
@@ -160,6 +169,7 @@ def decompose(episodes: Sequence[Episode], llm: Any, window_tokens: int = 1024,
     replies = llm.call_many([(decompose_prompt(ep, w, counter, observation_tokens), DECOMPOSE_SCHEMA)
                              for ep, w in plan])
     found: dict[str, list[tuple[int, int, str, str]]] = {ep.id: [] for ep in episodes}
+    unplaced: dict[str, dict[int, tuple[str, str]]] = {ep.id: {} for ep in episodes}  # turn -> first unlocated step
     stats: dict[str, list[int]] = {ep.id: [0, 0, 0] for ep in episodes}  # dropped, failed, windows
     for (ep, window), reply in zip(plan, replies):
         s = stats[ep.id]
@@ -174,6 +184,8 @@ def decompose(episodes: Sequence[Episode], llm: Any, window_tokens: int = 1024,
                                                   ep.turns[part.turn].action[part.start:part.end])
             if part is None or at is None:
                 s[0] += 1
+                if part is not None:
+                    unplaced[ep.id].setdefault(part.turn, (step["subgoal"].strip(), step["skill"].strip()))
                 continue
             found[ep.id].append((part.turn, part.start + at, step["subgoal"].strip(), step["skill"].strip()))
     out = []
@@ -182,6 +194,9 @@ def decompose(episodes: Sequence[Episode], llm: Any, window_tokens: int = 1024,
         by_turn: dict[int, dict[int, tuple[str, str]]] = {}
         for turn, start, subgoal, skill in found[ep.id]:
             by_turn.setdefault(turn, {}).setdefault(start, (subgoal, skill))  # one step per start
+        whole = [t for t in unplaced[ep.id] if t not in by_turn] if unlocated == "whole_turn" else []
+        for turn in whole:
+            by_turn[turn] = {0: unplaced[ep.id][turn]}
         for turn in sorted(by_turn):
             action = ep.turns[turn].action
             starts = sorted(by_turn[turn])
@@ -192,5 +207,5 @@ def decompose(episodes: Sequence[Episode], llm: Any, window_tokens: int = 1024,
                                        action[bounds[k]:bounds[k + 1]]))
         dropped, failed, n_windows = stats[ep.id]
         unstepped = [t.index for t in ep.turns if t.index not in by_turn]
-        out.append(Decomposition(items, dropped, failed, n_windows, unstepped))
+        out.append(Decomposition(items, dropped, failed, n_windows, unstepped, len(whole)))
     return out

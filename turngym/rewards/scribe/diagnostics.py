@@ -33,17 +33,20 @@ from turngym.rewards.scribe.steps import judge_prompts, open_prompts
 Job = tuple[Episode, SkillItem, Any]
 
 
-def sampler_of(llm: JSONLLM, temperature: float) -> JSONLLM:
+def sampler_of(llm: JSONLLM, temperature: float, max_new_tokens: int | None = None) -> JSONLLM:
     return dataclasses.replace(llm, temperature=temperature, use_cache=False, cache_path=None,
-                               stats=type(llm.stats)())
+                               stats=type(llm.stats)(), max_new_tokens=max_new_tokens or llm.max_new_tokens)
 
 
 def repeat_consistency(prompts: Sequence[tuple[str, dict[str, Any]]], llm: JSONLLM, n: int = 5,
-                       temperature: float = 0.7) -> dict[str, Any]:
-    """Judge every prompt ``n`` times with sampling; agreement of the scores."""
+                       temperature: float = 0.7, max_new_tokens: int | None = None) -> dict[str, Any]:
+    """Judge every prompt ``n`` times with sampling; agreement of the scores. ``max_new_tokens``: what
+    each repeat may generate (default: the judge's own). A local judge's score is drawn from its
+    log-probabilities over 0-3 before anything is generated, so a small value changes no score, only
+    the rest of the reply (violated items, reason), which repeat consistency does not use."""
     if n < 2:
         raise ValueError("repeat consistency needs n >= 2 judgements per step")
-    sampler = sampler_of(llm, temperature)
+    sampler = sampler_of(llm, temperature, max_new_tokens)
     runs = [sampler.call_many(prompts) for _ in range(n)]
     per_step = [[None if runs[r][i] is None else int(runs[r][i]["score"]) for r in range(n)]
                 for i in range(len(prompts))]
@@ -93,7 +96,8 @@ def routed_jobs(episodes: Sequence[Episode], library: SkillLibrary, decompositio
 
 
 def reliability(episodes: Sequence[Episode], scribe: Any, repeats: int = 5, temperature: float = 0.7,
-                neighbour_threshold: float = 0.8, with_prm: bool = True) -> dict[str, Any]:
+                neighbour_threshold: float = 0.8, with_prm: bool = True,
+                repeat_max_new_tokens: int | None = None) -> dict[str, Any]:
     """Repeat and cross-instance consistency of the rubric judge and (``with_prm``) the open judge,
     on the same routed steps of ``episodes``; ``scribe`` is a ``ScribeReward`` with a library."""
     if not isinstance(scribe.library, SkillLibrary):
@@ -112,6 +116,7 @@ def reliability(episodes: Sequence[Episode], scribe: Any, repeats: int = 5, temp
         first = scribe.llm.call_many(prompts) if prompts else []
         scores = [None if r is None else int(r["score"]) for r in first]
         out["judges"][name] = {
-            "repeat": repeat_consistency(prompts, scribe.llm, repeats, temperature) if prompts else None,
+            "repeat": (repeat_consistency(prompts, scribe.llm, repeats, temperature, repeat_max_new_tokens)
+                       if prompts else None),
             "cross_instance": cross_instance_consistency(pairs, scores)}
     return out

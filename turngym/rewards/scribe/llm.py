@@ -5,7 +5,8 @@ transformers model (``HFPolicy``; one batched ``generate`` per chunk) or any
 OpenAI-compatible server (``OpenAICompatPolicy``). Every reply is checked against a
 small JSON schema. Malformed replies are repaired when the intent is unambiguous (code
 fences, prose around the object, trailing commas, Python literals, integers written as
-strings); otherwise the model is asked once more with the validation error. A reply
+strings, a reply cut off by the token limit: its complete values kept and the object
+closed); otherwise the model is asked once more with the validation error. A reply
 that still fails is returned as ``None`` and counted: callers report it, nothing is
 invented. Identical calls are answered from a cache (optionally a JSONL file that
 survives restarts; with greedy decoding a failed call is remembered as failed too);
@@ -113,6 +114,38 @@ def _outermost_object(text: str) -> str | None:
     return None
 
 
+def close_truncated(text: str) -> str | None:
+    """A reply cut off (by the token limit) inside its JSON object, ended after its last complete
+    value inside an array or object and closed: ``{"steps": [{..}, {..}, {"sub`` → ``{"steps": [{..}, {..}]}``.
+    None when the object is complete or no value in it was completed."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    stack: list[str] = []
+    last: tuple[int, str] | None = None   # (end of the last complete nested value, closers needed there)
+    in_str = esc = False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if in_str:
+            esc = not esc and ch == "\\"
+            if ch == '"' and not esc:
+                in_str = False
+            continue
+        if ch == '"':
+            in_str = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]":
+            if not stack or stack.pop() != ch:
+                return None
+            if not stack:
+                return None  # the object is complete: nothing to close
+            last = (i + 1, "".join(reversed(stack)))
+    if last is None:
+        return None
+    return text[start:last[0]] + last[1]
+
+
 def parse_json_reply(text: str, schema: Schema) -> tuple[Any, str | None, bool]:
     """(value, error, repaired): the reply as JSON matching ``schema``."""
     candidates = [text.strip()]
@@ -123,6 +156,9 @@ def parse_json_reply(text: str, schema: Schema) -> tuple[Any, str | None, bool]:
     if obj:
         candidates.append(obj)
         candidates.append(re.sub(r",\s*([}\]])", r"\1", obj))
+    closed = close_truncated(text)  # (the outermost object may be cut while a nested one is complete)
+    if closed:
+        candidates.append(re.sub(r",\s*([}\]])", r"\1", closed))
     error = "no JSON object in the reply"
     for n, cand in enumerate(candidates):
         for loader in (json.loads, ast.literal_eval):

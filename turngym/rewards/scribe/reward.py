@@ -69,6 +69,7 @@ class ScribeReward:
     family_threshold: float = 0.35
     skill_threshold: float = 0.5
     window_tokens: int = 1024
+    unlocated_steps: str = "drop"        # or "whole_turn": see turngym.rewards.scribe.decompose
     judge_tokens: int = 768
     observation_tokens: int = 192
     refresh_every: int = 1000
@@ -128,7 +129,7 @@ class ScribeReward:
         return self.library if isinstance(self.library, SkillLibrary) else None
 
     def decompose(self, episodes: Sequence[Episode]) -> list[Any]:
-        return decompose(episodes, self.llm, self.window_tokens, self.observation_tokens)
+        return decompose(episodes, self.llm, self.window_tokens, self.observation_tokens, self.unlocated_steps)
 
     def fit(self, episodes: Sequence[Episode]) -> SkillLibrary | None:
         """Build the library from these episodes' decompositions (cached, so scoring reuses them)."""
