@@ -60,9 +60,9 @@ class ReplayBatch:
         return AutoModelForCausalLM.from_pretrained(self.model_dir)
 
     def turn_trainer(self, estimator: str, dataset_rows: Any) -> Any:
-        from turngym.training.trainer import TurnGRPOTrainer, task_dataset
         from turngym.envs.calculator import CalculatorEnv
         from turngym.rewards import get_reward
+        from turngym.training.trainer import TurnGRPOTrainer, task_dataset
 
         return TurnGRPOTrainer(model=self.fresh_model(), processing_class=self.tokenizer,
                                env_factory=lambda: CalculatorEnv(max_turns=3), reward=get_reward("outcome"),

@@ -10,10 +10,13 @@ Usage: python benchmarks/scoring_tokens.py PLANTED_EPISODES.jsonl [REAL_EPISODES
 """
 
 import sys
+
 from transformers import AutoTokenizer
+
 from turngym.agents.loading import resolve_model_dir
 from turngym.episode import read_episodes
-from turngym.rewards.support import scoring_points, continuation, PseudoAnswer, end_of_turn_text
+from turngym.rewards.support import PseudoAnswer, continuation, end_of_turn_text, scoring_points
+
 tok = AutoTokenizer.from_pretrained(resolve_model_dir("qwen2.5-coder-0.5b-instruct"))
 eot = end_of_turn_text(tok)
 for path, mode in [(sys.argv[1], "text")] + [(p, "ids") for p in sys.argv[2:3]]:

@@ -21,9 +21,9 @@ def train(steps: int, seed: int = 0, estimator: str = "turn") -> list[dict]:
     from trl import GRPOConfig
 
     from turngym.agents.tiny import tiny_model_dir
-    from turngym.training.trainer import TurnGRPOTrainer, task_dataset
     from turngym.envs.digits import DigitsEnv
     from turngym.rewards import get_reward
+    from turngym.training.trainer import TurnGRPOTrainer, task_dataset
 
     d = str(tiny_model_dir(chat=True))
     torch.manual_seed(seed)

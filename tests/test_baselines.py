@@ -12,9 +12,9 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from trl import GRPOConfig  # noqa: E402
 
-from turngym.training.advantages import EGPO_ALPHA, EGPO_KAPPA, entropy_enhanced, get_estimator  # noqa: E402
 from turngym.episode import Episode, Turn  # noqa: E402
 from turngym.rewards import get_reward  # noqa: E402
+from turngym.training.advantages import EGPO_ALPHA, EGPO_KAPPA, entropy_enhanced, get_estimator  # noqa: E402
 
 
 def bfcl_ep(i, valid, parse_errors=(), think=True):

@@ -15,8 +15,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import turngym  # noqa: F401
-from bfcl_cases import (END_TURN, gt_calls, multi_turn_mutations, render_single, render_steps,
-                        single_turn_outputs)
+from bfcl_cases import END_TURN, gt_calls, multi_turn_mutations, render_single, render_steps, single_turn_outputs
 from turngym.envs.bfcl.calls import calls_from_strings, decode_native, render_prompting, unsafe_arithmetic
 from turngym.envs.bfcl.data import MULTI_TURN, RELEVANCE, SINGLE_TURN_AST, BFCLDataError, language_of
 from turngym.envs.bfcl.env import BFCLEnv

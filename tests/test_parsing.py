@@ -2,8 +2,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from turngym.envs.parsing import (PARSERS, ParseResult, get_parser, parse_code_blocks, parse_hermes_tool_calls,
-                                  parse_json_calls, parse_python_calls, parse_tag_calls)
+from turngym.envs.parsing import (
+    PARSERS,
+    ParseResult,
+    get_parser,
+    parse_code_blocks,
+    parse_hermes_tool_calls,
+    parse_json_calls,
+    parse_python_calls,
+    parse_tag_calls,
+)
 
 
 def test_tag_calls():

@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 import turngym  # noqa: F401 - env registration
-from turngym.training.config import TrainConfig, select_training_indices
 from turngym.corpora.datasets import BUNDLED, load_dataset
 from turngym.corpora.subsets import (
     SEARCHQA_EVAL_DATASETS,
@@ -24,6 +23,7 @@ from turngym.corpora.subsets import (
     subset_items,
     write_searchqa_subsets,
 )
+from turngym.training.config import TrainConfig, select_training_indices
 
 ROOT = Path(__file__).parents[1]
 RECIPES = sorted((ROOT / "configs").glob("*.yaml"))

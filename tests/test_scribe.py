@@ -25,8 +25,7 @@ from turngym.episode import Episode, Turn
 from turngym.rewards import get_reward
 from turngym.rewards.scribe.cluster import cluster_skills
 from turngym.rewards.scribe.decompose import TokenCounter, decompose, split_turn, windows
-from turngym.rewards.scribe.diagnostics import (cross_instance_consistency, neighbour_pairs, reliability,
-                                                repeat_consistency)
+from turngym.rewards.scribe.diagnostics import cross_instance_consistency, neighbour_pairs, reliability, repeat_consistency
 from turngym.rewards.scribe.dynamics import DynamicsRecorder, normalised_entropy
 from turngym.rewards.scribe.embed import SentenceEmbedder
 from turngym.rewards.scribe.library import SkillItem, SkillLibrary, SkillPrototype, build_library
@@ -581,9 +580,8 @@ def test_uncertainty_and_plan_separability_by_hand():
 
 def test_trainer_logs_scribe_training_dynamics(tmp_path, planted_library, embedder):
     from test_trainer import config, model_and_tokenizer
-
-    from turngym.training.trainer import TurnGRPOTrainer, task_dataset
     from turngym.envs.calculator import CalculatorEnv
+    from turngym.training.trainer import TurnGRPOTrainer, task_dataset
 
     reward = get_reward("scribe", llm=JSONLLM(FakeRulePolicy(scripted_rule)), library=planted_library,
                         embedder=embedder)

@@ -7,15 +7,21 @@ import math
 
 import pytest
 
+from conftest import FakeJSONServer
 from turngym.agents.policy import SamplingParams
 from turngym.agents.runner import RolloutRunner
 from turngym.envs.calculator import CalculatorEnv
 from turngym.rewards import get_reward
-from turngym.rewards.support import (HFSupportScorer, OpenAISupportScorer, PseudoAnswer, continuation,
-                                     end_of_turn_text, make_scorer, scoring_points)
+from turngym.rewards.support import (
+    HFSupportScorer,
+    OpenAISupportScorer,
+    PseudoAnswer,
+    continuation,
+    end_of_turn_text,
+    make_scorer,
+    scoring_points,
+)
 from turngym.rewards.wrappers import TurnRewardWrapper
-
-from conftest import FakeJSONServer
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,11 @@ exactly on action ids."""
 
 import pytest
 
+from conftest import FakeScriptedPolicy
 from turngym.agents.policy import SamplingParams
 from turngym.agents.runner import RolloutRunner, episode_token_arrays
 from turngym.agents.tokenization import ConversationTokenizer
 from turngym.envs.calculator import CalculatorEnv
-
-from conftest import FakeScriptedPolicy
 
 # The Gemma turn format (<start_of_turn>role ... <end_of_turn>), written for these tests because the
 # bundled Gemma 3 270M is a base model whose tokenizer ships without a chat template.

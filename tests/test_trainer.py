@@ -14,12 +14,12 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from turngym.training.advantages import get_estimator, zscore  # noqa: E402
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
-from turngym.training.trainer import TurnGRPOTrainer, episode_completion, task_dataset, task_prompt  # noqa: E402
 from turngym.envs.calculator import CalculatorEnv  # noqa: E402
 from turngym.rewards import get_reward  # noqa: E402
 from turngym.rewards.base import GroupScores  # noqa: E402
+from turngym.training.advantages import get_estimator, zscore  # noqa: E402
+from turngym.training.trainer import TurnGRPOTrainer, episode_completion, task_dataset, task_prompt  # noqa: E402
 
 
 class ParityCalculator(CalculatorEnv):

@@ -10,12 +10,12 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from trl import GRPOConfig  # noqa: E402
 
-from turngym.training.advantages import get_estimator, zscore  # noqa: E402
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
-from turngym.training.trainer import TurnGRPOTrainer, task_dataset  # noqa: E402
 from turngym.envs.calculator import CalculatorEnv  # noqa: E402
 from turngym.rewards import get_reward  # noqa: E402
 from turngym.rewards.base import GroupScores  # noqa: E402
+from turngym.training.advantages import get_estimator, zscore  # noqa: E402
+from turngym.training.trainer import TurnGRPOTrainer, task_dataset  # noqa: E402
 
 
 def make_trainer(tmp_path, reward, max_completion_length=16, **kw):

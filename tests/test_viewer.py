@@ -142,8 +142,8 @@ def test_ablate_saves_per_turn_scores_and_writes_a_linked_viewer(tmp_path):
     assert {(r.episode_id, r.reward) for r in recs} == {(e.id, n) for e in eps for n in ("outcome", "ttrl")}
     by = {(r.episode_id, r.reward): r for r in recs}
     assert by[("s3", "outcome")].turn_rewards == [0.0, 0.0, 0.0, 1.0]
-    from turngym.training.advantages import ESTIMATORS
     from turngym.evals.scores import NEEDS_POLICY
+    from turngym.training.advantages import ESTIMATORS
 
     assert NEEDS_POLICY.keys() <= ESTIMATORS.keys()  # every estimator left out is a registered one
     assert set(by[("s3", "outcome")].advantages) == ESTIMATORS.keys() - NEEDS_POLICY.keys()

@@ -11,9 +11,10 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 SCHEMA_VERSION = 1
 
@@ -48,7 +49,7 @@ class Turn:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Turn":
+    def from_dict(cls, d: dict[str, Any]) -> Turn:
         return cls(**_known_fields(cls, d))
 
 
@@ -94,7 +95,7 @@ class RewardNeeds:
             any(bool(metrics.get(m)) for m in self.tool_error_metrics)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RewardNeeds":
+    def from_dict(cls, d: dict[str, Any]) -> RewardNeeds:
         if not isinstance(d, dict):
             raise ValueError(f"reward_needs must be a mapping, got {type(d).__name__}")
         return cls(**_known_fields(cls, d))
@@ -150,7 +151,7 @@ class Episode:
         return self.reward_needs
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Episode":
+    def from_dict(cls, d: dict[str, Any]) -> Episode:
         version = d.get("schema_version", SCHEMA_VERSION)
         if version > SCHEMA_VERSION:
             raise ValueError(
@@ -168,10 +169,10 @@ class Episode:
         return escape_surrogates(json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=True))
 
     @classmethod
-    def from_json(cls, line: str) -> "Episode":
+    def from_json(cls, line: str) -> Episode:
         return cls.from_dict(json.loads(line))
 
-    def token_layout(self) -> "TokenLayout":
+    def token_layout(self) -> TokenLayout:
         """The episode's tokens laid out for training and scoring (see :class:`TokenLayout`).
 
         The one walk over prompt, action and observation ids that the rollout runner, the
@@ -221,7 +222,7 @@ class EpisodeGroup(Sequence):
             raise ValueError(f"a group must hold rollouts of one query; got {len(questions)} different questions")
 
     @classmethod
-    def of(cls, episodes: Sequence[Episode]) -> "EpisodeGroup":
+    def of(cls, episodes: Sequence[Episode]) -> EpisodeGroup:
         """``episodes`` as one group (a group is returned as it is)."""
         if isinstance(episodes, EpisodeGroup):
             return episodes
@@ -429,7 +430,7 @@ class EpisodeWriter:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> "EpisodeWriter":
+    def __enter__(self) -> EpisodeWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -9,8 +9,8 @@ overwrite.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 
 class Registry(Mapping):

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any
 
 import torch
 from transformers import DynamicCache, TopPLogitsWarper

@@ -17,17 +17,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
+from turngym._version import __version__ as _VERSION
 from turngym.agents.policy import Generation, GenerationRequest, Policy, SamplingParams
 from turngym.agents.tokenization import ChatTemplateError, ConversationTokenizer, plain_prompt, tokenizer_fingerprint
-from turngym.episode import Episode, EpisodeWriter, written_ids
-from turngym._version import __version__ as _VERSION
 from turngym.envs.base import TextEnv
-
+from turngym.episode import Episode, EpisodeWriter, written_ids
 
 BATCHING = ("static", "continuous")
 

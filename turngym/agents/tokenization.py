@@ -11,8 +11,9 @@ appended as plain text.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 _PROBE_USER = "PROBE_USER_7f3a"
 _PROBE_ASSISTANT = "PROBE_ASSISTANT_7f3a"

@@ -197,7 +197,7 @@ class SubsetSpec:
                 "sources": self.sources, "count": len(self.items), "items": self.items}
 
     @classmethod
-    def read(cls, name: str) -> "SubsetSpec":
+    def read(cls, name: str) -> SubsetSpec:
         raw = json.loads(subset_path(name).read_text(encoding="utf-8"))
         return cls(raw["name"], raw["description"], raw["items"], raw["sources"], raw.get("selection", {}))
 

@@ -15,8 +15,9 @@ import re
 import sysconfig
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -99,7 +100,7 @@ def as_encodable_text(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
-def _check_serialisable(result: "ActionResult") -> None:
+def _check_serialisable(result: ActionResult) -> None:
     """Raise (ValueError/TypeError) if the turn could not be written as JSON (e.g. a 5,000-digit int)."""
     json.dumps([result.tool_calls, result.metrics, result.final_answer, result.observation], allow_nan=True)
 

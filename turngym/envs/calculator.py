@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from turngym.envs.base import ActionResult, TextEnv
-from turngym.episode import RewardNeeds
 from turngym.envs.parsing import parse_tag_calls
+from turngym.episode import RewardNeeds
 
 NUM_ITEMS = 10_000
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}

@@ -8,7 +8,8 @@ checks that part, so a new env that breaks it fails here rather than deep inside
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from gymnasium.utils.env_checker import check_env
 

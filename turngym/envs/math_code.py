@@ -13,9 +13,9 @@ from typing import Any
 
 from turngym.corpora.datasets import Dataset, load_dataset
 from turngym.envs.base import ActionResult, TextEnv
-from turngym.episode import RewardNeeds
 from turngym.envs.parsing import parse_code_blocks
 from turngym.envs.sandbox import SandboxLimits, SandboxPool, SandboxSession
+from turngym.episode import RewardNeeds
 from turngym.grading.math_answers import extract_boxed, grade_answer
 
 CHAT_SYSTEM = (

@@ -13,8 +13,9 @@ import functools
 import json
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 MAX_INPUT_CHARS = 200_000
 

@@ -27,8 +27,8 @@ from typing import Any
 from turngym.corpora.datasets import QA_DATASETS, Dataset, load_dataset
 from turngym.corpora.lucene import Hit, RetrieverError
 from turngym.envs.base import ActionResult, TextEnv
-from turngym.episode import RewardNeeds
 from turngym.envs.parsing import parse_hermes_tool_calls
+from turngym.episode import RewardNeeds
 from turngym.grading.qa import exact_match, f1_score, normalize_answer
 
 SEARCH_R1_TEMPLATE = (

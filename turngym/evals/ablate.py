@@ -11,8 +11,9 @@ turn's state and response checks), over the turns that have one.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -120,7 +121,7 @@ def _gold_only_scope(rewards: dict[str, Any], groups: Sequence[EpisodeGroup]) ->
     scope = {"envs": sorted({g[0].env_id for g in kept}), "groups": len(kept),
              "left_out_envs": sorted({g[0].env_id for g in left}), "left_out_groups": len(left)}
     if not kept:
-        return {**scope, "rewards": {}, "errors": {n: "no group carries a gold answer" for n in needy}}
+        return {**scope, "rewards": {}, "errors": dict.fromkeys(needy, "no group carries a gold answer")}
     sub = ablate([e for g in kept for e in g], needy)
     return {**scope, "rewards": {n: {**m, "scope": scope} for n, m in sub["rewards"].items()}, "errors": sub["errors"]}
 

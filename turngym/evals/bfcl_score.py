@@ -23,10 +23,10 @@ This module needs no bfcl-eval install; a test checks it against bfcl-eval's fun
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from turngym.envs.bfcl.categories import (IRRELEVANCE, LIVE_AST, MEMORY_V4, MULTI_TURN, NON_LIVE_AST, SIMPLE,
-                                          V4_COUNTS, WEB_SEARCH)
+from turngym.envs.bfcl.categories import IRRELEVANCE, LIVE_AST, MEMORY_V4, MULTI_TURN, NON_LIVE_AST, SIMPLE, V4_COUNTS, WEB_SEARCH
 from turngym.episode import Episode
 from turngym.evals.metrics import wilson
 

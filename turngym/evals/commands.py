@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 
 def env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import errno
 import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from turngym._version import __version__
 from turngym.episode import Episode, read_episodes

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import yaml
 
@@ -251,10 +252,9 @@ def _stop_restored(text: str, stop: Sequence[str]) -> str:
 
 def make_turngym_lm_class():
     """Build and register the ``turngym`` lm-eval model (lm-eval is imported only when used)."""
+    import lm_eval.models  # noqa: F401 - registers the built-in backends (hf, vllm, ...)
     from lm_eval.api.model import LM
     from lm_eval.api.registry import get_model, register_model
-
-    import lm_eval.models  # noqa: F401 - registers the built-in backends (hf, vllm, ...)
 
     class TurnGymLM(LM):
         def __init__(self, backend: str = "hf", max_turns: int = 4, max_new_tokens: int = 256, concurrency: int = 8,
@@ -270,7 +270,7 @@ def make_turngym_lm_class():
             self.policy = LMEvalPolicy(self.backend, name=f"lm-eval:{backend}")
 
         @classmethod
-        def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "TurnGymLM":
+        def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> TurnGymLM:
             from lm_eval.utils import simple_parse_args_string
 
             args = simple_parse_args_string(arg_string)

@@ -27,8 +27,9 @@ from __future__ import annotations
 import math
 import warnings
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

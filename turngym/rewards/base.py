@@ -8,8 +8,9 @@ per-turn rewards per episode, in the same order, one value per turn, plus diagno
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from turngym.episode import Episode
 from turngym.registry import Registry, resolve

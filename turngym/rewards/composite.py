@@ -15,8 +15,9 @@ trainer hooks (``observe``, ``training_metrics``) are forwarded to the parts tha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from turngym.episode import Episode
 from turngym.rewards.base import GroupScores, finite, get_reward

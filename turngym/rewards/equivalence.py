@@ -9,8 +9,9 @@ both directions, else it opens a new cluster.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from turngym.episode import Episode, RewardNeeds, group_needs
 from turngym.grading.calls import canonical_calls
@@ -84,7 +85,7 @@ class NLIEquivalence:
     name: str = "nli"
 
     @classmethod
-    def load(cls, model_id_or_path: str, **kwargs: Any) -> "NLIEquivalence":
+    def load(cls, model_id_or_path: str, **kwargs: Any) -> NLIEquivalence:
         from turngym.rewards.nli import NLIModel
 
         return cls(NLIModel.load(model_id_or_path, **kwargs))

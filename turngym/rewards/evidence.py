@@ -9,8 +9,9 @@ mean score of their tool results for the cluster's answer (0 when no member has 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from turngym.episode import Episode, RewardNeeds, Turn
 from turngym.grading.qa import normalize_answer
@@ -56,7 +57,7 @@ class NLIEvidence:
             raise ValueError(f"hypothesis must be 'answer' or 'question_answer', got {self.hypothesis!r}")
 
     @classmethod
-    def load(cls, model_id_or_path: str, hypothesis: str = "answer", **kwargs: Any) -> "NLIEvidence":
+    def load(cls, model_id_or_path: str, hypothesis: str = "answer", **kwargs: Any) -> NLIEvidence:
         from turngym.rewards.nli import NLIModel
 
         return cls(NLIModel.load(model_id_or_path, **kwargs), hypothesis=hypothesis)

@@ -21,8 +21,9 @@ is well-formed; one that starts a call (``[`` or ``<tool_call>``) and fails to d
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from turngym.episode import Episode, Turn
 from turngym.rewards.base import GroupScores, final_turn_rewards, outcome_score

@@ -7,8 +7,9 @@ any local directory or hub id with an ``entailment`` label works.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 
 @dataclass
@@ -19,7 +20,7 @@ class NLIModel:
     max_length: int = 512
 
     @classmethod
-    def load(cls, model_id_or_path: str, device: str | None = None, **kwargs: Any) -> "NLIModel":
+    def load(cls, model_id_or_path: str, device: str | None = None, **kwargs: Any) -> NLIModel:
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 

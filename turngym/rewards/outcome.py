@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from turngym.episode import Episode, EpisodeGroup
 from turngym.rewards.base import GroupScores, final_turn_rewards, outcome_score

@@ -9,8 +9,9 @@ so the two rewards differ only in what the judge is told: the paper's comparison
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from turngym.episode import Episode
 from turngym.rewards.base import GroupScores

@@ -23,15 +23,24 @@ from __future__ import annotations
 import math
 import re
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from turngym.episode import Episode, EpisodeGroup
 from turngym.rewards.base import GroupScores, finite, outcome_score
 from turngym.rewards.equivalence import cluster_answers, make_equivalence
 from turngym.rewards.evidence import EVIDENCE_SOURCES, cluster_evidence, make_evidence
-from turngym.rewards.support import (PREFIX_MODES, TOKEN_MODES, PseudoAnswer, check_tokenizer, continuation,
-                                     end_of_turn_text, make_scorer, scoring_points)
+from turngym.rewards.support import (
+    PREFIX_MODES,
+    TOKEN_MODES,
+    PseudoAnswer,
+    check_tokenizer,
+    continuation,
+    end_of_turn_text,
+    make_scorer,
+    scoring_points,
+)
 
 
 def _log(x: float) -> float:

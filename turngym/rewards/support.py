@@ -31,8 +31,9 @@ import copy
 import dataclasses
 import json
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from turngym.episode import Episode, RewardNeeds
 
@@ -55,7 +56,7 @@ class PseudoAnswer:
     end_of_turn: bool = True
 
     @classmethod
-    def make(cls, spec: Any, needs: RewardNeeds | None = None) -> "PseudoAnswer":
+    def make(cls, spec: Any, needs: RewardNeeds | None = None) -> PseudoAnswer:
         """``auto`` takes the cue the env declares in ``needs`` (``boxed`` for \\boxed{} answers,
         ``official`` for answer tags); without ``needs`` it is only validated (as ``official``)."""
         if isinstance(spec, PseudoAnswer):
@@ -72,7 +73,7 @@ class PseudoAnswer:
         raise ValueError(f"pseudo_answer must be 'official', 'boxed', 'auto' or {{prefix, suffix, end_of_turn}}; got {spec!r}")
 
     @classmethod
-    def for_episode(cls, spec: Any, episode: Episode) -> "PseudoAnswer":
+    def for_episode(cls, spec: Any, episode: Episode) -> PseudoAnswer:
         """The pseudo-answer for one episode: ``auto`` reads the cue its env declared."""
         if spec != "auto":
             return cls.make(spec)
@@ -195,7 +196,7 @@ class HFSupportScorer:
             raise ValueError(f"method must be 'tree' or 'naive', got {self.method!r}")
 
     @classmethod
-    def load(cls, model: str, dtype: str = "float32", device: str | None = None, **kwargs: Any) -> "HFSupportScorer":
+    def load(cls, model: str, dtype: str = "float32", device: str | None = None, **kwargs: Any) -> HFSupportScorer:
         from turngym.agents.loading import load_hf_policy
 
         policy = load_hf_policy(model, dtype=dtype, device=device)

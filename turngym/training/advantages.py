@@ -19,7 +19,7 @@ advantages); ``turn`` and ``igpo_separate`` 1e-6 (the official SIOP / IGPO code)
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from turngym.registry import Registry
 

@@ -42,7 +42,7 @@ class TrainConfig:
     max_episode_tokens: int | None = None
 
     @classmethod
-    def load(cls, path: str | Path) -> "TrainConfig":
+    def load(cls, path: str | Path) -> TrainConfig:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"config file not found: {path}")

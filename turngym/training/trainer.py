@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from trl import GRPOConfig, GRPOTrainer

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from turngym.envs.bfcl.upstream import bfcl
 from turngym.envs.parsing import parse_hermes_tool_calls

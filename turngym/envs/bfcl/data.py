@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.corpora.datasets import Manifest, parse_jsonl
-from turngym.envs.bfcl.categories import (CATEGORIES, MEMORY, MEMORY_PREREQ, MULTI_TURN, REFUSED, RELEVANCE,
-                                          SINGLE_TURN_AST)
+from turngym.envs.bfcl.categories import CATEGORIES, MEMORY, MEMORY_PREREQ, MULTI_TURN, REFUSED, RELEVANCE, SINGLE_TURN_AST
 from turngym.envs.bfcl.upstream import BFCL_VERSION, bfcl
 
 __all__ = ["CATEGORIES", "MULTI_TURN", "RELEVANCE", "SINGLE_TURN_AST", "BFCLCategory", "BFCLDataError",

@@ -38,7 +38,7 @@ class Mode:
 
     reward_needs: RewardNeeds = CALL_ANSWERS
 
-    def __init__(self, env: "BFCLEnv"):
+    def __init__(self, env: BFCLEnv):
         self.env = env
 
     def prompt(self, entry: dict[str, Any], index: int) -> list[dict[str, str]]:

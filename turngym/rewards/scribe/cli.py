@@ -27,9 +27,9 @@ def _llm(args: argparse.Namespace) -> Any:
 
 
 def cmd_build_library(args: argparse.Namespace) -> int:
+    from turngym.rewards.scribe.decompose import decompose
     from turngym.rewards.scribe.embed import SentenceEmbedder
     from turngym.rewards.scribe.library import build_library
-    from turngym.rewards.scribe.decompose import decompose
 
     episodes = _episodes(args.episodes)
     llm = _llm(args)

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from turngym.episode import Episode
 from turngym.rewards.scribe.library import SkillItem

@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import statistics
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -19,9 +19,10 @@ import json
 import os
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -97,7 +98,7 @@ class SkillLibrary:
                 "prototypes": [asdict(p) for p in self.prototypes]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SkillLibrary":
+    def from_dict(cls, d: dict[str, Any]) -> SkillLibrary:
         if d.get("format") != LIBRARY_FORMAT:
             raise ValueError(f"not a SCRIBE skill library (format {d.get('format')!r})")
         if int(d.get("schema_version", 0)) > LIBRARY_SCHEMA_VERSION:
@@ -116,7 +117,7 @@ class SkillLibrary:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "SkillLibrary":
+    def load(cls, path: str | Path) -> SkillLibrary:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no skill library at {path} (build one with `turngym scribe build-library`)")

@@ -22,9 +22,10 @@ import json
 import random
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from turngym.agents.policy import GenerationRequest, SamplingParams
 from turngym.rewards.scribe.constrain import is_local, pick_option

@@ -22,8 +22,9 @@ training-dynamics measures of :mod:`~turngym.rewards.scribe.dynamics`.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from turngym.episode import Episode
 from turngym.rewards.base import GroupScores, outcome_score
@@ -32,8 +33,7 @@ from turngym.rewards.scribe.dynamics import DynamicsRecorder
 from turngym.rewards.scribe.embed import SentenceEmbedder
 from turngym.rewards.scribe.library import SkillLibrary, build_library
 from turngym.rewards.scribe.llm import JSONLLM
-from turngym.rewards.scribe.scoring import (NEUTRAL, StepRecord, check_scoring, episode_rewards, step_counts,
-                                            step_value)
+from turngym.rewards.scribe.scoring import NEUTRAL, StepRecord, check_scoring, episode_rewards, step_counts, step_value
 from turngym.rewards.scribe.steps import EmbeddingRouter, LLMRouter, judge_steps
 
 

@@ -15,8 +15,9 @@ the final turn (``w = outcome_weight``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from turngym.episode import Episode
 from turngym.rewards.base import finite, outcome_score

@@ -14,14 +14,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from turngym.episode import Episode
 from turngym.rewards.scribe.decompose import TokenCounter, counter_for
 from turngym.rewards.scribe.library import SkillItem, SkillLibrary
-from turngym.rewards.scribe.prompts import (JUDGE_SCHEMA, PRM_SCHEMA, judge_prompt, prm_prompt, route_prompt,
-                                            route_schema, task_text)
+from turngym.rewards.scribe.prompts import (
+    JUDGE_SCHEMA,
+    PRM_SCHEMA,
+    judge_prompt,
+    prm_prompt,
+    route_prompt,
+    route_schema,
+    task_text,
+)
 
 
 class Router(Protocol):
