@@ -100,15 +100,3 @@ def test_a_group_holds_one_query():
         EpisodeGroup.of([make(0, "a", "q1"), make(1, "b", "q2")])
     with pytest.raises(ValueError, match="at least one episode"):
         EpisodeGroup.of([])
-
-
-def test_trainer_batch_groups_are_consecutive_runs_of_one_query():
-    from turngym.training.trainer import batch_groups
-
-    eps = [make(0, "r0|a", "qa"), make(1, "r1|a", "qa"), make(2, "r0|b", "qb"), make(3, "r1|b", "qb")]
-    groups = batch_groups(eps, 2)  # one query spread over two processes is still one group
-    assert [[e.id for e in g] for g in groups] == [["e0", "e1"], ["e2", "e3"]]
-    with pytest.raises(ValueError, match="one query"):
-        batch_groups(eps, 4)
-    with pytest.raises(ValueError, match="do not split into groups of 3"):
-        batch_groups(eps, 3)

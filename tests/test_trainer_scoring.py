@@ -64,7 +64,7 @@ def test_trainer_uses_each_estimators_own_eps_unless_told(tmp_path):
             return GroupScores(rewards=[list(r) for r in self.rewards])
 
     rewards = [[0.0, 1.0], [2.0, 0.5]]
-    group = [Episode(id=f"e{i}", env_id="t", turns=[Turn(index=j, action="a") for j in range(2)]) for i in range(2)]
+    group = [Episode(id=f"e{i}", env_id="t", group="g", turns=[Turn(index=j, action="a") for j in range(2)]) for i in range(2)]
     tr = build_trainer(TrainConfig(**base, estimator={"name": "turn"}))
     assert tr.advantage_eps is None
     tr.reward = FixedRewardsForTest(rewards)
@@ -102,13 +102,15 @@ def test_each_process_scores_only_its_own_groups_once(tmp_path, monkeypatch, n_p
             self.seen = []
 
         def score_group(self, episodes):
-            self.seen.append(episodes[0])
-            return GroupScores([[float(e)] for e in episodes])
+            self.seen.append(int(episodes[0].id))
+            return GroupScores([[float(e.id)] for e in episodes])
 
     reward = CountingReward()
     tr = make_trainer(tmp_path, get_reward("outcome"), estimator="turn")
     tr.reward = reward
-    everyone = list(range(12))  # stand-ins for 12 episodes: 4 groups of 3
+    from turngym.episode import Episode
+
+    everyone = [Episode(id=str(i), env_id="t", group=f"g{i // 3}") for i in range(12)]  # 4 groups of 3
     rows_by_proc = []
     placeholder = [(i, [0.0], [0.0]) for i in range(12)]  # what the other processes would send
     for rank in range(n_proc):
@@ -129,3 +131,63 @@ def test_each_process_scores_only_its_own_groups_once(tmp_path, monkeypatch, n_p
     rewards, advs = tr._score_shared(everyone, 3)
     assert rewards == [[float(i)] for i in range(12)]
     assert advs[0:3] == get_estimator("turn")([[0.0], [1.0], [2.0]])
+
+
+def test_a_prompts_rollouts_over_two_processes_are_one_group_and_an_incomplete_group_is_refused(tmp_path, monkeypatch):
+    """Simulated processes: TRL deals a generation batch of 3 prompts x 4 rollouts out as 6 rows each, so
+    prompt 1 is played on both. Both give its rollouts one ``Episode.group`` and distinct numbers; the
+    gathered batch, even interleaved, is grouped (and scored) by prompt; a group missing a rollout is refused."""
+    from turngym.training.trainer import batch_groups, task_prompt
+
+    class GroupRecorder:
+        """A fake reward wrapper: rollout k of a group gets reward k on every turn; records the groups it scores."""
+
+        name = "recorder"
+
+        def __init__(self):
+            self.groups = []
+
+        def score_group(self, episodes):
+            self.groups.append([e.meta["task_key"] for e in episodes])
+            return GroupScores([[float(e.meta["k"])] * len(e.turns) for e in episodes])
+
+    tr = make_trainer(tmp_path, get_reward("outcome"), estimator="grpo")
+    monkeypatch.setattr(type(tr.accelerator), "num_processes", property(lambda self: 2))
+    batch = [task_prompt(index=i) for i in (0, 1, 2) for _ in range(4)]
+    played = []
+    for rank in (0, 1):
+        monkeypatch.setattr(type(tr.accelerator), "process_index", property(lambda self, r=rank: r))
+        tr._rollout_calls = 0  # every process is at the same rollout call of the same step
+        tr._rollout(batch[6 * rank:6 * rank + 6], tr)
+        played.append(list(tr._batch_episodes))
+    assert [len(eps) for eps in played] == [6, 6]
+    shared = {e.group for e in played[0]} & {e.group for e in played[1]}
+    assert len(shared) == 1 and {e.meta["task_key"] for e in played[0] if e.group in shared} == {"1@1"}
+    everyone = played[0] + played[1]
+    assert len({e.id for e in everyone}) == 12  # the shared group's rollouts are numbered 0..3 across processes
+    assert sorted(e.meta["k"] for e in everyone if e.group in shared) == [0, 1, 2, 3]
+
+    mixed = everyone[::2] + everyone[1::2]  # each prompt's rollouts interleaved with the others'
+    groups = batch_groups(mixed, 4)
+    assert [sorted({e.meta["task_key"] for e in g}) for g in groups] == [["0@0"], ["1@1"], ["2@2"]]
+    assert all(len(g) == 4 for g in groups)
+    one = next(g for g in groups if g.key in shared)
+    assert {id(e) for e in one} & {id(e) for e in played[0]} and {id(e) for e in one} & {id(e) for e in played[1]}
+
+    recorder = GroupRecorder()
+    tr.reward = recorder
+    monkeypatch.setattr(type(tr.accelerator), "num_processes", property(lambda self: 1))
+    monkeypatch.setattr(type(tr.accelerator), "process_index", property(lambda self: 0))
+    _, advs = tr.turn_advantages(mixed, 4)
+    assert sorted(sorted(set(keys)) for keys in recorder.groups) == [["0@0"], ["1@1"], ["2@2"]]
+    assert all(len(keys) == 4 for keys in recorder.groups)
+    for g in groups:
+        in_order = sorted(g, key=lambda e: e.meta["k"])
+        expected = get_estimator("grpo")([[float(e.meta["k"])] * len(e.turns) for e in in_order])
+        for e, want in zip(in_order, expected):
+            assert advs[next(i for i, x in enumerate(mixed) if x is e)] == pytest.approx(want)
+
+    with pytest.raises(ValueError, match="holds 3 rollouts, not num_generations=4"):
+        batch_groups(mixed[1:], 4)  # one rollout of prompt 0 missing
+    with pytest.raises(ValueError, match="holds 3 rollouts, not num_generations=4"):
+        tr.turn_advantages(mixed[1:], 4)

@@ -40,6 +40,7 @@ class RolloutTask:
     task: dict[str, Any] | None = None
     k: int | None = None  # rollouts of this task; None: the runner's k
     slot: str | None = None  # tells apart two groups of the same task in one run
+    first_k: int = 0  # number of the first rollout: a group split over processes numbers each share on
 
     def key(self) -> str:
         if self.index is not None:
@@ -220,7 +221,7 @@ class RolloutRunner:
         for task in tasks:
             dataset = self._dataset_name(probe, task)
             group = self.group_id(env_id, dataset, task)
-            for k in range(task.k or self.k):
+            for k in range(task.first_k, task.first_k + (task.k or self.k)):
                 if self.episode_id(env_id, dataset, task, k) not in skip:
                     yield task, k, group
 

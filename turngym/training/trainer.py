@@ -28,7 +28,7 @@ from trl import GRPOConfig, GRPOTrainer
 from turngym.agents.hf import cut_generation
 from turngym.agents.policy import Generation, GenerationRequest, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
-from turngym.episode import Episode, EpisodeGroup
+from turngym.episode import Episode, EpisodeGroup, group_episodes
 from turngym.rewards.base import outcome_score
 from turngym.training.advantages import ESTIMATOR_OPTIONS, entropy_enhanced, get_estimator
 
@@ -116,12 +116,15 @@ def episode_completion(ep: Episode) -> tuple[list[int], list[int], list[float], 
 
 
 def batch_groups(episodes: Sequence[Episode], k: int) -> list[EpisodeGroup]:
-    """The query groups of a gathered TRL batch: consecutive runs of ``k`` (TRL lays a prompt's
-    ``num_generations`` out side by side, possibly over several processes, so ``Episode.group``,
-    which names the process that played it, cannot join them); each must be one query."""
-    if len(episodes) % k:
-        raise ValueError(f"{len(episodes)} episodes do not split into groups of {k}")
-    return [EpisodeGroup.of(episodes[i:i + k]) for i in range(0, len(episodes), k)]
+    """The query groups of a gathered batch, by ``Episode.group`` (:func:`group_episodes`); the
+    rollout function gives one prompt's rollouts in one step the same group on every process, so
+    a group spread over processes is joined whole. Each group must hold all ``k`` rollouts."""
+    groups = group_episodes(episodes)
+    for g in groups:
+        if len(g) != k:
+            raise ValueError(f"episode group {g.key!r} holds {len(g)} rollouts, not num_generations={k}: a batch must "
+                             "hold every rollout of each prompt (gather every process's episodes before grouping)")
+    return groups
 
 
 def _outcome_for_logging(prompts, completions, turngym_outcome, **kwargs) -> list[float]:
@@ -184,18 +187,13 @@ class TurnGRPOTrainer(GRPOTrainer):
 
     def _rollout(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         rows = [parse_task_prompt(p) for p in prompts]
-        groups: list[RolloutTask] = []  # consecutive repeats of a task are one group of rollouts
-        for row in rows:
-            if groups and (groups[-1].index, groups[-1].task) == (row.index, row.task):
-                groups[-1] = dataclasses.replace(groups[-1], k=groups[-1].k + 1)
-            else:
-                groups.append(dataclasses.replace(row, k=1, slot=str(len(groups))))
+        groups = self._rollout_groups(rows)
         n_votes = getattr(self.reward, "n_votes", None) if self.model.training else None
-        trained_k = {g.slot: g.k for g in groups}
+        trained_k = {g.slot: g.k for g in groups}  # TTRL vote pools are whole on one process: first_k == 0
         if n_votes is not None:
             groups = [self._vote_pool_group(g, n_votes) for g in groups]
         self._rollout_calls += 1
-        tag = f"step{self.state.global_step}-call{self._rollout_calls}-rank{self.accelerator.process_index}"
+        tag = f"step{self.state.global_step}-call{self._rollout_calls}"  # no rank: a group's id is one on every process
         sampling = SamplingParams(max_new_tokens=self.args.max_completion_length, stop=self._stop)
         policy = TRLGenerationPolicy(self)
         runner = RolloutRunner(policy, self.env_factory, sampling, concurrency=sum(g.k for g in groups),
@@ -206,7 +204,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         policy.drain()
         self.model.train(was_training)
         by_key = {(e.meta["task_key"], e.meta["k"]): e for e in episodes}
-        ordered = [by_key[(g.key(), k)] for g in groups for k in range(trained_k[g.slot])]
+        ordered = [by_key[(g.key(), k)] for g in groups for k in range(g.first_k, g.first_k + trained_k[g.slot])]
         self._voters = {g.key(): [by_key[(g.key(), k)] for k in range(trained_k[g.slot], g.k)]
                         for g in groups if g.k > trained_k[g.slot]}
         self._batch_episodes = ordered
@@ -221,6 +219,26 @@ class TurnGRPOTrainer(GRPOTrainer):
             "turngym_outcome": [outcome_score(e) for e in ordered],
         }
 
+    def _rollout_groups(self, rows: Sequence[RolloutTask]) -> list[RolloutTask]:
+        """This process's rows as groups of rollouts, numbered by their place in the whole generation
+        batch: TRL deals that batch out to the processes in rank order, each prompt's ``num_generations``
+        rows side by side, so row r of the batch is rollout r mod k of group r // k. The group's ``slot``
+        (hence ``Episode.group``) and each rollout's number are then the same whatever process plays it."""
+        k = self.num_generations if self.model.training else self.num_generations_eval
+        start = self.accelerator.process_index * len(rows)
+        groups: list[RolloutTask] = []
+        for pos, row in enumerate(rows, start):
+            slot = str(pos // k)
+            if groups and groups[-1].slot == slot:
+                if (groups[-1].index, groups[-1].task) != (row.index, row.task):
+                    raise ValueError(f"rows {pos - 1} and {pos} of the generation batch are one group of {k} "
+                                     "rollouts but name different tasks; TRL should repeat each prompt num_generations "
+                                     "times side by side")
+                groups[-1] = dataclasses.replace(groups[-1], k=groups[-1].k + 1)
+            else:
+                groups.append(dataclasses.replace(row, k=1, slot=slot, first_k=pos % k))
+        return groups
+
     def _vote_pool_group(self, group: RolloutTask, n_votes: int) -> RolloutTask:
         """TTRL: play ``n_votes`` rollouts of the query; the first ``k`` are trained, all of them vote."""
         if group.k != self.num_generations:
@@ -233,38 +251,40 @@ class TurnGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ advantages
 
     def turn_advantages(self, episodes: Sequence[Episode], group_size: int,
-                        groups: Sequence[int] | None = None,
                         voters: dict[str, list[Episode]] | None = None) -> tuple[list[list[float]], list[list[float]]]:
-        """Per-turn rewards and advantages for ``episodes`` (consecutive groups of ``group_size``),
-        or for the groups numbered in ``groups`` only; ``voters``: per task key, extra rollouts that
-        join the group's vote (TTRL) but are not trained."""
-        if len(episodes) % group_size:
-            raise ValueError(f"{len(episodes)} episodes do not split into groups of {group_size}")
+        """Per-turn rewards and advantages of ``episodes``, in their order, scored query group by query
+        group (``Episode.group``, ``group_size`` rollouts each); ``voters``: per task key, extra rollouts
+        that join the group's vote (TTRL) but are not trained."""
+        return self._score_groups(episodes, batch_groups(episodes, group_size), voters)
+
+    def _score_groups(self, episodes: Sequence[Episode], groups: Sequence[EpisodeGroup],
+                      voters: dict[str, list[Episode]] | None) -> tuple[list[list[float]], list[list[float]]]:
+        """Score ``groups`` (groups of ``episodes``); results in ``episodes`` order, over the scored episodes only."""
         eps_kw = {} if self.advantage_eps is None else {"eps": self.advantage_eps}
-        rewards, advantages = [], []
-        for g in (range(len(episodes) // group_size) if groups is None else groups):
-            group = list(episodes[g * group_size:(g + 1) * group_size])
+        scored: dict[int, tuple[list[float], list[float]]] = {}
+        for group in groups:
             pool = voters.get(group[0].meta.get("task_key")) if voters else None
             scores = self.reward.score_group(group, vote_pool=pool) if pool else self.reward.score_group(group)
-            rewards += scores.rewards
-            advantages += self.estimator(scores.rewards, gamma=self.gamma, **eps_kw)
-        return rewards, advantages
+            advs = self.estimator(scores.rewards, gamma=self.gamma, **eps_kw)
+            for ep, r, a in zip(group, scores.rewards, advs):
+                scored[id(ep)] = (r, a)
+        hits = [scored[id(e)] for e in episodes if id(e) in scored]
+        return [r for r, _ in hits], [a for _, a in hits]
 
     def _score_shared(self, everyone: Sequence[Episode], group_size: int,
                       voters: dict[str, list[Episode]] | None = None) -> tuple[list[list[float]], list[list[float]]]:
-        """Each process scores only its share of the batch's groups (group g on process g mod n),
-        once; the per-turn results are then gathered so every process has all of them."""
+        """Each process scores only its share of the batch's groups (group g, in first-seen order, on
+        process g mod n), once; the per-turn results are then gathered so every process has all of them."""
         from accelerate.utils import gather_object
 
         n, me = self.accelerator.num_processes, self.accelerator.process_index
         if n == 1:
             return self.turn_advantages(everyone, group_size, voters=voters)
-        if len(everyone) % group_size:
-            raise ValueError(f"{len(everyone)} episodes do not split into groups of {group_size}")
-        mine = list(range(me, len(everyone) // group_size, n))
-        rewards, advs = self.turn_advantages(everyone, group_size, mine, voters)
-        rows = [(g * group_size + i, rewards[j * group_size + i], advs[j * group_size + i])
-                for j, g in enumerate(mine) for i in range(group_size)]
+        mine = batch_groups(everyone, group_size)[me::n]
+        rewards, advs = self._score_groups(everyone, mine, voters)
+        members = {id(e) for g in mine for e in g}
+        positions = [pos for pos, e in enumerate(everyone) if id(e) in members]
+        rows = list(zip(positions, rewards, advs))
         table = {pos: (r, a) for pos, r, a in gather_object(rows)}
         return [table[i][0] for i in range(len(everyone))], [table[i][1] for i in range(len(everyone))]
 
@@ -275,8 +295,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         k = self.num_generations if mode == "train" else self.num_generations_eval
         local = self._batch_episodes
-        everyone = gather_object(local)  # groups may span processes; score them whole
-        batch_groups(everyone, k)  # refuse a batch whose groups are not one query each
+        everyone = gather_object(local)  # groups may span processes; score them whole (by Episode.group)
         voters = dict(gather_object(list(self._voters.items()))) if self._voters or self.accelerator.num_processes > 1 else {}
         rewards, advs = self._score_shared(everyone, k, voters)
         observe = getattr(self.reward, "observe", None)  # e.g. SCRIBE's library refresh every N steps
