@@ -104,3 +104,19 @@ def test_turngym_eval_with_base_url_writes_episodes(served, tmp_path):
     assert res["episodes"] == 2
     lines = (tmp_path / "episodes.jsonl").read_text().splitlines()
     assert len(lines) == 2 and all(json.loads(line)["env_id"] == "turngym/Calculator-v0" for line in lines)
+
+
+def test_turngym_eval_cli_passes_server_and_prompt_format(served, tmp_path):
+    """``--server openai --prompt-format text`` run end to end; ``--server vllm`` (wrong for this server)
+    reaches the requests: the server refuses the vLLM-only field and the command says so."""
+    from turngym.cli import main
+
+    url, model = served
+    base = ["eval", "--env", "Calculator-v0", "--model", model, "--base-url", url, "--limit", "2", "--max-turns", "2",
+            "--max-new-tokens", "6", "--concurrency", "2"]
+    assert main(base + ["--server", "openai", "--prompt-format", "text", "--out", str(tmp_path / "text")]) == 0
+    assert len((tmp_path / "text" / "episodes.jsonl").read_text().splitlines()) == 2
+    settings = json.loads((tmp_path / "text" / "run.json").read_text())
+    assert json.dumps(settings).count('"prompt_format": "text"') == 1 and '"server": "openai"' in json.dumps(settings)
+    with pytest.raises(SystemExit, match="422"):
+        main(base + ["--server", "vllm", "--out", str(tmp_path / "vllm")])

@@ -41,13 +41,24 @@ def _make_env(args: argparse.Namespace, prompt_style: str | None):
         raise SystemExit(f"error: cannot make {env_id} with {kwargs}: {exc}") from None
 
 
+def _server_options(args: argparse.Namespace) -> dict[str, str]:
+    """``--server``/``--prompt-format`` as policy arguments (one error line if they cannot apply)."""
+    from turngym.agents.openai_compat import server_options
+
+    try:
+        return server_options(args.base_url, args.server, args.prompt_format)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
 def _load_policy(args: argparse.Namespace):
     from turngym.agents.loading import load_policy
 
+    options = _server_options(args)
     print(f"loading model {args.model!r} ...", file=sys.stderr, flush=True)
     start = time.perf_counter()
     try:
-        policy = load_policy(args.model, base_url=args.base_url)
+        policy = load_policy(args.model, base_url=args.base_url, **options)
     except (RuntimeError, FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     print(f"model ready in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
@@ -127,6 +138,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from turngym.evals.runs import RunError, RunLock
 
     _run_args_ok(args)
+    _server_options(args)
     if args.out.is_dir():
         raise SystemExit(f"error: --out {args.out} is a folder; rollout writes one JSONL file")
     try:
@@ -152,7 +164,8 @@ def _rollout_locked(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: --start {args.start} is past the end of the dataset ({n} items)")
     settings = {"env": _env_id(args.env), "env_kwargs": _env_kwargs(args.env_arg), "dataset": args.dataset,
                 "max_turns": args.max_turns, "model": args.model, "base_url": args.base_url, "k": args.k,
-                "sampling": {"temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "seed": args.seed}}
+                "sampling": {"temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "seed": args.seed},
+                **_server_options(args)}
     outputs = [args.out, Path(f"{args.out}.manifest.json"), Path(f"{args.out}.torn")]
     check_settings(f"{args.out}.run.json", settings, outputs, args.overwrite)
     policy = _load_policy(args)
@@ -281,7 +294,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         env_kwargs["max_turns"] = args.max_turns
     spec = EvalSpec(env_id=_env_id(args.env), env_kwargs=env_kwargs, model=args.model, base_url=args.base_url, k=args.k,
                     limit=args.limit, start=args.start, subset_file=args.subset, concurrency=args.concurrency,
-                    max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+                    max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
+                    **_server_options(args))
     bars: list[Any] = []  # made on the first episode, so an early error prints alone
 
     def progress(done: int, total: int) -> None:
@@ -369,6 +383,7 @@ an unknown section, GRPOConfig field or flag is refused before anything is built
 
 def build_parser() -> argparse.ArgumentParser:
     from turngym import __version__
+    from turngym.agents.openai_compat import PROMPT_FORMATS, SERVERS
 
     p = _Parser(prog="turngym", description="Multi-turn tool-use environments, turn-level rewards, evaluation and GRPO training.")
     p.add_argument("--version", action="version", version=f"turngym {__version__}")
@@ -381,6 +396,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--max-turns", type=int, default=None)
         sp.add_argument("--model", default="default", help="'default' (Gemma 3 270M), a directory, a .gguf file, or a hub id")
         sp.add_argument("--base-url", default=None, help="OpenAI-compatible server URL (then --model is its model name)")
+        sp.add_argument("--server", default="auto", choices=SERVERS,
+                        help="with --base-url: vllm (sends vLLM-only fields, gets token ids), openai (the common API "
+                             "only), or auto (asks the server's /models)")
+        sp.add_argument("--prompt-format", default="chat", choices=PROMPT_FORMATS,
+                        help="with --base-url: chat (/chat/completions with messages) or text (/completions with the "
+                             "plain prompt, for base models)")
         sp.add_argument("--max-new-tokens", type=int, default=256)
         sp.add_argument("--temperature", type=float, default=0.7)
         sp.add_argument("--seed", type=int, default=0)

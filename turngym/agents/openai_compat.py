@@ -170,6 +170,20 @@ class OpenAICompatPolicy:
         self._client.close()
 
 
+def server_options(base_url: str | None, server: str = "auto", prompt_format: str = "chat") -> dict[str, str]:
+    """The policy arguments from ``--server``/``--prompt-format``: both apply to ``--base-url``
+    only, so a value other than the default without a server URL is a mistake (ValueError)."""
+    if server not in SERVERS:
+        raise ValueError(f"--server must be one of {', '.join(SERVERS)}, got {server!r}")
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"--prompt-format must be one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}")
+    if not base_url:
+        if (server, prompt_format) != ("auto", "chat"):
+            raise ValueError("--server and --prompt-format apply to an OpenAI-compatible server only: add --base-url")
+        return {}
+    return {"server": server, "prompt_format": prompt_format}
+
+
 def restore_stop(text: str, stop: Sequence[str]) -> str:
     """The text with the stop string a spec-following server dropped put back.
 

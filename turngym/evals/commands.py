@@ -78,6 +78,7 @@ def eval_many(args: argparse.Namespace) -> int:
     """``turngym eval --env A[:dataset],B[:dataset] --out DIR``: one process, the model loaded once and
     reused for every env; each env's results go to ``DIR/<env>[-<dataset>]``."""
     from turngym.agents.loading import load_policy
+    from turngym.agents.openai_compat import server_options
     from turngym.agents.policy import PolicyError
     from turngym.agents.tokenization import ChatTemplateError
     from turngym.evals.harness import EvalError, EvalSpec, run_eval
@@ -96,15 +97,19 @@ def eval_many(args: argparse.Namespace) -> int:
         if args.max_turns:
             kwargs["max_turns"] = args.max_turns
         runs.append((env_id, kwargs, Path(args.out) / (env_id.split("/")[-1] + (f"-{dataset}" if dataset else ""))))
+    try:
+        options = server_options(args.base_url, args.server, args.prompt_format)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     print(f"loading model {args.model!r} once for {len(runs)} envs ...", flush=True)
     try:
-        policy = load_policy(args.model, base_url=args.base_url)
+        policy = load_policy(args.model, base_url=args.base_url, **options)
     except (RuntimeError, FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     for env_id, kwargs, out in runs:
         spec = EvalSpec(env_id=env_id, env_kwargs=kwargs, model=args.model, base_url=args.base_url, k=args.k,
                         limit=args.limit, start=args.start, concurrency=args.concurrency,
-                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed, **options)
         try:
             results = run_eval(spec, out, policy=policy)
         except (EvalError, PolicyError, RuntimeError, FileNotFoundError, ChatTemplateError) as exc:

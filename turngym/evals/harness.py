@@ -73,12 +73,20 @@ class EvalSpec:
     max_new_tokens: int = 256
     temperature: float = 0.0
     seed: int = 0
+    server: str = "auto"  # with base_url: "auto" | "vllm" | "openai" (see OpenAICompatPolicy)
+    prompt_format: str = "chat"  # with base_url: "chat" | "text"
+
+    def server_options(self) -> dict[str, str]:
+        """The OpenAI-compatible policy's arguments (none for a local model)."""
+        from turngym.agents.openai_compat import server_options
+
+        return server_options(self.base_url, self.server, self.prompt_format)
 
     def settings(self) -> dict[str, Any]:
         """What decides an episode's content (not which items, nor how many at once): stored in run.json."""
         return {"env": self.env_id, "env_kwargs": self.env_kwargs, "model": self.model, "base_url": self.base_url,
                 "k": self.k, "sampling": {"temperature": self.temperature, "max_new_tokens": self.max_new_tokens,
-                                          "seed": self.seed}}
+                                          "seed": self.seed}, **self.server_options()}
 
 
 RUN_SETTINGS = "run.json"
@@ -92,6 +100,10 @@ def run_eval(spec: EvalSpec, out_dir: str | Path, policy: Any = None,
     Everything that can fail without a model (arguments, output folder, env, index, subset, stored
     settings) is checked before the model loads and before any episode is played.
     """
+    try:
+        spec.server_options()
+    except ValueError as exc:
+        raise EvalError(str(exc)) from None
     try:
         validate_run_args(k=spec.k, concurrency=spec.concurrency, max_new_tokens=spec.max_new_tokens,
                           start=spec.start, limit=spec.limit, max_turns=spec.env_kwargs.get("max_turns"),
@@ -135,7 +147,7 @@ def _run_eval_locked(spec: EvalSpec, out: Path, policy: Any, progress: Callable[
     if policy is None:
         from turngym.agents.loading import load_policy
 
-        policy = load_policy(spec.model, base_url=spec.base_url)
+        policy = load_policy(spec.model, base_url=spec.base_url, **spec.server_options())
     note = store_settings(out / RUN_SETTINGS, spec.settings(), outputs, overwrite)  # the run can start
     if note:
         print(note)
