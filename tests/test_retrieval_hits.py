@@ -61,3 +61,16 @@ def test_raw_batch_search_agrees_with_turngyms_batch_search(retriever):
     for i, q in enumerate(QUERIES):
         ref = [(h.docid, float(h.score)) for h in (raw.get(str(i)) or [])] if q else []
         assert [(h.docid, h.score) for h in ours[i]] == ref
+
+
+def test_concurrent_batch_searches_from_threads_get_their_own_hits(retriever):
+    """The retrieval service searches from a thread pool: every thread must get its own batch's hits."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    batches = [QUERIES[i:] + QUERIES[:i] for i in range(len(QUERIES))]
+    expected = [[[(h.docid, h.score) for h in hits] for hits in retriever.batch_search(b, k=3)] for b in batches]
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(5):
+            got = list(pool.map(lambda b: [[(h.docid, h.score) for h in hits] for hits in retriever.batch_search(b, k=3)],
+                                batches * 4))
+            assert got == expected * 4
