@@ -58,3 +58,23 @@ def test_all_gold_keeps_igpo_in_the_main_table(episodes, tiny_chat_policy):
     scorer = HFSupportScorer(tiny_chat_policy.model, tiny_chat_policy.tokenizer)
     s = ablate(episodes[:-3], {"igpo": get_reward("igpo", scorer=scorer, tokens="text")})
     assert "gold_only" not in s and "scope" not in s["rewards"]["igpo"] and "igpo" in s["correlation"]
+
+
+class FailingGoldWrapper:
+    """A fake wrapper that needs gold and always fails: it must be tried once, on the gold groups only."""
+
+    requires_gold = True
+
+    def __init__(self):
+        self.calls = 0
+
+    def score_group(self, group):
+        self.calls += 1
+        raise RuntimeError("scorer broke")
+
+
+def test_a_failing_gold_only_wrapper_is_not_rerun_on_every_group(episodes):
+    bad = FailingGoldWrapper()
+    s = ablate(episodes, {"outcome": get_reward("outcome"), "igpo": bad})
+    assert bad.calls == 1 and "scorer broke" in s["errors"]["igpo"]
+    assert s["rewards"]["outcome"]["credit_accuracy_advantage"]["n_groups"] == 4

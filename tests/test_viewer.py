@@ -365,3 +365,17 @@ def test_browser_makes_whitespace_only_actions_and_tokens_visible(browser, tmp_p
     assert "".join(texts).count("↵") == 24
     assert problems == []
     page.close()
+
+
+def test_calls_answers_are_clustered_by_canonical_json(tmp_path):
+    """A group whose env declares call answers (BFCL) is clustered by canonical JSON, not text."""
+    from turngym.episode import RewardNeeds
+    from turngym.evals.viewer import render_viewer
+
+    needs = RewardNeeds("calls", "answer_tag", tool_ok_metrics=("tool_ok",))
+    answers = ['{"a": 1, "b": 2}', '{"b": 2, "a": 1}', '{"a": 3}']
+    eps = [Episode(id=f"b{i}", env_id="turngym/BFCL-v0", group="g", task={"question": "q"}, reward_needs=needs,
+                   turns=[Turn(index=0, action=a)], final_answer=a) for i, a in enumerate(answers)]
+    d = payload(render_viewer(eps, tmp_path / "v.html"))
+    clusters = [row["cl"] for row in d["eps"]]
+    assert clusters[0] == clusters[1] != clusters[2]  # the same call with its arguments reordered is one answer

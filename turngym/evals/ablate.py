@@ -38,7 +38,8 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
     a judge-reliability result (``turngym.rewards.scribe.diagnostics.reliability``) to report too."""
     groups = group_episodes(episodes)
     gold_only = _gold_only_scope(rewards, groups)  # e.g. igpo where some envs carry no gold answer
-    rewards = {n: w for n, w in rewards.items() if n not in gold_only.get("rewards", {})}
+    if gold_only:  # wrappers that need gold are scored (or fail) on the gold-carrying groups only, once
+        rewards = {n: w for n, w in rewards.items() if not getattr(w, "requires_gold", False)}
     ordered = [ep for g in groups for ep in g]
     per_turn: dict[str, list[list[float]]] = {}
     errors: dict[str, str] = {}

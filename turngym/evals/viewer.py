@@ -192,13 +192,14 @@ def _clusters(episodes: Sequence[Episode], groups: dict[str, list[int]]) -> list
     math-verify equivalence costs ~20 ms per episode, minutes for 10,000. Episodes from files
     written before episodes declared their answer kind are shown by normalised text.
     """
-    from turngym.rewards.equivalence import CallMatch, NormalizedMatch
+    from turngym.grading.calls import canonical_calls
+    from turngym.rewards.equivalence import NormalizedMatch
 
     out: list[tuple[str, str]] = [("", "none")] * len(episodes)
     text_key = NormalizedMatch().key
     for members in groups.values():
         needs = episodes[members[0]].reward_needs
-        keyer = CallMatch.key if needs is not None and needs.answer_kind == "calls" else text_key
+        keyer = canonical_calls if needs is not None and needs.answer_kind == "calls" else text_key
         keys = [keyer(str(episodes[i].final_answer).strip())
                 if episodes[i].final_answer is not None and str(episodes[i].final_answer).strip() else None
                 for i in members]
