@@ -66,3 +66,12 @@ def test_server_options_reach_the_policy_and_the_run_settings(monkeypatch, tmp_p
     assert (policy.server_kind, policy.prompt_format) == ("openai", "text")  # configured: /models is not asked
     with pytest.raises(EvalError, match="--prompt-format must be one of chat, text"):
         run_eval(EvalSpec(env_id="turngym/Calculator-v0", base_url="http://h/v1", prompt_format="completion"), tmp_path / "e2")
+
+
+def test_default_server_options_leave_a_server_run_settings_as_before():
+    """A --base-url run written before --server/--prompt-format existed resumes under the defaults."""
+    from turngym.evals.harness import EvalSpec
+
+    settings = EvalSpec(env_id="turngym/Calculator-v0", base_url="http://h/v1").settings()
+    assert "server" not in settings and "prompt_format" not in settings
+    assert EvalSpec(env_id="turngym/Calculator-v0", base_url="http://h/v1", server="vllm").settings()["server"] == "vllm"

@@ -162,10 +162,12 @@ def _rollout_locked(args: argparse.Namespace) -> int:
     n = probe.unwrapped.num_items()
     if args.start >= n:
         raise SystemExit(f"error: --start {args.start} is past the end of the dataset ({n} items)")
+    from turngym.agents.openai_compat import server_settings
+
     settings = {"env": _env_id(args.env), "env_kwargs": _env_kwargs(args.env_arg), "dataset": args.dataset,
                 "max_turns": args.max_turns, "model": args.model, "base_url": args.base_url, "k": args.k,
                 "sampling": {"temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "seed": args.seed},
-                **_server_options(args)}
+                **server_settings(_server_options(args))}
     outputs = [args.out, Path(f"{args.out}.manifest.json"), Path(f"{args.out}.torn")]
     check_settings(f"{args.out}.run.json", settings, outputs, args.overwrite)
     policy = _load_policy(args)

@@ -184,6 +184,12 @@ def server_options(base_url: str | None, server: str = "auto", prompt_format: st
     return {"server": server, "prompt_format": prompt_format}
 
 
+def server_settings(options: dict[str, str]) -> dict[str, str]:
+    """The server options that differ from the defaults, for a run's stored settings: a run written before
+    the options existed (defaults then) resumes under the defaults."""
+    return {k: v for k, v in options.items() if v != {"server": "auto", "prompt_format": "chat"}[k]}
+
+
 def restore_stop(text: str, stop: Sequence[str]) -> str:
     """The text with the stop string a spec-following server dropped put back.
 

@@ -84,9 +84,11 @@ class EvalSpec:
 
     def settings(self) -> dict[str, Any]:
         """What decides an episode's content (not which items, nor how many at once): stored in run.json."""
+        from turngym.agents.openai_compat import server_settings
+
         return {"env": self.env_id, "env_kwargs": self.env_kwargs, "model": self.model, "base_url": self.base_url,
                 "k": self.k, "sampling": {"temperature": self.temperature, "max_new_tokens": self.max_new_tokens,
-                                          "seed": self.seed}, **self.server_options()}
+                                          "seed": self.seed}, **server_settings(self.server_options())}
 
 
 RUN_SETTINGS = "run.json"
