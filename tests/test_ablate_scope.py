@@ -78,3 +78,20 @@ def test_a_failing_gold_only_wrapper_is_not_rerun_on_every_group(episodes):
     s = ablate(episodes, {"outcome": get_reward("outcome"), "igpo": bad})
     assert bad.calls == 1 and "scorer broke" in s["errors"]["igpo"]
     assert s["rewards"]["outcome"]["credit_accuracy_advantage"]["n_groups"] == 4
+
+
+def test_old_files_without_reward_needs_use_the_registered_envs_declaration(episodes, tmp_path):
+    from turngym.envs.calculator import CalculatorEnv
+    from turngym.episode import EpisodeWriter
+    from turngym.evals.ablate import run_ablation
+
+    path = tmp_path / "old.jsonl"
+    writer = EpisodeWriter(path)
+    for e in episodes[:6]:  # Calculator groups, as a file written before episodes declared reward_needs
+        e = copy.deepcopy(e)
+        e.reward_needs = None
+        writer.write(e)
+    writer.close()
+    s = run_ablation(path, ["outcome", "ttrl"], tmp_path / "out")
+    assert not s["errors"] and s["rewards"]["ttrl"]["mean_turn_reward"] is not None
+    assert CalculatorEnv.reward_needs is not None

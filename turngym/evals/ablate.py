@@ -211,6 +211,30 @@ def reliability_table(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def fill_declared_needs(episodes: Sequence[Episode]) -> int:
+    """Episodes from files older than ``reward_needs``: give each its registered env class's declaration
+    (what that env now writes into every episode). Envs that are not registered are left alone, so a
+    reward that needs the declaration still says so. Returns how many episodes were filled."""
+    import gymnasium
+
+    filled = 0
+    for ep in episodes:
+        if ep.reward_needs is not None:
+            continue
+        try:
+            entry = gymnasium.spec(ep.env_id).entry_point
+        except gymnasium.error.Error:
+            continue
+        if isinstance(entry, str):
+            module, _, attr = entry.partition(":")
+            entry = getattr(__import__(module, fromlist=[attr]), attr)
+        needs = getattr(entry, "reward_needs", None)
+        if needs is not None:
+            ep.reward_needs = needs
+            filled += 1
+    return filled
+
+
 def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str | Path,
                  scorer: str | None = None, scribe_llm: str = "default", scribe_library: str | None = None,
                  scribe_base_url: str | None = None, reliability_repeats: int = 0) -> dict[str, Any]:
@@ -221,6 +245,10 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
         print(f"warning: skipped {len(report.errors)} corrupt line(s) in {episodes_file} (first: {report.errors[0]})")
     if not report.episodes:
         raise ValueError(f"no valid episodes in {episodes_file}")
+    filled = fill_declared_needs(report.episodes)
+    if filled:
+        print(f"note: {filled} episode(s) written before episodes carried reward_needs: their registered env's "
+              "declaration is used")
     scorer_spec, tokens = _scorer_spec(scorer)
     shared = None  # one loaded model (or server client), given to siop and igpo as their scorer
     wrappers = {}
