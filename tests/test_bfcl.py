@@ -358,7 +358,7 @@ def test_native_tool_calling_through_the_runner_keeps_the_token_invariant(tiny_c
     assert "tool" in roles and "user" in roles
     # every generate call saw exactly prompt + a_1 + o_1 + ... (ids, never re-tokenised)
     ids = list(ep.prompt_ids)
-    for call, turn in zip(policy.calls, ep.turns):
+    for call, turn in zip(policy.calls, ep.turns, strict=True):
         assert call == ids
         ids += turn.action_ids + (turn.observation_ids or [])
     tool_obs = next(t for t in ep.turns if t.observation_role == "tool")

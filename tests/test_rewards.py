@@ -135,7 +135,7 @@ def test_official_pseudo_answer_scores_only_the_references_own_tokens():
 def test_siop_process_rewards_telescope():
     lam = 0.5
     res = get_reward("siop", scorer=FakeSupportScorer(PROBS), lam=lam).score_group(group())
-    for rewards, phi, lab in zip(res.rewards, res.diagnostics["potentials"], res.diagnostics["clusters"]["labels"]):
+    for rewards, phi, lab in zip(res.rewards, res.diagnostics["potentials"], res.diagnostics["clusters"]["labels"], strict=True):
         if phi is None:
             continue
         q = res.diagnostics["q"][lab]

@@ -59,7 +59,7 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
     flat = {n: [x for r in rows for x in r] for n, rows in per_turn.items()}
     for name, rows in per_turn.items():
         totals = [sum(r) for r in rows]
-        pairs = [(x, t) for r, tr in zip(rows, truths) for x, t in zip(r, tr) if t is not None]
+        pairs = [(x, t) for r, tr in zip(rows, truths, strict=True) for x, t in zip(r, tr, strict=True) if t is not None]
         variances, start = [], 0
         for g in groups:
             tot = totals[start:start + len(g)]
