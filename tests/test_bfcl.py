@@ -148,11 +148,11 @@ def test_step_cap_force_quits_like_bfcl():
     env = BFCLEnv(category="multi_turn_base")
     env.reset(options={"index": 0})
     term = False
-    for n in range(1, 30):
+    steps = 0
+    while not term and steps < 29:
         _, _, term, _, info = env.step("[pwd()]")
-        if term:
-            break
-    assert term and n == 21  # bfcl-eval quits when the step count exceeds MAXIMUM_STEP_LIMIT (20)
+        steps += 1
+    assert term and steps == 21  # bfcl-eval quits when the step count exceeds MAXIMUM_STEP_LIMIT (20)
     assert info["outcome"]["bfcl_valid"] is False
     assert info["outcome"]["error_type"] == "multi_turn:force_terminated"
 

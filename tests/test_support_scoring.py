@@ -136,7 +136,7 @@ def test_a_scorer_with_another_tokenizer_is_refused_and_text_mode_retokenises(ep
     from turngym.agents.tiny import tiny_model_dir
 
     other = load_hf_policy(str(tiny_model_dir(chat=True, vocab_size=400)), dtype="float32", device="cpu")
-    g = [e for e in episodes]
+    g = list(episodes)
     for e, ans in zip(g, ["413", "413", "12", None], strict=True):
         e.final_answer = ans
     scorer = HFSupportScorer(other.model, other.tokenizer)
@@ -150,7 +150,7 @@ def test_a_scorer_with_another_tokenizer_is_refused_and_text_mode_retokenises(ep
     assert pts[0] == other.tokenizer(text, add_special_tokens=False)["input_ids"]
     assert len(pts) == len(multi.turns) + 1 and pts[1][len(pts[0]):] == other.tokenizer(
         multi.turns[0].action, add_special_tokens=False)["input_ids"]
-    unrecorded = [e for e in g]
+    unrecorded = list(g)
     saved = [e.meta.pop("tokenizer") for e in unrecorded]
     try:
         with pytest.raises(ValueError, match="does not record which tokenizer"):

@@ -109,7 +109,9 @@ class _Confinement:
         self.caps["non_dumpable"] = self.libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
     def _mount(self, src, target, fstype, flags=0, data=None):
-        enc = lambda v: None if v is None else os.fsencode(v)
+        def enc(v):
+            return None if v is None else os.fsencode(v)
+
         return self.libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)) == 0
 
     @staticmethod
@@ -173,7 +175,7 @@ class _Confinement:
                 p = os.path.realpath(os.fsdecode(path))
             except (TypeError, ValueError):
                 return True  # file descriptors and odd objects: let the OS decide
-            return p == workdir or p.startswith(workdir + os.sep) or p.startswith("/dev/null")
+            return p == workdir or p.startswith((workdir + os.sep, "/dev/null"))
 
         def hook(event, args):
             if event == "open":

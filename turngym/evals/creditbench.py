@@ -297,7 +297,7 @@ def _bfcl_actions(per_turn: list, choice: list) -> list[tuple[str, int | None]]:
     from turngym.envs.bfcl.calls import render_prompting
 
     actions: list[tuple[str, int | None]] = []
-    for calls, (text_calls, lab) in zip(per_turn, choice, strict=True):
+    for _, (text_calls, lab) in zip(per_turn, choice, strict=True):
         if text_calls:
             actions.append((render_prompting(text_calls), lab))
         actions.append((END_TURN, None))

@@ -166,7 +166,9 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
               (f"{ablation['groups']} groups, {ablation['episodes']} episodes, {ablation['turns_with_ground_truth']} turns with "
               "per-turn truth from the envs. Credit accuracy on the paired estimator's advantages (AUC, 0.5 = none):"), "",
               "| reward | estimator | AUC | ρ | groups / labelled turns (useful) |", "| --- | --- | --- | --- | --- |"]
-    f = lambda x: "–" if x is None else f"{x:.3f}"
+    def f(x):
+        return "–" if x is None else f"{x:.3f}"
+
     for n, m in ablation["rewards"].items():
         a = m["credit_accuracy_advantage"]
         lines.append(f"| {n} | {a['estimator']} | {f(a['auc'])} | {f(a['spearman'])} | "

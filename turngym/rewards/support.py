@@ -313,7 +313,7 @@ class HFSupportScorer:
         # branch inputs: for (p, c), c.ids[:end-1] at positions len(p) ...; token c.ids[k] is
         # predicted by the output at position len(p) + k - 1 (the point's last token when k = 0)
         tokens, pos, segs = [], [], []
-        for pi, pt in enumerate(points):
+        for pt in points:
             lp = len(pt)
             for c in conts:
                 n_in = c.end - 1
