@@ -244,7 +244,8 @@ def test_surface_variants_land_in_one_cluster():
     answers = ["The Eiffel Tower.", "eiffel tower", "Eiffel  Tower!", "an eiffel tower", "Louvre", None]
     cl = cluster_answers("What?", answers, NormalizedMatch())
     assert cl.labels == [0, 0, 0, 0, 1, None]
-    assert cluster_answers("q", ["NYC", "New York City", "Boston"], NormalizedMatch(aliases=[["NYC", "New York City"]])).labels == [0, 0, 1]
+    aliases = NormalizedMatch(aliases=[["NYC", "New York City"]])
+    assert cluster_answers("q", ["NYC", "New York City", "Boston"], aliases).labels == [0, 0, 1]
     assert cluster_answers("q", ["\\frac{1}{2}", "0.5", "1/3"], MathEquivalence()).labels == [0, 0, 1]
 
 

@@ -451,7 +451,8 @@ def test_composite_rewards_add_weighted_parts(planted_library, embedder):
     assert s.rewards[0] == pytest.approx([1.0, 1 / 3 + 0.5])
     assert s.diagnostics["part_rewards"]["outcome"] == [outcome_r] and combo.name == "scribe+outcome"
     funrl = get_reward("scribe+funrl", scribe=scribe_cfg).score_group([ep])  # whatever funrl's definition, it adds
-    assert funrl.rewards[0] == pytest.approx([a + b for a, b in zip(scribe_r, funrl.diagnostics["part_rewards"]["funrl"][0], strict=True)])
+    funrl_r = funrl.diagnostics["part_rewards"]["funrl"][0]
+    assert funrl.rewards[0] == pytest.approx([a + b for a, b in zip(scribe_r, funrl_r, strict=True)])
     built = get_reward("composite", parts=[{"reward": get_reward("prm", llm=llm, outcome_weight=0.0), "weight": 2.0},
                                            {"name": "outcome", "weight": 1.0}])
     assert built.score_group([ep]).rewards[0] == pytest.approx([2 * 2 / 3, 2 * 0.0 + 1.0])

@@ -239,7 +239,8 @@ def test_tree_scoring_with_sliding_window_layers_equals_naive(tiny_chat_policy):
                            pad_token_id=tok.pad_token_id)
     cfg.final_logit_softcapping = 3.0  # the tree path applies the head's soft-capping as the model's forward does
     model = Gemma3ForCausalLM(cfg).eval()
-    ids = tok("What is 12 * 34 + 5? <calc>12 * 34</calc> <result>408</result> then add five", add_special_tokens=False)["input_ids"]
+    ids = tok("What is 12 * 34 + 5? <calc>12 * 34</calc> <result>408</result> then add five",
+              add_special_tokens=False)["input_ids"]
     points = [ids[:6], ids[:15], ids]  # later points run past the sliding window
     conts = conts_for(tok, ["413", "forty"])
     tree = HFSupportScorer(model, tok).mean_logprobs(points, conts)

@@ -287,8 +287,10 @@ def _interpreter_loop(code_r, done_w, out_fd, err_fd, cfg):
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
             os.dup2(fd, target)
-        sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(1), "wb", buffering=0), encoding="utf-8", errors="replace", write_through=True)
-        sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(2), "wb", buffering=0), encoding="utf-8", errors="replace", write_through=True)
+        sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(1), "wb", buffering=0), encoding="utf-8", errors="replace",
+                                      write_through=True)
+        sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(2), "wb", buffering=0), encoding="utf-8", errors="replace",
+                                      write_through=True)
         used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
         cpu_soft = int(used + msg["cpu_s"]) + 1
         try:

@@ -158,14 +158,18 @@ def _markdown(s: dict[str, Any]) -> str:
     f = lambda x: "–" if x is None else f"{x:.3f}"  # noqa: E731
     lines = ["# Reward ablation", "", f"{s['groups']} groups, {s['episodes']} episodes, "
              f"{s['turns_with_ground_truth']} turns with per-turn ground truth.", "",
-             "| reward | credit accuracy (ρ vs per-turn truth) | advantage estimator | credit accuracy on advantages: AUC [95% CI] | ρ [95% CI] "
+             "| reward | credit accuracy (ρ vs per-turn truth) | advantage estimator "
+             "| credit accuracy on advantages: AUC [95% CI] | ρ [95% CI] "
              "| groups / labelled turns (useful) | agreement with gold outcome (ρ) | within-group variance | mean turn reward |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    ci = lambda m, k: "–" if m.get(k) is None else f(m[k]) + (f" [{m[k + '_ci95'][0]:.3f}, {m[k + '_ci95'][1]:.3f}]" if m.get(k + "_ci95") else "")  # noqa: E731
+    ci = lambda m, k: "–" if m.get(k) is None else f(m[k]) + (  # noqa: E731
+        f" [{m[k + '_ci95'][0]:.3f}, {m[k + '_ci95'][1]:.3f}]" if m.get(k + "_ci95") else "")
     for n, m in s["rewards"].items():
         adv = m["credit_accuracy_advantage"]
-        used = f"{adv.get('n_groups', '–')} / {adv.get('n_turns', '–')} ({adv.get('n_positive', '–')})" + ("*" if "scope" in m else "")
-        lines.append(f"| {n} | {f(m['credit_accuracy'])} | {adv['estimator']} | {ci(adv, 'auc')} | {ci(adv, 'spearman')} | {used} | "
+        used = (f"{adv.get('n_groups', '–')} / {adv.get('n_turns', '–')} ({adv.get('n_positive', '–')})"
+                + ("*" if "scope" in m else ""))
+        lines.append(f"| {n} | {f(m['credit_accuracy'])} | {adv['estimator']} | {ci(adv, 'auc')} | {ci(adv, 'spearman')} "
+                     f"| {used} | "
                      f"{f(m['agreement_with_gold_outcome'])} | {f(m['within_group_variance'])} | {f(m['mean_turn_reward'])} |")
     if s.get("gold_only"):
         g = s["gold_only"]

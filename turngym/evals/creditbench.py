@@ -24,7 +24,8 @@ paired with in training (:mod:`turngym.evals.credit`), and credit accuracy is me
 those advantages (AUC label 1 vs 0, Spearman ρ, group-bootstrap intervals), on the raw
 turn rewards where they vary, and one turn later (does the credit land on the turn after
 the useful one?). Raw rewards are scored only where they vary on the labelled turns (an
-episode-level reward sits on the final turn, which is never labelled). Also reported: mean within-group variance of episode reward totals.
+episode-level reward sits on the final turn, which is never labelled). Also reported: mean within-group variance of
+episode reward totals.
 """
 
 from __future__ import annotations
@@ -383,8 +384,10 @@ def score_groups(groups: Sequence[Sequence[Episode]], wrappers: dict[str, Any],
         variances = [float(np.var(t, ddof=1)) for t in totals if len(t) > 1]
         row: dict[str, Any] = {
             "estimator": paired_estimator(name),
-            "advantage": credit_score([labelled_pairs(a, lab) for a, lab in zip(advantages, labels, strict=True)], n_boot, seed).to_dict(),
-            "advantage_next_turn": credit_score([labelled_pairs(a, lab, lag=1) for a, lab in zip(advantages, labels, strict=True)],
+            "advantage": credit_score([labelled_pairs(a, lab) for a, lab in zip(advantages, labels, strict=True)],
+                                      n_boot, seed).to_dict(),
+            "advantage_next_turn": credit_score([labelled_pairs(a, lab, lag=1)
+                                                 for a, lab in zip(advantages, labels, strict=True)],
                                                 n_boot, seed).to_dict(),
             "group_reward_variance": float(np.mean(variances)) if variances else None,
             "score_s": round(time.perf_counter() - start, 2),

@@ -194,9 +194,11 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
                "not counted): on a shared machine the wall time grows with the load, the CPU time much less."), "",
               "| stage | wall s | CPU s |", "| --- | --- | --- |"]
     if times.get("setup_s") is not None:
-        lines.append(f"| set-up (scripts/setup.sh and the model extra; one-time model conversion excluded when cached) | {times['setup_s']} | – |")
+        lines.append("| set-up (scripts/setup.sh and the model extra; one-time model conversion excluded when cached) "
+                     f"| {times['setup_s']} | – |")
     lines += [f"| load agent model | {times['load_agent_s']} | {c('load_agent')} |",
-              f"| support scorer ready (the agent cast to {cfg.scorer_dtype}, or a separate load) | {times['load_scorer_s']} | {c('load_scorer')} |"]
+              f"| support scorer ready (the agent cast to {cfg.scorer_dtype}, or a separate load) "
+              f"| {times['load_scorer_s']} | {c('load_scorer')} |"]
     lines += [f"| generation: {k} (includes env steps and result writing) | {v} | {c('generation: ' + k)} |"
               for k, v in times["generation_s"].items()]
     lines += [f"| scoring: reward ablation | {times['ablation_s']} | {c('ablation')} |",

@@ -94,6 +94,7 @@ class EMPOReward:
         gated = threshold is not None and not entropy < threshold
         denom = k if self.share_of == "all" else max(1, cl.n_answered)
         share = [len(m) / denom for m in cl.members]
-        rewards = [final_turn_rewards(e, 0.0 if gated or lab is None else share[lab]) for e, lab in zip(episodes, cl.labels, strict=True)]
+        rewards = [final_turn_rewards(e, 0.0 if gated or lab is None else share[lab])
+                   for e, lab in zip(episodes, cl.labels, strict=True)]
         return GroupScores(rewards, {"clusters": cl.to_dict(), "m": share, "semantic_entropy": entropy,
                                      "entropy_threshold": threshold, "gated": gated})

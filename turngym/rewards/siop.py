@@ -106,7 +106,8 @@ class _PotentialMachinery:
     def potential(self, p: float, q: float) -> float:
         return q * _log(p + self.eps)
 
-    def turn_rewards(self, n_turns: int, q: float, support: Sequence[float], outcome_term: float) -> tuple[list[float], list[float]]:
+    def turn_rewards(self, n_turns: int, q: float, support: Sequence[float],
+                     outcome_term: float) -> tuple[list[float], list[float]]:
         """Rewards per turn and the potentials: ΔΦ_t on turn t, plus the outcome term on the final turn."""
         if n_turns == 0:
             return [], []

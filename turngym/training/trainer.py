@@ -46,7 +46,8 @@ def parse_task_prompt(prompt: Any) -> RolloutTask:
     except json.JSONDecodeError:
         ref = None
     if not isinstance(ref, dict) or not ({"index", "task"} & ref.keys()):
-        raise ValueError(f"dataset prompts must be task references made by turngym.training.trainer.task_prompt; got {str(prompt)[:80]!r}")
+        raise ValueError("dataset prompts must be task references made by turngym.training.trainer.task_prompt; "
+                         f"got {str(prompt)[:80]!r}")
     return RolloutTask(index=ref.get("index"), task=ref.get("task"))
 
 
