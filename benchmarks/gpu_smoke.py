@@ -33,7 +33,8 @@ def build_random_model(config_dir: str, out_dir: Path) -> str:
     model.save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(config_dir).save_pretrained(out_dir)
     n = sum(p.numel() for p in model.parameters())
-    print(f"model: random bf16 weights, architecture {config.model_type} from {Path(config_dir).name} ({n / 1e6:.0f}M parameters)")
+    print(f"model: random bf16 weights, architecture {config.model_type} from {Path(config_dir).name} "
+          f"({n / 1e6:.0f}M parameters)")
     return str(out_dir)
 
 
@@ -91,7 +92,8 @@ def check_rollout(model: str, episodes: int, repeats: int) -> None:
     for rep in range(repeats):
         for batching in ("static", "continuous"):
             runner = RolloutRunner(pol, lambda: gymnasium.make("turngym/Calculator-v0", max_turns=3),
-                                   SamplingParams(max_new_tokens=64, temperature=1.0, seed=rep), concurrency=16, batching=batching)
+                                   SamplingParams(max_new_tokens=64, temperature=1.0, seed=rep), concurrency=16,
+                                   batching=batching)
             sync()
             t = time.perf_counter()
             eps = runner.run(list(range(episodes)))
@@ -102,7 +104,8 @@ def check_rollout(model: str, episodes: int, repeats: int) -> None:
         med = statistics.median(ts)
         print(f"rollout Calculator-v0 {batching:10s}: {episodes} episodes ({turns[batching]} turns) in {med:.2f} s "
               f"(median of {repeats}) = {episodes / med:.1f} episodes/s")
-    print(f"rollout continuous/static speed ratio: {statistics.median(times['static']) / statistics.median(times['continuous']):.2f}x")
+    ratio = statistics.median(times['static']) / statistics.median(times['continuous'])
+    print(f"rollout continuous/static speed ratio: {ratio:.2f}x")
     del pol
     if DEVICE == "cuda":
         torch.cuda.empty_cache()
@@ -155,7 +158,8 @@ def check_grpo(model: str, steps: int, out: Path) -> None:
     logs = [h for h in history if "step_time" in h]
     print(f"grpo: {len(logs)} steps in {dt:.1f} s ({load_s:.1f} s building the trainer and loading the model)")
     for h in logs:
-        keys = [k for k in ("step_time", "loss", "grad_norm", "reward", "completions/mean_length", "turngym/turns_per_episode") if k in h]
+        keys = [k for k in ("step_time", "loss", "grad_norm", "reward", "completions/mean_length", "turngym/turns_per_episode")
+                if k in h]
         print(f"grpo step {h.get('step')}: " + ", ".join(f"{k}={float(h[k]):.4g}" for k in keys))
     if logs:
         print(f"grpo median step_time: {statistics.median(float(h['step_time']) for h in logs):.2f} s")
@@ -185,15 +189,17 @@ def main() -> int:
         print("error: no CUDA device", file=sys.stderr)
         return 2
     name = torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu"
-    print(f"python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}, device {name}")
+    print(f"python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"device {name}")
     model = build_random_model(args.model, out / "model") if args.random_init else args.model
     failed = []
     for name in args.checks.split(","):
         t = time.perf_counter()
         status = None
         try:
-            status = {"generate": lambda: check_generate(model), "rollout": lambda: check_rollout(model, args.episodes, args.repeats),
-             "vllm": lambda: check_vllm(model), "grpo": lambda: check_grpo(model, args.steps, out)}[name]()
+            status = {"generate": lambda: check_generate(model),
+                      "rollout": lambda: check_rollout(model, args.episodes, args.repeats),
+                      "vllm": lambda: check_vllm(model), "grpo": lambda: check_grpo(model, args.steps, out)}[name]()
         except Exception:  # noqa: BLE001  (one failed check is reported and the others still run)
             failed.append(name)
             traceback.print_exc(limit=6)

@@ -48,7 +48,7 @@ def main() -> None:
                    for n in ("siop", "igpo")]
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         flat = [x for w in rewards for g in w for ep in g for x in ep]
-        diff = "" if ref is None else f", max |reward - before| {max(abs(a - b) for a, b in zip(flat, ref)):.4f}"
+        diff = "" if ref is None else f", max |reward - before| {max(abs(a - b) for a, b in zip(flat, ref, strict=True)):.4f}"
         ref = ref if ref is not None else flat
         print(f"{arm:11s} ({dtype}, keep {keep}): wall {wall:.1f} s, CPU {cpu:.1f} s, forwards {scorer.stats['forwards']}, "
               f"tokens {scorer.stats['tokens']}, prefixes reused {scorer.stats['prefix_reused']}{diff}", flush=True)

@@ -165,7 +165,9 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str) -> tuple[An
           f"{sum(d.whole_turn_steps for d in decomps)} whole-turn steps (unlocated={unlocated}), "
           f"{sum(len(d.unstepped_turns) for d in decomps)} of {sum(len(e.turns) for e in episodes)} turns unstepped",
           flush=True)
-    rate = lambda a, b: (b["cache_hits"] - a["cache_hits"]) / max(1, b["calls"] - a["calls"])
+    def rate(a, b):
+        return (b["cache_hits"] - a["cache_hits"]) / max(1, b["calls"] - a["calls"])
+
     s0 = llm.stats.to_dict()
     judge_calls, steps, t0 = 0, 0, time.perf_counter()
     diags = []

@@ -65,8 +65,10 @@ def main() -> None:
     for arm in args.arms.split(","):
         fmt, prompt = arm.split(":")
         for ds in args.datasets.split(","):
-            make = lambda: gymnasium.make("turngym/SearchQA-v0", dataset=ds, tool_format=fmt, prompt=prompt,  # noqa: B023
-                                          max_turns=args.max_turns)
+            def make():
+                return gymnasium.make("turngym/SearchQA-v0", dataset=ds, tool_format=fmt, prompt=prompt,  # noqa: B023
+                                      max_turns=args.max_turns)
+
             runner = RolloutRunner(policy, make, sampling, k=1, concurrency=8, run_tag=f"{arm}-{ds}")
             start = time.perf_counter()
             eps = runner.run(range(args.limit))

@@ -30,7 +30,8 @@ def _mutate_value(v: Any) -> Any:
     return "x"
 
 
-def multi_turn_mutations(ground_truth: list[list[str]], params, methods: list[str], seed: int) -> dict[str, list[list[list[dict]]]]:
+def multi_turn_mutations(ground_truth: list[list[str]], params, methods: list[str],
+                         seed: int) -> dict[str, list[list[list[dict]]]]:
     """name -> per user turn, per step, the decoded calls of that step."""
     turns = [calls_from_strings(t, params) for t in ground_truth]
     nonempty = [i for i, t in enumerate(turns) if t]

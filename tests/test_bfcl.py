@@ -148,11 +148,11 @@ def test_step_cap_force_quits_like_bfcl():
     env = BFCLEnv(category="multi_turn_base")
     env.reset(options={"index": 0})
     term = False
-    for n in range(1, 30):
+    steps = 0
+    while not term and steps < 29:
         _, _, term, _, info = env.step("[pwd()]")
-        if term:
-            break
-    assert term and n == 21  # bfcl-eval quits when the step count exceeds MAXIMUM_STEP_LIMIT (20)
+        steps += 1
+    assert term and steps == 21  # bfcl-eval quits when the step count exceeds MAXIMUM_STEP_LIMIT (20)
     assert info["outcome"]["bfcl_valid"] is False
     assert info["outcome"]["error_type"] == "multi_turn:force_terminated"
 
@@ -358,7 +358,7 @@ def test_native_tool_calling_through_the_runner_keeps_the_token_invariant(tiny_c
     assert "tool" in roles and "user" in roles
     # every generate call saw exactly prompt + a_1 + o_1 + ... (ids, never re-tokenised)
     ids = list(ep.prompt_ids)
-    for call, turn in zip(policy.calls, ep.turns):
+    for call, turn in zip(policy.calls, ep.turns, strict=True):
         assert call == ids
         ids += turn.action_ids + (turn.observation_ids or [])
     tool_obs = next(t for t in ep.turns if t.observation_role == "tool")

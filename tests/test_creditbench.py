@@ -57,7 +57,7 @@ def test_searchqa_labels_true_on_the_default_index(searchqa_groups):
     labelled = 0
     for g in searchqa_groups:
         for ep in g:
-            for t, lab in zip(ep.turns, planted_labels(ep)):
+            for t, lab in zip(ep.turns, planted_labels(ep), strict=True):
                 if lab is not None:
                     labelled += 1
                     assert t.metrics["action"] == "search"
@@ -88,7 +88,7 @@ def test_mathcode_labels_compute_needed_intermediates():
     for g in groups:
         for ep in g:
             needed = {v for _, v in gsm8k_steps(solutions[ep.task["id"]])}
-            for t, lab in zip(ep.turns, planted_labels(ep)):
+            for t, lab in zip(ep.turns, planted_labels(ep), strict=True):
                 if lab == 1:  # runs and prints an intermediate of the reference solution
                     assert t.metrics["exec_ok"] and value(t.metrics["output"]) in needed
                 elif lab == 0:  # fails, or prints something the solution does not need

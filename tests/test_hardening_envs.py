@@ -105,7 +105,7 @@ def test_bfcl_single_turn_literal_over_4300_digits(tmp_path):
 @pytest.mark.parametrize("fmt,action", [
     ("prompting", f"[calculate_triangle_area(base={HUGE}, height=5)]"),
     ("prompting", f"[calculate_triangle_area(base=-{HUGE}.5e{HUGE}, height=5)]"),
-    ("native", '<tool_call>{"name": "calculate_triangle_area", "arguments": {"base": %s}}</tool_call>' % HUGE),
+    ("native", f'<tool_call>{{"name": "calculate_triangle_area", "arguments": {{"base": {HUGE}}}}}</tool_call>'),
     ("prompting", SURROGATE_REPLY),
     ("native", SURROGATE_REPLY),
 ])

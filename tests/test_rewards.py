@@ -135,7 +135,7 @@ def test_official_pseudo_answer_scores_only_the_references_own_tokens():
 def test_siop_process_rewards_telescope():
     lam = 0.5
     res = get_reward("siop", scorer=FakeSupportScorer(PROBS), lam=lam).score_group(group())
-    for rewards, phi, lab in zip(res.rewards, res.diagnostics["potentials"], res.diagnostics["clusters"]["labels"]):
+    for rewards, phi, lab in zip(res.rewards, res.diagnostics["potentials"], res.diagnostics["clusters"]["labels"], strict=True):
         if phi is None:
             continue
         q = res.diagnostics["q"][lab]
@@ -244,7 +244,8 @@ def test_surface_variants_land_in_one_cluster():
     answers = ["The Eiffel Tower.", "eiffel tower", "Eiffel  Tower!", "an eiffel tower", "Louvre", None]
     cl = cluster_answers("What?", answers, NormalizedMatch())
     assert cl.labels == [0, 0, 0, 0, 1, None]
-    assert cluster_answers("q", ["NYC", "New York City", "Boston"], NormalizedMatch(aliases=[["NYC", "New York City"]])).labels == [0, 0, 1]
+    aliases = NormalizedMatch(aliases=[["NYC", "New York City"]])
+    assert cluster_answers("q", ["NYC", "New York City", "Boston"], aliases).labels == [0, 0, 1]
     assert cluster_answers("q", ["\\frac{1}{2}", "0.5", "1/3"], MathEquivalence()).labels == [0, 0, 1]
 
 

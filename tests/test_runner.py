@@ -64,7 +64,8 @@ def test_recorded_logprobs_match_a_direct_forward(tiny_chat_policy):
     tok, model = tiny_chat_policy.tokenizer, tiny_chat_policy.model
     prompt = tok("What is 2 + 2?", add_special_tokens=False)["input_ids"]
     temp = 0.7
-    [g] = tiny_chat_policy.generate([GenerationRequest(prompt_ids=prompt)], SamplingParams(max_new_tokens=12, temperature=temp, seed=3))
+    [g] = tiny_chat_policy.generate([GenerationRequest(prompt_ids=prompt)],
+                                    SamplingParams(max_new_tokens=12, temperature=temp, seed=3))
     ids = torch.tensor([prompt + g.token_ids])
     with torch.no_grad():
         logits = model(ids).logits[0, len(prompt) - 1:-1].float() / temp
@@ -109,7 +110,8 @@ def slow(reqs, sampling):
     time.sleep(0.05)
     return inner(reqs, sampling)
 policy.generate = slow
-RolloutRunner(policy, lambda: CalculatorEnv(max_turns=3), SamplingParams(max_new_tokens=8), k=2, concurrency=3).run(range(20), sys.argv[1])
+RolloutRunner(policy, lambda: CalculatorEnv(max_turns=3), SamplingParams(max_new_tokens=8), k=2,
+              concurrency=3).run(range(20), sys.argv[1])
 """
 
 
@@ -126,7 +128,8 @@ def test_rollout_killed_midway_and_rerun_yields_each_episode_once(tmp_path, tiny
     proc.wait()
     first = read_episodes(out)
     assert 6 <= len(first.episodes) < 40, "the kill should land mid-run"
-    runner = RolloutRunner(tiny_chat_policy, lambda: CalculatorEnv(max_turns=3), SamplingParams(max_new_tokens=8), k=2, concurrency=3)
+    runner = RolloutRunner(tiny_chat_policy, lambda: CalculatorEnv(max_turns=3), SamplingParams(max_new_tokens=8), k=2,
+                           concurrency=3)
     new = runner.run(range(20), out)
     final = read_episodes(out)
     ids = [e.id for e in final.episodes]

@@ -147,7 +147,8 @@ def test_spawned_daemons_do_not_outlive_their_cell(pool):
 
 def test_timeout_kills_every_process_the_worker_started(pool):
     with pool.session() as s:
-        r = s.run("import subprocess, signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"
+        r = s.run("import subprocess, signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                  "signal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"
                   "subprocess.Popen(['sh', '-c', '(setsid sleep 999 &)'])\nwhile True: pass")
         assert r.status == "timeout" and r.restarted
         time.sleep(0.3)

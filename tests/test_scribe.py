@@ -231,7 +231,7 @@ def test_a_long_turn_is_decomposed_into_several_judged_steps_without_losing_its_
     # the steps tile the turn: nothing lost, the first absorbs the preamble, the last reaches the end
     assert "".join(action[s["start"]:s["end"]] for s in steps) == action
     assert steps[0]["start"] == 0 and steps[-1]["end"] == len(action)
-    assert all(a["end"] == b["start"] for a, b in zip(steps, steps[1:]))
+    assert all(a["end"] == b["start"] for a, b in zip(steps, steps[1:], strict=False))
     assert steps[-1]["score"] == 1 and all(s["score"] == 3 for s in steps[:-1])  # the end was judged, and wrong
     assert all(s["prototype"] == planted_library.by_id(steps[0]["prototype"]).id for s in steps)
     assert planted_library.by_id(steps[0]["prototype"]).level == 2  # the skill, not only its family
@@ -247,7 +247,7 @@ def test_token_budget_windows_with_a_real_tokenizer(tiny_chat_policy):
     text = "\n".join(f"line {k}: " + "alpha beta gamma " * (k % 7 + 1) for k in range(60)) + "\n" + "z" * 900
     parts = split_turn(text, 3, 64, counter)
     assert len(parts) > 3 and parts[0].start == 0 and parts[-1].end == len(text)
-    assert all(a.end == b.start for a, b in zip(parts, parts[1:]))
+    assert all(a.end == b.start for a, b in zip(parts, parts[1:], strict=False))
     assert all(counter.count(text[p.start:p.end]) <= 64 + 2 for p in parts)  # per-piece counts add up to the budget
     short = episode("s", ["one short turn", "and another"])
     assert [[p.turn for p in w] for w in windows(short, 64, counter)] == [[0, 1]]  # short turns share a window
@@ -276,7 +276,7 @@ def test_clustering_recovers_planted_skill_groups(embedder):
 
     items, labels = planted_items()
     clusters = cluster_skills(embedder.embed([it.text for it in items]), min_cluster_size=3)
-    kept = [(lab, c) for lab, c in zip(labels, clusters.labels) if c >= 0]
+    kept = [(lab, c) for lab, c in zip(labels, clusters.labels, strict=True) if c >= 0]
     assert len(kept) >= 0.8 * len(labels)
     assert adjusted_rand_score([str(k[0]) for k in kept], [k[1] for k in kept]) >= 0.8
     assert len(clusters.groups) == 4
@@ -451,7 +451,8 @@ def test_composite_rewards_add_weighted_parts(planted_library, embedder):
     assert s.rewards[0] == pytest.approx([1.0, 1 / 3 + 0.5])
     assert s.diagnostics["part_rewards"]["outcome"] == [outcome_r] and combo.name == "scribe+outcome"
     funrl = get_reward("scribe+funrl", scribe=scribe_cfg).score_group([ep])  # whatever funrl's definition, it adds
-    assert funrl.rewards[0] == pytest.approx([a + b for a, b in zip(scribe_r, funrl.diagnostics["part_rewards"]["funrl"][0])])
+    funrl_r = funrl.diagnostics["part_rewards"]["funrl"][0]
+    assert funrl.rewards[0] == pytest.approx([a + b for a, b in zip(scribe_r, funrl_r, strict=True)])
     built = get_reward("composite", parts=[{"reward": get_reward("prm", llm=llm, outcome_weight=0.0), "weight": 2.0},
                                            {"name": "outcome", "weight": 1.0}])
     assert built.score_group([ep]).rewards[0] == pytest.approx([2 * 2 / 3, 2 * 0.0 + 1.0])

@@ -38,12 +38,12 @@ def test_tree_scoring_equals_naive_forwards(tiny_chat_policy, episodes):
     tok = tiny_chat_policy.tokenizer
     ep = max(episodes, key=lambda e: len(e.turns))
     points = scoring_points(ep, tok)
-    assert len(points) == len(ep.turns) + 1 and all(b[: len(a)] == a for a, b in zip(points, points[1:]))
+    assert len(points) == len(ep.turns) + 1 and all(b[: len(a)] == a for a, b in zip(points, points[1:], strict=False))
     conts = conts_for(tok, ["413", "12", "forty"])
     tree = HFSupportScorer(tiny_chat_policy.model, tok)
     naive = HFSupportScorer(tiny_chat_policy.model, tok, method="naive")
     a, b = tree.mean_logprobs(points, conts), naive.mean_logprobs(points, conts)
-    for ra, rb in zip(a, b):
+    for ra, rb in zip(a, b, strict=True):
         assert ra == pytest.approx(rb, abs=1e-4)
     assert all(x < 0 for row in a for x in row)
     assert tree.stats["forwards"] == 2 and tree.stats["tokens"] < naive.stats["tokens"]
@@ -74,7 +74,7 @@ def test_siop_and_igpo_equal_a_hand_computation_from_the_real_model(tiny_chat_po
     import torch
 
     model, tok = tiny_chat_policy.model, tiny_chat_policy.tokenizer
-    for e, ans in zip(episodes, ["413", "413", "12", None]):  # give the group answers to cluster
+    for e, ans in zip(episodes, ["413", "413", "12", None], strict=True):  # give the group answers to cluster
         e.final_answer = ans
     multi = [e for e in episodes if len(e.turns) > 1]
     assert multi, "need a multi-turn episode"
@@ -136,8 +136,8 @@ def test_a_scorer_with_another_tokenizer_is_refused_and_text_mode_retokenises(ep
     from turngym.agents.tiny import tiny_model_dir
 
     other = load_hf_policy(str(tiny_model_dir(chat=True, vocab_size=400)), dtype="float32", device="cpu")
-    g = [e for e in episodes]
-    for e, ans in zip(g, ["413", "413", "12", None]):
+    g = list(episodes)
+    for e, ans in zip(g, ["413", "413", "12", None], strict=True):
         e.final_answer = ans
     scorer = HFSupportScorer(other.model, other.tokenizer)
     with pytest.raises(ValueError, match="tokenizer differs"):
@@ -150,13 +150,13 @@ def test_a_scorer_with_another_tokenizer_is_refused_and_text_mode_retokenises(ep
     assert pts[0] == other.tokenizer(text, add_special_tokens=False)["input_ids"]
     assert len(pts) == len(multi.turns) + 1 and pts[1][len(pts[0]):] == other.tokenizer(
         multi.turns[0].action, add_special_tokens=False)["input_ids"]
-    unrecorded = [e for e in g]
+    unrecorded = list(g)
     saved = [e.meta.pop("tokenizer") for e in unrecorded]
     try:
         with pytest.raises(ValueError, match="does not record which tokenizer"):
             get_reward("siop", scorer=scorer).score_group(unrecorded)
     finally:
-        for e, fp in zip(unrecorded, saved):
+        for e, fp in zip(unrecorded, saved, strict=True):
             e.meta["tokenizer"] = fp
 
 
@@ -208,7 +208,7 @@ def test_siop_through_a_server_scorer_spec_equals_the_local_scorer_on_the_fake(t
         spec = {"base_url": server.url, "model": "served", "tokenizer": str(tiny_model_dir(chat=True))}
         scorer = make_scorer(spec)
         assert isinstance(scorer, OpenAISupportScorer)
-        for e, ans in zip(episodes, ["413", "413", "12", None]):
+        for e, ans in zip(episodes, ["413", "413", "12", None], strict=True):
             e.final_answer = ans
         res = get_reward("siop", scorer=spec).score_group(episodes)
         assert all(math.isfinite(x) for r in res.rewards for x in r)
@@ -239,12 +239,13 @@ def test_tree_scoring_with_sliding_window_layers_equals_naive(tiny_chat_policy):
                            pad_token_id=tok.pad_token_id)
     cfg.final_logit_softcapping = 3.0  # the tree path applies the head's soft-capping as the model's forward does
     model = Gemma3ForCausalLM(cfg).eval()
-    ids = tok("What is 12 * 34 + 5? <calc>12 * 34</calc> <result>408</result> then add five", add_special_tokens=False)["input_ids"]
+    ids = tok("What is 12 * 34 + 5? <calc>12 * 34</calc> <result>408</result> then add five",
+              add_special_tokens=False)["input_ids"]
     points = [ids[:6], ids[:15], ids]  # later points run past the sliding window
     conts = conts_for(tok, ["413", "forty"])
     tree = HFSupportScorer(model, tok).mean_logprobs(points, conts)
     naive = HFSupportScorer(model, tok, method="naive").mean_logprobs(points, conts)
-    for a, b in zip(tree, naive):
+    for a, b in zip(tree, naive, strict=True):
         assert a == pytest.approx(b, abs=1e-4)
 
 
@@ -255,7 +256,7 @@ def test_ablate_scorer_spec_local_model_and_server(tiny_chat_policy, episodes, t
     from turngym.episode import EpisodeWriter
     from turngym.evals.ablate import run_ablation
 
-    for e, ans in zip(episodes, ["413", "413", "12", None]):
+    for e, ans in zip(episodes, ["413", "413", "12", None], strict=True):
         e.final_answer = ans
     path = tmp_path / "episodes.jsonl"
     writer = EpisodeWriter(path)
@@ -298,7 +299,7 @@ def test_kept_prefixes_give_the_same_scores_with_one_forward_less(tiny_chat_poli
     (siop_a, igpo_a), plain = run(0)
     (siop_b, igpo_b), kept = run(100_000)
     for a, b in ((siop_a, siop_b), (igpo_a, igpo_b)):
-        for ra, rb in zip(a, b):
+        for ra, rb in zip(a, b, strict=True):
             assert ra == pytest.approx(rb, abs=1e-5)
     assert kept["prefix_reused"] >= multi and plain["prefix_reused"] == 0
     assert kept["forwards"] <= plain["forwards"] - multi

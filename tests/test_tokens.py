@@ -42,7 +42,7 @@ def _check_prefixes(ep, seen_for_ep):
     ids, mask = episode_token_arrays(ep)
     prefix = list(ep.prompt_ids)
     assert len(seen_for_ep) == len(ep.turns)
-    for turn, seen in zip(ep.turns, seen_for_ep):
+    for turn, seen in zip(ep.turns, seen_for_ep, strict=True):
         assert seen == prefix, f"turn {turn.index} was conditioned on different ids"
         prefix = prefix + turn.action_ids + (turn.observation_ids or [])
     assert ids == prefix
@@ -106,7 +106,7 @@ def test_chat_episode_ids_equal_the_chat_template_tokenisation(request, tok_name
     ids, mask = episode_token_arrays(ep)
     assert [t.action for t in ep.turns] == script
     assert trainer_ids == ids + tok(close, add_special_tokens=False)["input_ids"]
-    assert tok.decode([i for i, m in zip(ids, mask) if m]) == "".join(script)
+    assert tok.decode([i for i, m in zip(ids, mask, strict=True) if m]) == "".join(script)
 
 
 def test_plain_episode_text_is_prompt_plus_actions_plus_observations(gemma_tokenizer):

@@ -221,8 +221,9 @@ def test_resuming_from_a_checkpoint_reproduces_the_next_step(tmp_path):
     history = lambda tr: [h for h in tr.state.log_history if "loss" in h][-1]  # noqa: E731
     assert history(resumed)["loss"] == pytest.approx(history(full)["loss"], abs=1e-6)
     assert history(resumed)["turngym/turn_reward_mean"] == history(full)["turngym/turn_reward_mean"]
-    assert any(not torch.allclose(a, b) for a, b in zip(model_and_tokenizer()[0].parameters(), full.model.parameters()))
-    for p_full, p_res in zip(full.model.parameters(), resumed.model.parameters()):
+    assert any(not torch.allclose(a, b)
+               for a, b in zip(model_and_tokenizer()[0].parameters(), full.model.parameters(), strict=True))
+    for p_full, p_res in zip(full.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.allclose(p_full, p_res, atol=1e-6)
 
 
@@ -290,7 +291,8 @@ tr = TurnGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(d), processing_c
                      env_factory=lambda: CalculatorEnv(max_turns=2 + rank), reward=get_reward("outcome"), args=args,
                      train_dataset=task_dataset(range(8)), stop=(" ",))
 tr.train()
-print(f"RESULT rank={rank} processes={tr.accelerator.num_processes} turns={max(len(e.turns) for e in tr._batch_episodes)} steps={tr.state.global_step}")
+print(f"RESULT rank={rank} processes={tr.accelerator.num_processes} turns={max(len(e.turns) for e in tr._batch_episodes)} "
+      f"steps={tr.state.global_step}")
 """
 
 

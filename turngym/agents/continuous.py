@@ -221,7 +221,7 @@ class ContinuousBatcher:
             warped = self.top_p(None, scaled) if self.top_p is not None else scaled
             picked = torch.multinomial(torch.softmax(warped, -1), 1, generator=self.rng).squeeze(1)
         chosen = logp.gather(1, picked[:, None]).squeeze(1).tolist()
-        for r, t, lp in zip(rows, picked.tolist(), chosen):
+        for r, t, lp in zip(rows, picked.tolist(), chosen, strict=True):
             r.pending = t
             r.generated.append(t)
             r.logprobs.append(lp)

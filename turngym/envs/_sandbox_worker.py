@@ -109,7 +109,9 @@ class _Confinement:
         self.caps["non_dumpable"] = self.libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
     def _mount(self, src, target, fstype, flags=0, data=None):
-        enc = lambda v: None if v is None else os.fsencode(v)
+        def enc(v):
+            return None if v is None else os.fsencode(v)
+
         return self.libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)) == 0
 
     @staticmethod
@@ -173,7 +175,7 @@ class _Confinement:
                 p = os.path.realpath(os.fsdecode(path))
             except (TypeError, ValueError):
                 return True  # file descriptors and odd objects: let the OS decide
-            return p == workdir or p.startswith(workdir + os.sep) or p.startswith("/dev/null")
+            return p == workdir or p.startswith((workdir + os.sep, "/dev/null"))
 
         def hook(event, args):
             if event == "open":
@@ -285,8 +287,10 @@ def _interpreter_loop(code_r, done_w, out_fd, err_fd, cfg):
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
             os.dup2(fd, target)
-        sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(1), "wb", buffering=0), encoding="utf-8", errors="replace", write_through=True)
-        sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(2), "wb", buffering=0), encoding="utf-8", errors="replace", write_through=True)
+        sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(1), "wb", buffering=0), encoding="utf-8", errors="replace",
+                                      write_through=True)
+        sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(2), "wb", buffering=0), encoding="utf-8", errors="replace",
+                                      write_through=True)
         used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
         cpu_soft = int(used + msg["cpu_s"]) + 1
         try:

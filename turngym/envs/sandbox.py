@@ -278,7 +278,9 @@ class _Worker:
                               error=f"SandboxProtocolError: {exc}; the interpreter was replaced")
         if not self._eof and self.proc.poll() is None:  # stuck in C code past the in-process alarm
             self.kill()
-            return ExecResult(status="timeout", error=f"TimeoutError: execution exceeded the time limit ({limits.wall_s:g} s); the interpreter was killed", restarted=True)
+            return ExecResult(status="timeout", restarted=True,
+                              error=f"TimeoutError: execution exceeded the time limit ({limits.wall_s:g} s); "
+                                    "the interpreter was killed")
         return self._dead(None)
 
     def _result(self, msg: dict, nonce: str, limits: SandboxLimits) -> ExecResult:

@@ -211,7 +211,8 @@ class SearchQAEnv(TextEnv):
         call = {"name": "search", "arguments": {"query": query}}
         if not query:
             return ActionResult(observation="\n\n<information>Error: the search query is empty.</information>\n\n",
-                                tool_calls=[call], parse_error="empty search query", metrics={"action": "search", "retrieval_hit": False})
+                                tool_calls=[call], parse_error="empty search query",
+                                metrics={"action": "search", "retrieval_hit": False})
         if len(query) > self.max_query_chars:
             query = query[: self.max_query_chars]
         start = time.perf_counter()
@@ -219,7 +220,8 @@ class SearchQAEnv(TextEnv):
             hits = self.retriever.search(query, self.topk)
         except (RetrieverError, ValueError) as exc:
             return ActionResult(observation=f"\n\n<information>Error: search failed: {exc}</information>\n\n",
-                                tool_calls=[call], metrics={"action": "search", "retrieval_hit": False, "retrieval_error": str(exc)},
+                                tool_calls=[call],
+                                metrics={"action": "search", "retrieval_hit": False, "retrieval_error": str(exc)},
                                 tool_ms=(time.perf_counter() - start) * 1000.0)
         golds = [str(a) for a in self.episode.task.get("answers", [])]
         return ActionResult(

@@ -60,7 +60,7 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
     flat = {n: [x for r in rows for x in r] for n, rows in per_turn.items()}
     for name, rows in per_turn.items():
         totals = [sum(r) for r in rows]
-        pairs = [(x, t) for r, tr in zip(rows, truths) for x, t in zip(r, tr) if t is not None]
+        pairs = [(x, t) for r, tr in zip(rows, truths, strict=True) for x, t in zip(r, tr, strict=True) if t is not None]
         variances, start = [], 0
         for g in groups:
             tot = totals[start:start + len(g)]
@@ -159,14 +159,18 @@ def _markdown(s: dict[str, Any]) -> str:
     f = lambda x: "–" if x is None else f"{x:.3f}"  # noqa: E731
     lines = ["# Reward ablation", "", f"{s['groups']} groups, {s['episodes']} episodes, "
              f"{s['turns_with_ground_truth']} turns with per-turn ground truth.", "",
-             "| reward | credit accuracy (ρ vs per-turn truth) | advantage estimator | credit accuracy on advantages: AUC [95% CI] | ρ [95% CI] "
+             "| reward | credit accuracy (ρ vs per-turn truth) | advantage estimator "
+             "| credit accuracy on advantages: AUC [95% CI] | ρ [95% CI] "
              "| groups / labelled turns (useful) | agreement with gold outcome (ρ) | within-group variance | mean turn reward |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    ci = lambda m, k: "–" if m.get(k) is None else f(m[k]) + (f" [{m[k + '_ci95'][0]:.3f}, {m[k + '_ci95'][1]:.3f}]" if m.get(k + "_ci95") else "")  # noqa: E731
+    ci = lambda m, k: "–" if m.get(k) is None else f(m[k]) + (  # noqa: E731
+        f" [{m[k + '_ci95'][0]:.3f}, {m[k + '_ci95'][1]:.3f}]" if m.get(k + "_ci95") else "")
     for n, m in s["rewards"].items():
         adv = m["credit_accuracy_advantage"]
-        used = f"{adv.get('n_groups', '–')} / {adv.get('n_turns', '–')} ({adv.get('n_positive', '–')})" + ("*" if "scope" in m else "")
-        lines.append(f"| {n} | {f(m['credit_accuracy'])} | {adv['estimator']} | {ci(adv, 'auc')} | {ci(adv, 'spearman')} | {used} | "
+        used = (f"{adv.get('n_groups', '–')} / {adv.get('n_turns', '–')} ({adv.get('n_positive', '–')})"
+                + ("*" if "scope" in m else ""))
+        lines.append(f"| {n} | {f(m['credit_accuracy'])} | {adv['estimator']} | {ci(adv, 'auc')} | {ci(adv, 'spearman')} "
+                     f"| {used} | "
                      f"{f(m['agreement_with_gold_outcome'])} | {f(m['within_group_variance'])} | {f(m['mean_turn_reward'])} |")
     if s.get("gold_only"):
         g = s["gold_only"]

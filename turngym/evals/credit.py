@@ -117,7 +117,7 @@ def labelled_pairs(values: Sequence[Sequence[float]], labels: Sequence[Sequence[
     """(value of turn t + lag, label of turn t) over labelled turns; ``lag=1`` asks whether the credit
     for a turn lands on the turn after it (e.g. a support score taken before the observation)."""
     out = []
-    for vals, labs in zip(values, labels):
+    for vals, labs in zip(values, labels, strict=True):
         for t, lab in enumerate(labs):
             if lab is not None and t + lag < len(vals):
                 out.append((float(vals[t + lag]), int(lab)))

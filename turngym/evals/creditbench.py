@@ -24,7 +24,8 @@ paired with in training (:mod:`turngym.evals.credit`), and credit accuracy is me
 those advantages (AUC label 1 vs 0, Spearman ρ, group-bootstrap intervals), on the raw
 turn rewards where they vary, and one turn later (does the credit land on the turn after
 the useful one?). Raw rewards are scored only where they vary on the labelled turns (an
-episode-level reward sits on the final turn, which is never labelled). Also reported: mean within-group variance of episode reward totals.
+episode-level reward sits on the final turn, which is never labelled). Also reported: mean within-group variance of
+episode reward totals.
 """
 
 from __future__ import annotations
@@ -297,7 +298,7 @@ def _bfcl_actions(per_turn: list, choice: list) -> list[tuple[str, int | None]]:
     from turngym.envs.bfcl.calls import render_prompting
 
     actions: list[tuple[str, int | None]] = []
-    for calls, (text_calls, lab) in zip(per_turn, choice):
+    for _, (text_calls, lab) in zip(per_turn, choice, strict=True):
         if text_calls:
             actions.append((render_prompting(text_calls), lab))
         actions.append((END_TURN, None))
@@ -339,7 +340,7 @@ def build_bfcl(cfg: BenchConfig) -> list[list[Episode]]:
         for k in range(cfg.k):
             rng = _rng(cfg, "bfcl", i, k)
             choice = []
-            for calls, bad in zip(per_turn, wrong):
+            for calls, bad in zip(per_turn, wrong, strict=True):
                 lab = int(rng.random() < cfg.p_useful) if bad is not None else None
                 choice.append((calls if lab != 0 else bad, lab))
             actions = _bfcl_actions(per_turn, choice)
@@ -383,16 +384,18 @@ def score_groups(groups: Sequence[Sequence[Episode]], wrappers: dict[str, Any],
         variances = [float(np.var(t, ddof=1)) for t in totals if len(t) > 1]
         row: dict[str, Any] = {
             "estimator": paired_estimator(name),
-            "advantage": credit_score([labelled_pairs(a, lab) for a, lab in zip(advantages, labels)], n_boot, seed).to_dict(),
-            "advantage_next_turn": credit_score([labelled_pairs(a, lab, lag=1) for a, lab in zip(advantages, labels)],
+            "advantage": credit_score([labelled_pairs(a, lab) for a, lab in zip(advantages, labels, strict=True)],
+                                      n_boot, seed).to_dict(),
+            "advantage_next_turn": credit_score([labelled_pairs(a, lab, lag=1)
+                                                 for a, lab in zip(advantages, labels, strict=True)],
                                                 n_boot, seed).to_dict(),
             "group_reward_variance": float(np.mean(variances)) if variances else None,
             "score_s": round(time.perf_counter() - start, 2),
         }
-        raw_pairs = [labelled_pairs(r, lab) for r, lab in zip(rewards, labels)]
+        raw_pairs = [labelled_pairs(r, lab) for r, lab in zip(rewards, labels, strict=True)]
         if varies([[x for g in raw_pairs for x, _ in g]]):  # only where the raw rewards vary on labelled turns
             row["raw"] = credit_score(raw_pairs, n_boot, seed).to_dict()
-            row["raw_next_turn"] = credit_score([labelled_pairs(r, lab, lag=1) for r, lab in zip(rewards, labels)],
+            row["raw_next_turn"] = credit_score([labelled_pairs(r, lab, lag=1) for r, lab in zip(rewards, labels, strict=True)],
                                                 n_boot, seed).to_dict()
         out[name] = row
     return out

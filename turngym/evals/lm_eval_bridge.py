@@ -20,8 +20,8 @@
 What is comparable: the items and the grading are turngym's; single-turn lm-eval tasks
 (e.g. ``gsm8k``) use other prompts, few-shot examples and answer extraction, and no tools,
 so their numbers are not comparable with these. BFCL tasks use bfcl-eval's prompts, decoders and
-checkers, so their accuracy is comparable with bfcl-eval's prompting-mode numbers per category. Within the bridge, different lm-eval
-backends are comparable with each other and with ``turngym eval`` at temperature 0.
+checkers, so their accuracy is comparable with bfcl-eval's prompting-mode numbers per category. Within the bridge,
+different lm-eval backends are comparable with each other and with ``turngym eval`` at temperature 0.
 """
 
 from __future__ import annotations
@@ -215,7 +215,8 @@ class LMEvalPolicy:
         insts = []
         for i, req in enumerate(requests):
             context = req.prompt_text if req.prompt_text is not None else _render(req.messages or [])
-            gen = {"until": list(sampling.stop) or ["<|__never__|>"], "max_gen_toks": req.max_new_tokens or sampling.max_new_tokens,
+            gen = {"until": list(sampling.stop) or ["<|__never__|>"],
+                   "max_gen_toks": req.max_new_tokens or sampling.max_new_tokens,
                    "do_sample": sampling.temperature > 0}
             if sampling.temperature > 0:
                 gen["temperature"] = sampling.temperature
@@ -274,7 +275,8 @@ def make_turngym_lm_class():
             from lm_eval.utils import simple_parse_args_string
 
             args = simple_parse_args_string(arg_string)
-            args.update({k: v for k, v in (additional_config or {}).items() if v is not None and k not in ("batch_size", "max_batch_size", "device")})
+            args.update({k: v for k, v in (additional_config or {}).items()
+                         if v is not None and k not in ("batch_size", "max_batch_size", "device")})
             return cls(**args)
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:

@@ -166,7 +166,9 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
               (f"{ablation['groups']} groups, {ablation['episodes']} episodes, {ablation['turns_with_ground_truth']} turns with "
               "per-turn truth from the envs. Credit accuracy on the paired estimator's advantages (AUC, 0.5 = none):"), "",
               "| reward | estimator | AUC | ρ | groups / labelled turns (useful) |", "| --- | --- | --- | --- | --- |"]
-    f = lambda x: "–" if x is None else f"{x:.3f}"
+    def f(x):
+        return "–" if x is None else f"{x:.3f}"
+
     for n, m in ablation["rewards"].items():
         a = m["credit_accuracy_advantage"]
         lines.append(f"| {n} | {a['estimator']} | {f(a['auc'])} | {f(a['spearman'])} | "
@@ -192,9 +194,11 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
                "not counted): on a shared machine the wall time grows with the load, the CPU time much less."), "",
               "| stage | wall s | CPU s |", "| --- | --- | --- |"]
     if times.get("setup_s") is not None:
-        lines.append(f"| set-up (scripts/setup.sh and the model extra; one-time model conversion excluded when cached) | {times['setup_s']} | – |")
+        lines.append("| set-up (scripts/setup.sh and the model extra; one-time model conversion excluded when cached) "
+                     f"| {times['setup_s']} | – |")
     lines += [f"| load agent model | {times['load_agent_s']} | {c('load_agent')} |",
-              f"| support scorer ready (the agent cast to {cfg.scorer_dtype}, or a separate load) | {times['load_scorer_s']} | {c('load_scorer')} |"]
+              f"| support scorer ready (the agent cast to {cfg.scorer_dtype}, or a separate load) "
+              f"| {times['load_scorer_s']} | {c('load_scorer')} |"]
     lines += [f"| generation: {k} (includes env steps and result writing) | {v} | {c('generation: ' + k)} |"
               for k, v in times["generation_s"].items()]
     lines += [f"| scoring: reward ablation | {times['ablation_s']} | {c('ablation')} |",

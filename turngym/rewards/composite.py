@@ -68,7 +68,7 @@ class CompositeReward:
                 r = scores.rewards[i]
                 if len(r) != len(ep.turns):
                     raise ValueError(f"part {k!r} gave {len(r)} rewards for episode {ep.id} with {len(ep.turns)} turns")
-                row = [a + self.weights[k] * b for a, b in zip(row, r)]
+                row = [a + self.weights[k] * b for a, b in zip(row, r, strict=True)]
             totals.append([finite(x) for x in row])
         return GroupScores(totals, {"weights": dict(self.weights),
                                     "part_rewards": {k: s.rewards for k, s in parts.items()},

@@ -94,7 +94,7 @@ class NLIEquivalence:
         n = len(answers)
         pairs = [(i, j) for i in range(n) for j in range(n) if i != j and answers[i] != answers[j]]
         texts = [(f"{question} {answers[i]}", f"{question} {answers[j]}") for i, j in pairs]
-        verdicts = dict(zip(pairs, self.nli.entails(texts))) if texts else {}
+        verdicts = dict(zip(pairs, self.nli.entails(texts), strict=True)) if texts else {}
         return [[i == j or answers[i] == answers[j] or verdicts[(i, j)] for j in range(n)] for i in range(n)]
 
 

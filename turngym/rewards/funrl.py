@@ -15,7 +15,8 @@ paper's reward took the name). Each turn scores the mean of the components that 
   ``bfcl_valid`` on a single-turn BFCL episode.
 
 A BFCL step that ends a user turn with plain text is a reply, not a malformed call, so it
-is well-formed; one that starts a call (``[`` or ``<tool_call>``) and fails to decode is not. Rewards are in [0, 1]; no outcome term.
+is well-formed; one that starts a call (``[`` or ``<tool_call>``) and fails to decode is not. Rewards are in [0, 1];
+no outcome term.
 """
 
 from __future__ import annotations

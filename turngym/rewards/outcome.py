@@ -57,8 +57,9 @@ class TTRLReward:
         voters = [*episodes, *(vote_pool or [])]
         cl = cluster_group(voters, self.equivalence)
         majority = max(range(len(cl.members)), key=lambda c: len(cl.members[c])) if cl.members else None
+        # cl.labels covers every voter; the scored episodes are its first len(episodes) entries
         rewards = [final_turn_rewards(e, float(lab is not None and lab == majority))
-                   for e, lab in zip(episodes, cl.labels)]
+                   for e, lab in zip(episodes, cl.labels[:len(episodes)], strict=True)]
         return GroupScores(rewards, {"clusters": cl.to_dict(), "majority": majority, "votes": len(voters)})
 
 
@@ -93,6 +94,7 @@ class EMPOReward:
         gated = threshold is not None and not entropy < threshold
         denom = k if self.share_of == "all" else max(1, cl.n_answered)
         share = [len(m) / denom for m in cl.members]
-        rewards = [final_turn_rewards(e, 0.0 if gated or lab is None else share[lab]) for e, lab in zip(episodes, cl.labels)]
+        rewards = [final_turn_rewards(e, 0.0 if gated or lab is None else share[lab])
+                   for e, lab in zip(episodes, cl.labels, strict=True)]
         return GroupScores(rewards, {"clusters": cl.to_dict(), "m": share, "semantic_entropy": entropy,
                                      "entropy_threshold": threshold, "gated": gated})

@@ -51,7 +51,7 @@ class PRMReward:
             raise ValueError("score_group needs at least one episode")
         calls_before = self.llm.stats.calls
         decomps = self.decompose(episodes)
-        jobs = [(e, it) for e, d in zip(episodes, decomps) for it in d.items]
+        jobs = [(e, it) for e, d in zip(episodes, decomps, strict=True) for it in d.items]
         verdicts = iter(judge_steps_open(jobs, self.llm, self.judge_tokens, self.observation_tokens) if jobs else [])
         steps: dict[str, list[StepRecord]] = {e.id: [] for e in episodes}
         for e, it in jobs:
@@ -61,7 +61,7 @@ class PRMReward:
                                           step_value(j.score, status, self.unmatched_value), None, j.score))
         per_episode = [steps[e.id] for e in episodes]
         rewards = [episode_rewards(e, s, self.unmatched_value, self.turn_aggregate, self.outcome_weight,
-                                   self.outcome_metric) for e, s in zip(episodes, per_episode)]
+                                   self.outcome_metric) for e, s in zip(episodes, per_episode, strict=True)]
         return GroupScores(rewards, {
             "steps": [[s.to_dict() for s in st] for st in per_episode],
             **step_counts(per_episode),

@@ -101,12 +101,13 @@ class _PotentialMachinery:
         if not self.final_turn_gain:
             points = points[:-1]
         table = scorer.mean_logprobs(points, conts)
-        return [sum(a * math.exp(lp) for a, lp in zip(weights, row)) for row in table]
+        return [sum(a * math.exp(lp) for a, lp in zip(weights, row, strict=True)) for row in table]
 
     def potential(self, p: float, q: float) -> float:
         return q * _log(p + self.eps)
 
-    def turn_rewards(self, n_turns: int, q: float, support: Sequence[float], outcome_term: float) -> tuple[list[float], list[float]]:
+    def turn_rewards(self, n_turns: int, q: float, support: Sequence[float],
+                     outcome_term: float) -> tuple[list[float], list[float]]:
         """Rewards per turn and the potentials: ΔΦ_t on turn t, plus the outcome term on the final turn."""
         if n_turns == 0:
             return [], []
@@ -154,7 +155,7 @@ class SIOPReward(_PotentialMachinery):
             q = [1.0] * k
         refs = [list(dict.fromkeys(a))[: self.n_ref] for a in answers]
         rewards, potentials, supports = [], [], []
-        for ep, lab in zip(episodes, cl.labels):
+        for ep, lab in zip(episodes, cl.labels, strict=True):
             if lab is None:
                 rewards.append([0.0] * len(ep.turns))
                 potentials.append(None)

@@ -137,7 +137,7 @@ def scoring_points(episode: Episode, tokenizer: Any, mode: str = "before_observa
             turns=[dataclasses.replace(t, action_ids=a, action_logprobs=None,
                                        observation_ids=ct.observation_ids(t.observation, t.observation_role, a)
                                        if t.observation else [])
-                   for t, a in zip(episode.turns, acts)])
+                   for t, a in zip(episode.turns, acts, strict=True)])
     layout = episode.token_layout()
     last = len(episode.turns) - 1
     ends = [layout.prompt_end] + [  # τ_T always ends with the final assistant turn
@@ -172,7 +172,7 @@ class SupportScorer(Protocol):
 def _validate(points: Sequence[Sequence[int]], conts: Sequence[Continuation]) -> None:
     if any(len(p) == 0 for p in points):
         raise ValueError("a scoring point is empty (the prompt tokenised to nothing)")
-    for a, b in zip(points, points[1:]):
+    for a, b in zip(points, points[1:], strict=False):
         if list(b[: len(a)]) != list(a):
             raise ValueError("scoring points must be nested prefixes")
     for c in conts:
@@ -313,7 +313,7 @@ class HFSupportScorer:
         # branch inputs: for (p, c), c.ids[:end-1] at positions len(p) ...; token c.ids[k] is
         # predicted by the output at position len(p) + k - 1 (the point's last token when k = 0)
         tokens, pos, segs = [], [], []
-        for pi, pt in enumerate(points):
+        for pt in points:
             lp = len(pt)
             for c in conts:
                 n_in = c.end - 1
@@ -322,7 +322,7 @@ class HFSupportScorer:
                 pos += range(lp, lp + n_in)
         n_b = len(tokens)
         want = []  # (source, index, target): source 0 = main forward, 1 = branch forward
-        for (start, _, lp), c in zip(segs, [c for _ in points for c in conts]):
+        for (start, _, lp), c in zip(segs, [c for _ in points for c in conts], strict=True):
             for k in range(c.start, c.end):
                 want.append((0, lp - 1, c.ids[k]) if k == 0 else (1, start + k - 1, c.ids[k]))
         main_idx = sorted({i for s, i, _ in want if s == 0})
@@ -408,7 +408,7 @@ class OpenAISupportScorer:
         if len(choices) != len(prompts):
             raise RuntimeError(f"server returned {len(choices)} choices for {len(prompts)} prompts")
         flat = []
-        for choice, (start, ref) in zip(choices, spans):
+        for choice, (start, ref) in zip(choices, spans, strict=True):
             plp = choice.get("prompt_logprobs")
             if not plp:
                 raise RuntimeError("the server gave no prompt_logprobs (a vLLM server serves them; others may not)")

@@ -74,7 +74,7 @@ def _split(flat: list[float], shape: Rewards) -> list[list[float]]:
 def grpo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-4) -> list[list[float]]:
     totals = [sum(ep) for ep in rewards]
     z = zscore(totals, eps)
-    return [[z_i] * len(ep) for z_i, ep in zip(z, rewards)]
+    return [[z_i] * len(ep) for z_i, ep in zip(z, rewards, strict=True)]
 
 
 def turn(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:

@@ -46,7 +46,8 @@ def parse_task_prompt(prompt: Any) -> RolloutTask:
     except json.JSONDecodeError:
         ref = None
     if not isinstance(ref, dict) or not ({"index", "task"} & ref.keys()):
-        raise ValueError(f"dataset prompts must be task references made by turngym.training.trainer.task_prompt; got {str(prompt)[:80]!r}")
+        raise ValueError("dataset prompts must be task references made by turngym.training.trainer.task_prompt; "
+                         f"got {str(prompt)[:80]!r}")
     return RolloutTask(index=ref.get("index"), task=ref.get("task"))
 
 
@@ -94,7 +95,7 @@ class TRLGenerationPolicy:
         completion_ids, logprobs = self.trainer._generate_single_turn(prompts, None, {}, 1)
         eos = set(self.trainer.eos_token_ids)
         out = []
-        for i, (req, ids) in enumerate(zip(requests, completion_ids)):
+        for i, (req, ids) in enumerate(zip(requests, completion_ids, strict=True)):
             cap = min(sampling.max_new_tokens, req.max_new_tokens or sampling.max_new_tokens)
             ids = list(ids)
             cut, finish = cut_generation(self.tokenizer, ids, cap, sampling.stop, eos)
@@ -111,7 +112,7 @@ def episode_completion(ep: Episode) -> tuple[list[int], list[int], list[float], 
     layout = ep.token_layout()
     p = layout.prompt_end
     mask = layout.trained[p:]
-    turn_of = [t if m else -1 for t, m in zip(layout.turn_of[p:], mask)]
+    turn_of = [t if m else -1 for t, m in zip(layout.turn_of[p:], mask, strict=True)]
     return layout.ids[p:], mask, layout.logprobs[p:], turn_of
 
 

@@ -109,7 +109,7 @@ class BFCLEnv(TextEnv):
         functions = self.data.entries[index]["function"]
         if index not in self.data.tools:  # bfcl-eval's conversion deep-copies every doc: once per item
             self.data.tools[index] = self.format.tools(functions, self._name_map)
-        self._name_map.update({t["function"]["name"]: f["name"] for f, t in zip(functions, self.data.tools[index])})
+        self._name_map.update({t["function"]["name"]: f["name"] for f, t in zip(functions, self.data.tools[index], strict=True)})
         return copy.deepcopy(self.data.tools[index])
 
     # ------------------------------------------------------------------ episode state

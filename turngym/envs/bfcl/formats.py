@@ -70,7 +70,7 @@ class NativeFormat(ToolFormat):
         mods = bfcl()
         tools = mods["handler_utils"].convert_to_tool(
             functions, mods["type_mappings"].GORILLA_TO_OPENAPI, mods["enums"].ModelStyle.OPENAI_COMPLETIONS)
-        for original, tool in zip(functions, tools):
+        for original, tool in zip(functions, tools, strict=True):
             name_map[tool["function"]["name"]] = original["name"]
         return tools
 

@@ -137,7 +137,7 @@ class MultiTurn(Mode):
         self.all_results.extend(results)
         self.steps_in_turn += 1
         metrics["tool_ok"] = not any(is_error_result(r) for r in results)
-        tool_calls = [{"call": c, "result": r} for c, r in zip(calls, results)]
+        tool_calls = [{"call": c, "result": r} for c, r in zip(calls, results, strict=True)]
         if self.steps_in_turn > bfcl()["prompts"].MAXIMUM_STEP_LIMIT:
             # bfcl-eval stops the conversation here; the turn's calls still count, so on the
             # last user turn the entry is checked as usual, on an earlier one it fails

@@ -34,7 +34,7 @@ def option_logprobs(policy: Any, prompt_text: str, options: Sequence[str], add_s
             k += 1
         starts.append(max(1, k))
     device = next(model.parameters()).device
-    if base and all(st == len(base) and len(s) == len(base) + 1 for st, s in zip(starts, seqs)):
+    if base and all(st == len(base) and len(s) == len(base) + 1 for st, s in zip(starts, seqs, strict=True)):
         # every option is one token after the whole prompt (a judge's 0-3 score): one forward pass of the
         # prompt alone gives them all, instead of one padded copy of the prompt per option
         last = model(input_ids=torch.tensor([base], device=device)).logits[0, -1].float()

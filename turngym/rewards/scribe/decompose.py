@@ -87,7 +87,7 @@ def split_turn(text: str, turn: int, budget: int, counter: TokenCounter) -> list
     pieces = [m.span() for m in re.finditer(r"[^\n]*\n|[^\n]+$", text)]
     sizes = counter.count_many([text[a:b] for a, b in pieces])
     fine: list[tuple[int, int, int]] = []
-    for (a, b), n in zip(pieces, sizes):
+    for (a, b), n in zip(pieces, sizes, strict=True):
         if n <= budget:
             fine.append((a, b, n))
             continue
@@ -172,7 +172,7 @@ def decompose(episodes: Sequence[Episode], llm: Any, window_tokens: int = 1024,
     found: dict[str, list[tuple[int, int, str, str]]] = {ep.id: [] for ep in episodes}
     unplaced: dict[str, dict[int, tuple[str, str]]] = {ep.id: {} for ep in episodes}  # turn -> first unlocated step
     stats: dict[str, list[int]] = {ep.id: [0, 0, 0] for ep in episodes}  # dropped, failed, windows
-    for (ep, window), reply in zip(plan, replies):
+    for (ep, window), reply in zip(plan, replies, strict=True):
         s = stats[ep.id]
         s[2] += 1
         if reply is None:

@@ -75,7 +75,7 @@ def neighbour_pairs(jobs: Sequence[Job], embedder: Any, threshold: float = 0.8) 
         if len(idx) < 2:
             continue
         sims = vecs[idx] @ vecs[idx].T
-        for a, b in zip(*np.nonzero(np.triu(sims >= threshold, k=1))):
+        for a, b in zip(*np.nonzero(np.triu(sims >= threshold, k=1)), strict=True):
             i, j = idx[a], idx[b]
             if jobs[i][0].id != jobs[j][0].id:
                 out.append((i, j))
@@ -91,9 +91,9 @@ def cross_instance_consistency(pairs: Sequence[tuple[int, int]], scores: Sequenc
 
 def routed_jobs(episodes: Sequence[Episode], library: SkillLibrary, decompositions: Sequence[Any],
                 router: Any) -> list[Job]:
-    flat = [(e, it) for e, d in zip(episodes, decompositions) for it in d.items]
+    flat = [(e, it) for e, d in zip(episodes, decompositions, strict=True) for it in d.items]
     routes = router.route([it for _, it in flat], library)
-    return [(e, it, library.by_id(r)) for (e, it), r in zip(flat, routes) if r is not None]
+    return [(e, it, library.by_id(r)) for (e, it), r in zip(flat, routes, strict=True) if r is not None]
 
 
 def reliability(episodes: Sequence[Episode], scribe: Any, repeats: int = 5, temperature: float = 0.7,

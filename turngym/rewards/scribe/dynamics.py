@@ -44,8 +44,8 @@ def normalised_entropy(scores: Sequence[int], levels: int = 4) -> float:
 
 def auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
     """ROC AUC (Mann-Whitney, ties count half); None without both classes."""
-    pos = [s for s, y in zip(scores, labels) if y]
-    neg = [s for s, y in zip(scores, labels) if not y]
+    pos = [s for s, y in zip(scores, labels, strict=True) if y]
+    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
     if not pos or not neg:
         return None
     wins = sum((p > q) + 0.5 * (p == q) for p in pos for q in neg)

@@ -158,7 +158,7 @@ def build_library(items: Sequence[SkillItem], embedder: Any, llm: Any, *, min_cl
                             family_similarity)
     tree: list[tuple[str, str | None, list[int]]] = []   # (id, parent, member indices)
     for f, fam in enumerate(sorted(set(fam_of))):
-        members = [idx for idx, lab in zip(skills, fam_of) if lab == fam]
+        members = [idx for idx, lab in zip(skills, fam_of, strict=True) if lab == fam]
         tree.append((f"f{f}", None, sorted(i for idx in members for i in idx)))
         if len(members) >= 2:
             tree += [(f"f{f}.s{k}", f"f{f}", idx) for k, idx in enumerate(members)]
@@ -174,7 +174,7 @@ def build_library(items: Sequence[SkillItem], embedder: Any, llm: Any, *, min_cl
     rubrics = llm.call_many(jobs) if jobs else []
     timings["distill_s"] = time.perf_counter() - t0
     protos, failed, lost_families = [], 0, set()
-    for (pid, parent, idx), rubric, chosen in zip(tree, rubrics, chosen_of):
+    for (pid, parent, idx), rubric, chosen in zip(tree, rubrics, chosen_of, strict=True):
         if rubric is None or (parent is not None and parent in lost_families):
             failed += 1  # kept out of the library, and counted
             if parent is None:

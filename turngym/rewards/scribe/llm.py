@@ -253,7 +253,7 @@ class JSONLLM:
         for start in range(0, len(keys), self.max_concurrency):
             chunk = keys[start:start + self.max_concurrency]
             values = self._generate_valid([jobs[todo[k][0]] for k in chunk])
-            for k, value in zip(chunk, values):
+            for k, value in zip(chunk, values, strict=True):
                 for i in todo[k]:
                     out[i] = value
                 # greedy decoding fails the same way twice: remember failures too, but not when sampling
@@ -273,7 +273,7 @@ class JSONLLM:
         values: list[Any] = []
         retry: list[int] = []
         errors: dict[int, str] = {}
-        for i, ((_, schema), text) in enumerate(zip(jobs, texts)):
+        for i, ((_, schema), text) in enumerate(zip(jobs, texts, strict=True)):
             value, err, repaired = parse_json_reply(text, schema)
             if err is not None and forced[i]:  # the constrained field alone may satisfy the schema
                 value, err2, _ = parse_json_reply(forced[i] + "}", schema)
@@ -288,7 +288,7 @@ class JSONLLM:
             self.stats.reasked += len(retry)
             again, _ = self._generate([reask_prompt(jobs[i][0], errors[i], jobs[i][1]) for i in retry],
                                       [jobs[i][1] for i in retry])
-            for i, text in zip(retry, again):
+            for i, text in zip(retry, again, strict=True):
                 value, err, repaired = parse_json_reply(text, jobs[i][1])
                 values[i] = value
                 self.stats.repaired += int(repaired and err is None)
@@ -304,7 +304,7 @@ class JSONLLM:
                                   stop=("}\n\n", "```\n"))
         if not is_local(self.policy):
             reqs = [GenerationRequest(messages=[{"role": "user", "content": p}],
-                                      json_schema=s if self.guided_json else None) for p, s in zip(prompts, schemas)]
+                                      json_schema=s if self.guided_json else None) for p, s in zip(prompts, schemas, strict=True)]
             with self._slots:
                 gens = self.policy.generate(reqs, dataclasses.replace(sampling, stop=()))
             with self._lock:
@@ -325,11 +325,11 @@ class JSONLLM:
                     prefixes[i] += options[k]
                     forced[i] = prefixes[i]
             reqs = [GenerationRequest(prompt_ids=list(tok(t + pre, add_special_tokens=not chat)["input_ids"]))
-                    for t, pre in zip(texts, prefixes)]
+                    for t, pre in zip(texts, prefixes, strict=True)]
             gens = self.policy.generate(reqs, sampling)
         with self._lock:
             self.stats.generated += len(prompts)
-        return [pre + g.text for pre, g in zip(prefixes, gens)], forced
+        return [pre + g.text for pre, g in zip(prefixes, gens, strict=True)], forced
 
 
 def enum_options(schema: Schema) -> list[str]:

@@ -81,7 +81,8 @@ def decompose_prompt(episode: Episode, window: Sequence[Any], counter: Any, obse
 
 
 def distill_prompt(examples: list[dict[str, str]]) -> str:
-    shown = "\n".join(f"- skill: {e['skill']} | subgoal: {e['subgoal']}" + (f" | step: {e['span'][:300]}" if e.get("span") else "")
+    shown = "\n".join(f"- skill: {e['skill']} | subgoal: {e['subgoal']}"
+                      + (f" | step: {e['span'][:300]}" if e.get("span") else "")
                       for e in examples)
     return (
         "These steps from different agent trajectories use the same skill. Write a rubric for that skill: a short "

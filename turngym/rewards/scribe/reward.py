@@ -152,12 +152,12 @@ class ScribeReward:
         if self.library is None and len(self._buffer) >= self.bootstrap_items:
             self.rebuild()
         lib: SkillLibrary | None = self.library if isinstance(self.library, SkillLibrary) else None
-        flat = [(e, it) for e, d in zip(episodes, decomps) for it in d.items]
+        flat = [(e, it) for e, d in zip(episodes, decomps, strict=True) for it in d.items]
         routes = self.step_router.route([it for _, it in flat], lib) if lib is not None else [None] * len(flat)
-        jobs = [(e, it, lib.by_id(r)) for (e, it), r in zip(flat, routes) if r is not None and lib is not None]
+        jobs = [(e, it, lib.by_id(r)) for (e, it), r in zip(flat, routes, strict=True) if r is not None and lib is not None]
         verdicts = iter(judge_steps(jobs, self.llm, self.judge_tokens, self.observation_tokens) if jobs else [])
         steps: dict[str, list[StepRecord]] = {e.id: [] for e in episodes}
-        for (e, it), r in zip(flat, routes):
+        for (e, it), r in zip(flat, routes, strict=True):
             j = next(verdicts) if r is not None else None
             status = "unmatched" if r is None else "judged" if j is not None and j.score is not None else "judge_failed"
             score = None if j is None else j.score
@@ -166,7 +166,7 @@ class ScribeReward:
                                           [] if j is None else j.violated))
         per_episode = [steps[e.id] for e in episodes]
         rewards = [episode_rewards(e, s, self.unmatched_value, self.turn_aggregate, self.outcome_weight,
-                                   self.outcome_metric) for e, s in zip(episodes, per_episode)]
+                                   self.outcome_metric) for e, s in zip(episodes, per_episode, strict=True)]
         family_of = {} if lib is None else {p.id: p.parent or p.id for p in lib.prototypes}
         self.dynamics.add_group(per_episode, [outcome_score(e, self.outcome_metric) for e in episodes], family_of)
         diagnostics = {

@@ -83,7 +83,7 @@ class LLMRouter:
             for i in deeper:
                 kids = library.children(out[i])  # type: ignore[arg-type]
                 jobs.append((route_prompt(items[i].subgoal, items[i].skill, kids), route_schema([k.id for k in kids])))
-            for i, r in zip(deeper, self.llm.call_many(jobs)):
+            for i, r in zip(deeper, self.llm.call_many(jobs), strict=True):
                 if r is not None and r["prototype"] != "none":
                     out[i] = r["prototype"]
         return out
@@ -118,7 +118,7 @@ def judge_prompts(jobs: Sequence[tuple[Episode, SkillItem, Any]], llm: Any, judg
 
 def read_judgements(jobs: Sequence[tuple[Episode, SkillItem, Any]], replies: Sequence[Any]) -> list[Judgement]:
     out = []
-    for (_, _, proto), reply in zip(jobs, replies):
+    for (_, _, proto), reply in zip(jobs, replies, strict=True):
         if reply is None:
             out.append(Judgement(None))
             continue
