@@ -184,7 +184,7 @@ def test_a_prompts_rollouts_over_two_processes_are_one_group_and_an_incomplete_g
     for g in groups:
         in_order = sorted(g, key=lambda e: e.meta["k"])
         expected = get_estimator("grpo")([[float(e.meta["k"])] * len(e.turns) for e in in_order])
-        for e, want in zip(in_order, expected):
+        for e, want in zip(in_order, expected, strict=True):
             assert advs[next(i for i, x in enumerate(mixed) if x is e)] == pytest.approx(want)
 
     with pytest.raises(ValueError, match="holds 3 rollouts, not num_generations=4"):

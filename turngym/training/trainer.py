@@ -267,7 +267,7 @@ class TurnGRPOTrainer(GRPOTrainer):
             pool = voters.get(group[0].meta.get("task_key")) if voters else None
             scores = self.reward.score_group(group, vote_pool=pool) if pool else self.reward.score_group(group)
             advs = self.estimator(scores.rewards, gamma=self.gamma, **eps_kw)
-            for ep, r, a in zip(group, scores.rewards, advs):
+            for ep, r, a in zip(group, scores.rewards, advs, strict=True):
                 scored[id(ep)] = (r, a)
         hits = [scored[id(e)] for e in episodes if id(e) in scored]
         return [r for r, _ in hits], [a for _, a in hits]
@@ -285,7 +285,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         rewards, advs = self._score_groups(everyone, mine, voters)
         members = {id(e) for g in mine for e in g}
         positions = [pos for pos, e in enumerate(everyone) if id(e) in members]
-        rows = list(zip(positions, rewards, advs))
+        rows = list(zip(positions, rewards, advs, strict=True))
         table = {pos: (r, a) for pos, r, a in gather_object(rows)}
         return [table[i][0] for i in range(len(everyone))], [table[i][1] for i in range(len(everyone))]
 
