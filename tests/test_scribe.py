@@ -878,3 +878,13 @@ def test_unlocated_quotes_drop_steps_or_make_the_turn_one_step():
     assert first.span == ep.turns[0].action
     with pytest.raises(ValueError, match="unlocated"):
         decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)), unlocated="guess")
+
+
+def test_json_repair_honours_escaped_quotes_before_brackets():
+    """An escaped quote inside a string does not end it, so brackets after it stay text."""
+    from turngym.rewards.scribe.llm import _outermost_object, close_truncated
+
+    assert close_truncated('{"steps": [{"q": "a \\"}\\" b"}, {"q": "c"}, {"q": "d') == \
+        '{"steps": [{"q": "a \\"}\\" b"}, {"q": "c"}]}'
+    assert _outermost_object('say {"q": "x \\"}\\" y", "n": 1} end') == '{"q": "x \\"}\\" y", "n": 1}'
+    assert _outermost_object('x {"a": "\\\\"} y') == '{"a": "\\\\"}'

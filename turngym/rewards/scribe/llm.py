@@ -92,20 +92,30 @@ def _coerce(value: Any, schema: Schema) -> Any:
     return value
 
 
+def _structure(text: str, start: int):
+    """(index, char) of each bracket at or after ``start`` that is outside JSON strings (escapes honoured)."""
+    in_str = esc = False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{}[]":
+            yield i, ch
+
+
 def _outermost_object(text: str) -> str | None:
     start = text.find("{")
     while start >= 0:
-        depth, in_str, esc = 0, False, False
-        for i in range(start, len(text)):
-            ch = text[i]
-            if in_str:
-                esc = not esc and ch == "\\"
-                if ch == '"' and not esc:
-                    in_str = False
-                continue
-            if ch == '"':
-                in_str = True
-            elif ch == "{":
+        depth = 0
+        for i, ch in _structure(text, start):
+            if ch == "{":
                 depth += 1
             elif ch == "}":
                 depth -= 1
@@ -124,24 +134,15 @@ def close_truncated(text: str) -> str | None:
         return None
     stack: list[str] = []
     last: tuple[int, str] | None = None   # (end of the last complete nested value, closers needed there)
-    in_str = esc = False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if in_str:
-            esc = not esc and ch == "\\"
-            if ch == '"' and not esc:
-                in_str = False
-            continue
-        if ch == '"':
-            in_str = True
-        elif ch in "{[":
+    for i, ch in _structure(text, start):
+        if ch in "{[":
             stack.append("}" if ch == "{" else "]")
-        elif ch in "}]":
-            if not stack or stack.pop() != ch:
-                return None
-            if not stack:
-                return None  # the object is complete: nothing to close
-            last = (i + 1, "".join(reversed(stack)))
+            continue
+        if not stack or stack.pop() != ch:
+            return None
+        if not stack:
+            return None  # the object is complete: nothing to close
+        last = (i + 1, "".join(reversed(stack)))
     if last is None:
         return None
     return text[start:last[0]] + last[1]
