@@ -239,6 +239,39 @@ def fill_declared_needs(episodes: Sequence[Episode]) -> int:
     return filled
 
 
+def make_wrappers(names: Sequence[str], scorer: Any = None, tokens: str = "ids", scribe_llm: Any = None,
+                  scribe_episodes: Sequence[Episode] = (), scribe_library: Any = None,
+                  scribe_base_url: str | None = None) -> dict[str, Any]:
+    """Wrappers by name. ``scorer`` (a model spec or a loaded scorer) is made once and shared by siop and
+    igpo, which read episodes by ``tokens``: ``"ids"`` (the policy's own ids) or ``"text"`` (re-tokenised:
+    scripted creditbench episodes carry no ids). ``scribe_llm`` judges for scribe (and prm, which shares
+    scribe's loaded judge when both are asked for); without ``scribe_library`` scribe's library is fitted
+    on ``scribe_episodes``."""
+    shared = None
+    out: dict[str, Any] = {}
+    for name in names:
+        cfg: dict[str, Any] = {}
+        if name in ("siop", "igpo"):
+            if scorer is None:
+                raise ValueError(f"{name} needs --scorer (a model that scores support, e.g. 'default' or a directory)")
+            if shared is None:
+                from turngym.rewards.support import make_scorer
+
+                shared = make_scorer(scorer)
+            cfg.update(scorer=shared, tokens=tokens)
+        if name == "scribe":
+            if scribe_llm is None:
+                raise ValueError("scribe needs a judge model (--scribe-llm)")
+            cfg.update(llm=scribe_llm, library=scribe_library, llm_base_url=scribe_base_url)
+        if name == "prm":  # the PRM baseline: scribe's judge model, open-ended criteria
+            judge = out["scribe"].llm if "scribe" in out else scribe_llm
+            cfg.update(llm="default" if judge is None else judge, llm_base_url=scribe_base_url)
+        out[name] = get_reward(name, **cfg)
+        if name == "scribe" and scribe_library is None:  # no library given: build one from these episodes
+            out[name].fit(list(scribe_episodes))
+    return out
+
+
 def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str | Path,
                  scorer: str | None = None, scribe_llm: str = "default", scribe_library: str | None = None,
                  scribe_base_url: str | None = None, reliability_repeats: int = 0) -> dict[str, Any]:
@@ -254,25 +287,9 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
         print(f"note: {filled} episode(s) written before episodes carried reward_needs: their registered env's "
               "declaration is used")
     scorer_spec, tokens = _scorer_spec(scorer)
-    shared = None  # one loaded model (or server client), given to siop and igpo as their scorer
-    wrappers = {}
-    for name in names:
-        cfg: dict[str, Any] = {}
-        if name in ("siop", "igpo"):
-            if scorer_spec is None:
-                raise ValueError(f"{name} needs --scorer (a model that scores support, e.g. 'default' or a directory)")
-            if shared is None:
-                from turngym.rewards.support import make_scorer
-
-                shared = make_scorer(scorer_spec)
-            cfg.update(scorer=shared, tokens=tokens)
-        if name == "scribe":
-            cfg.update(llm=scribe_llm, library=scribe_library, llm_base_url=scribe_base_url)
-        if name == "prm":  # the PRM baseline: scribe's judge model, open-ended criteria
-            cfg.update(llm=wrappers["scribe"].llm if "scribe" in wrappers else scribe_llm, llm_base_url=scribe_base_url)
-        wrappers[name] = get_reward(name, **cfg)
-        if name == "scribe" and scribe_library is None:  # no library given: build one from these episodes
-            wrappers[name].fit(report.episodes)
+    wrappers = make_wrappers(names, scorer=scorer_spec, tokens=tokens, scribe_llm=scribe_llm,
+                             scribe_episodes=report.episodes, scribe_library=scribe_library,
+                             scribe_base_url=scribe_base_url)
     rel = None
     if reliability_repeats:
         from turngym.rewards.scribe.diagnostics import reliability

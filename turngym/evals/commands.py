@@ -25,13 +25,8 @@ def env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def cmd_creditbench(args: argparse.Namespace) -> int:
-    from turngym.evals.creditbench import (
-        ENVS,
-        BenchConfig,
-        build,
-        make_wrappers,
-        run_creditbench,
-    )
+    from turngym.evals.ablate import make_wrappers
+    from turngym.evals.creditbench import ENVS, BenchConfig, build, run_creditbench
 
     names = [r.strip() for r in args.rewards.split(",") if r.strip()]
     try:

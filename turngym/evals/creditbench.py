@@ -482,31 +482,3 @@ def markdown(s: dict[str, Any]) -> str:
                          f"{'–' if var is None else f'{var:.3f}'} |")
         lines.append("")
     return "\n".join(lines)
-
-
-def make_wrappers(names: Sequence[str], scorer: Any = None, scribe_llm: Any = None,
-                  scribe_episodes: Sequence[Episode] = (), tokens: str = "ids") -> dict[str, Any]:
-    """Wrappers by name; ``scorer`` (a model name or loaded scorer) for siop/igpo, shared; ``scribe_llm``
-    (a model name or loaded policy) judges for scribe, whose library is fitted on ``scribe_episodes``.
-    ``tokens``: how siop/igpo read episodes: ``"ids"`` (the policy's own token ids) or ``"text"``
-    (re-tokenised by the scorer: scripted creditbench episodes carry no ids)."""
-    from turngym.rewards import get_reward
-    from turngym.rewards.support import make_scorer
-
-    shared = None
-    out = {}
-    for name in names:
-        cfg: dict[str, Any] = {}
-        if name in ("siop", "igpo"):
-            if scorer is None:
-                raise ValueError(f"{name} needs a support scorer model (--scorer)")
-            shared = shared or make_scorer(scorer)
-            cfg.update(scorer=shared, tokens=tokens)
-        if name == "scribe":
-            if scribe_llm is None:
-                raise ValueError("scribe needs a judge model (--scribe-llm)")
-            cfg["llm"] = scribe_llm
-        out[name] = get_reward(name, **cfg)
-        if name == "scribe":
-            out[name].fit(list(scribe_episodes))
-    return out

@@ -76,8 +76,8 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
     """``policy``: an already loaded agent (then ``cfg.model`` only names it)."""
     from turngym.agents.loading import load_policy, model_identity
     from turngym.episode import read_episodes
-    from turngym.evals.ablate import ablate
-    from turngym.evals.creditbench import BenchConfig, make_wrappers, run_creditbench
+    from turngym.evals.ablate import ablate, make_wrappers
+    from turngym.evals.creditbench import BenchConfig, run_creditbench
     from turngym.evals.harness import EvalSpec, run_eval
     from turngym.rewards.support import HFSupportScorer
 
