@@ -52,6 +52,19 @@ def test_igpo_is_scored_where_gold_exists_and_the_table_says_so(episodes, tiny_c
     assert outcome["credit_accuracy_advantage"]["n_turns"] == 12 and "scope" not in outcome
     md = (tmp_path / "ablation.md").read_text()
     assert "| 3 / 9 (6)*" in md and "left out: 1 groups of turngym/NoGold-v0" in md
+    # the gold-only wrapper is in the rank correlation (over the turns it scored), the heatmap and the viewer
+    assert s["correlation"]["igpo"]["outcome"] is not None and s["correlation"]["outcome"]["igpo"] is not None
+    import json
+
+    from turngym.evals.scores import read_scores
+
+    saved = json.loads((tmp_path / "ablation.json").read_text())
+    assert [r for r in saved["per_turn_rewards"]["igpo"][-3:]] == [[None] * len(e.turns) for e in episodes[-3:]]
+    assert all(x is not None for r in saved["per_turn_rewards"]["igpo"][:-3] for x in r)
+    scored = {(r.reward, r.episode_id) for r in read_scores(tmp_path / "scores.jsonl")}
+    assert ("igpo", episodes[0].id) in scored and ("igpo", episodes[-1].id) not in scored
+    assert ("outcome", episodes[-1].id) in scored
+    assert "igpo" in (tmp_path / "view.html").read_text()
 
 
 def test_all_gold_keeps_igpo_in_the_main_table(episodes, tiny_chat_policy):

@@ -11,6 +11,7 @@ turn's state and response checks), over the turns that have one.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,52 +38,31 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
     """``rewards``: name → reward wrapper. Groups are the episodes' ``group`` ids. ``reliability``:
     a judge-reliability result (``turngym.rewards.scribe.diagnostics.reliability``) to report too."""
     groups = group_episodes(episodes)
-    gold_only = _gold_only_scope(rewards, groups)  # e.g. igpo where some envs carry no gold answer
-    if gold_only:  # wrappers that need gold are scored (or fail) on the gold-carrying groups only, once
-        rewards = {n: w for n, w in rewards.items() if not getattr(w, "requires_gold", False)}
     ordered = [ep for g in groups for ep in g]
-    per_turn: dict[str, list[list[float]]] = {}
-    errors: dict[str, str] = {}
-    for name, wrapper in rewards.items():
-        rows: list[list[float]] = []
-        try:
-            for g in groups:
-                rows += wrapper.score_group(g).rewards
-        except Exception as exc:  # noqa: BLE001 - one failing wrapper must not sink the others
-            errors[name] = f"{type(exc).__name__}: {exc}"
-            continue
-        per_turn[name] = rows
-    truths = [turn_truth(e) for e in ordered]
-    gold = [outcome_score(e) for e in ordered]
-    summary: dict[str, Any] = {"groups": len(groups), "episodes": len(ordered),
-                               "turns_with_ground_truth": sum(x is not None for t in truths for x in t),
-                               "rewards": {}, "correlation": {}, "errors": errors}
+    needy = {n: w for n, w in rewards.items() if getattr(w, "requires_gold", False)}
+    kept = [g for g in groups if all(_has_gold(e) for e in g)]
+    kept_ids = {g.key for g in kept}
+    if not needy or len(kept) == len(groups):  # every wrapper is scored on every group
+        needy, kept = {}, list(groups)
+    per_turn, errors = _score(groups, {n: w for n, w in rewards.items() if n not in needy})
+    summary = _summary(groups, per_turn, rewards, errors)
+    if needy:  # e.g. igpo where some envs carry no gold answer: scored (or failing) once, on the gold groups only
+        scope = {"envs": sorted({g[0].env_id for g in kept}), "groups": len(kept),
+                 "left_out_envs": sorted({g[0].env_id for g in groups if g.key not in kept_ids}),
+                 "left_out_groups": len(groups) - len(kept)}
+        sub_rows, sub_errors = _score(kept, needy) if kept else ({}, dict.fromkeys(needy, "no group carries a gold answer"))
+        for name, m in _summary(kept, sub_rows, needy, sub_errors)["rewards"].items():
+            summary["rewards"][name] = {**m, "scope": scope}
+        summary["errors"].update(sub_errors)
+        summary["gold_only"] = scope
+        kept_eps = [e for g in kept for e in g]
+        for name, rows in sub_rows.items():  # left-out episodes' turns are NaN: blank in the heatmap and viewer
+            by_id = {ep.id: row for ep, row in zip(kept_eps, rows, strict=True)}
+            per_turn[name] = [by_id.get(ep.id, [math.nan] * len(ep.turns)) for ep in ordered]
     flat = {n: [x for r in rows for x in r] for n, rows in per_turn.items()}
-    for name, rows in per_turn.items():
-        totals = [sum(r) for r in rows]
-        pairs = [(x, t) for r, tr in zip(rows, truths, strict=True) for x, t in zip(r, tr, strict=True) if t is not None]
-        variances, start = [], 0
-        for g in groups:
-            tot = totals[start:start + len(g)]
-            start += len(g)
-            if len(tot) > 1:
-                variances.append(float(np.var(tot, ddof=1)))
-        summary["rewards"][name] = {
-            "credit_accuracy": spearman([p[0] for p in pairs], [p[1] for p in pairs]),
-            "credit_accuracy_advantage": _advantage_credit(name, rows, truths, groups),
-            "agreement_with_gold_outcome": spearman(totals, gold),
-            "within_group_variance": float(np.mean(variances)) if variances else None,
-            "mean_turn_reward": float(np.mean(flat[name])) if flat[name] else None,
-            **_costs(rewards[name]),
-        }
-    for name, result in gold_only.get("rewards", {}).items():
-        summary["rewards"][name] = result
-    summary["errors"].update(gold_only.get("errors", {}))
-    if gold_only:
-        summary["gold_only"] = {k: v for k, v in gold_only.items() if k not in ("rewards", "errors")}
     names = list(per_turn)
     for a in names:
-        summary["correlation"][a] = {b: spearman(flat[a], flat[b]) for b in names}
+        summary["correlation"][a] = {b: _finite_spearman(flat[a], flat[b]) for b in names}
     if reliability is not None:
         summary["reliability"] = reliability
     if out_dir is not None:
@@ -90,7 +70,8 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "ablation.json").write_text(json.dumps({**summary, "per_turn_rewards": per_turn}, indent=1))
+        json_rows = {n: [[x if math.isfinite(x) else None for x in r] for r in rows] for n, rows in per_turn.items()}
+        (out / "ablation.json").write_text(json.dumps({**summary, "per_turn_rewards": json_rows}, indent=1))
         if per_turn:
             credit_heatmap(per_turn, out / "credit_maps.png")
         # per-turn rewards and group advantages by episode id (format: turngym.evals.scores), and the viewer
@@ -110,21 +91,56 @@ def _has_gold(ep: Episode) -> bool:
     return any(str(a).strip() for a in ep.task.get("answers", []) or [])
 
 
-def _gold_only_scope(rewards: dict[str, Any], groups: Sequence[EpisodeGroup]) -> dict[str, Any]:
-    """Wrappers that need a gold answer (``requires_gold``: igpo), when some groups have none (BFCL calls):
-    scored apart on the groups whose episodes all carry one, so their cells cover the envs where they apply
-    (the report says which, with the group and turn counts) instead of failing on the whole ablation."""
-    needy = {n: w for n, w in rewards.items() if getattr(w, "requires_gold", False)}
-    if not needy or all(_has_gold(e) for g in groups for e in g):
-        return {}
-    kept = [g for g in groups if all(_has_gold(e) for e in g)]
-    left = [g for g in groups if not all(_has_gold(e) for e in g)]
-    scope = {"envs": sorted({g[0].env_id for g in kept}), "groups": len(kept),
-             "left_out_envs": sorted({g[0].env_id for g in left}), "left_out_groups": len(left)}
-    if not kept:
-        return {**scope, "rewards": {}, "errors": dict.fromkeys(needy, "no group carries a gold answer")}
-    sub = ablate([e for g in kept for e in g], needy)
-    return {**scope, "rewards": {n: {**m, "scope": scope} for n, m in sub["rewards"].items()}, "errors": sub["errors"]}
+def _score(groups: Sequence[EpisodeGroup], rewards: dict[str, Any]) -> tuple[dict[str, list[list[float]]], dict[str, str]]:
+    """Per-turn rewards of each wrapper over the groups in order; a wrapper that raises is reported, not fatal."""
+    per_turn: dict[str, list[list[float]]] = {}
+    errors: dict[str, str] = {}
+    for name, wrapper in rewards.items():
+        rows: list[list[float]] = []
+        try:
+            for g in groups:
+                rows += wrapper.score_group(g).rewards
+        except Exception as exc:  # noqa: BLE001 - one failing wrapper must not sink the others
+            errors[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        per_turn[name] = rows
+    return per_turn, errors
+
+
+def _summary(groups: Sequence[EpisodeGroup], per_turn: dict[str, list[list[float]]], rewards: dict[str, Any],
+             errors: dict[str, str]) -> dict[str, Any]:
+    """Credit accuracy (raw and on advantages), agreement with the gold outcome and variance per wrapper."""
+    ordered = [ep for g in groups for ep in g]
+    truths = [turn_truth(e) for e in ordered]
+    gold = [outcome_score(e) for e in ordered]
+    summary: dict[str, Any] = {"groups": len(groups), "episodes": len(ordered),
+                               "turns_with_ground_truth": sum(x is not None for t in truths for x in t),
+                               "rewards": {}, "correlation": {}, "errors": dict(errors)}
+    for name, rows in per_turn.items():
+        totals = [sum(r) for r in rows]
+        pairs = [(x, t) for r, tr in zip(rows, truths, strict=True) for x, t in zip(r, tr, strict=True) if t is not None]
+        variances, start = [], 0
+        for g in groups:
+            tot = totals[start:start + len(g)]
+            start += len(g)
+            if len(tot) > 1:
+                variances.append(float(np.var(tot, ddof=1)))
+        flat = [x for r in rows for x in r]
+        summary["rewards"][name] = {
+            "credit_accuracy": spearman([p[0] for p in pairs], [p[1] for p in pairs]),
+            "credit_accuracy_advantage": _advantage_credit(name, rows, truths, groups),
+            "agreement_with_gold_outcome": spearman(totals, gold),
+            "within_group_variance": float(np.mean(variances)) if variances else None,
+            "mean_turn_reward": float(np.mean(flat)) if flat else None,
+            **_costs(rewards[name]),
+        }
+    return summary
+
+
+def _finite_spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman over the turns both wrappers scored (a gold-only wrapper leaves NaN on the others)."""
+    pairs = [(x, y) for x, y in zip(a, b, strict=True) if math.isfinite(x) and math.isfinite(y)]
+    return spearman([p[0] for p in pairs], [p[1] for p in pairs])
 
 
 def _advantage_credit(name: str, rows: list[list[float]], truths: list[list[float | None]],
@@ -176,7 +192,8 @@ def _markdown(s: dict[str, Any]) -> str:
         g = s["gold_only"]
         lines += ["", (f"\\* scored only on the {g['groups']} groups whose episodes carry a gold answer "
                        f"({', '.join(g['envs'])}); left out: {g['left_out_groups']} groups of {', '.join(g['left_out_envs'])} "
-                       "(no gold answer for the reward to score). Not in the rank correlation, heatmap or viewer below.")]
+                       "(no gold answer for the reward to score); blank there in the heatmap and viewer, "
+                       "and its rank correlations use the turns it scored.")]
     names = list(s["correlation"])
     if names:
         lines += ["", "Rank correlation between wrappers' per-turn rewards:", "", "| | " + " | ".join(names) + " |",

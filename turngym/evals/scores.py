@@ -98,20 +98,26 @@ def read_scores(path: str | Path) -> list[ScoreRecord]:
 
 def records_for(episodes: Sequence[Episode], per_turn: dict[str, list[list[float]]]) -> list[ScoreRecord]:
     """Records for rewards given in episode order, with the group advantages of every registered estimator
-    that rewards alone determine (not those in ``NEEDS_POLICY``)."""
+    that rewards alone determine (not those in ``NEEDS_POLICY``). Episodes whose rewards are NaN (a
+    wrapper that did not score their group, as a gold-only one) get no record for that wrapper."""
     groups: dict[str, list[int]] = {}
     for i, ep in enumerate(episodes):
         groups.setdefault(ep.group or ep.id, []).append(i)
     out = []
+    estimators = reward_only_estimators()
     for name, rows in per_turn.items():
-        estimators = reward_only_estimators()
-        adv: dict[str, list[list[float]]] = {est: [[] for _ in rows] for est in estimators}
+        scored = [i for i, r in enumerate(rows) if all(math.isfinite(x) for x in r)]  # NaN: a group left unscored
+        scored_set = set(scored)
+        adv: dict[str, dict[int, list[float]]] = {est: {} for est in estimators}
         for members in groups.values():
+            members = [i for i in members if i in scored_set]
+            if not members:
+                continue
             for est in estimators:
                 for i, a in zip(members, get_estimator(est)([rows[i] for i in members]), strict=True):
                     adv[est][i] = [float(x) for x in a]
-        out += [ScoreRecord(ep.id, name, [float(x) for x in rows[i]], {est: adv[est][i] for est in estimators})
-                for i, ep in enumerate(episodes)]
+        out += [ScoreRecord(episodes[i].id, name, [float(x) for x in rows[i]], {est: adv[est][i] for est in estimators})
+                for i in scored]
     return out
 
 
