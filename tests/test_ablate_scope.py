@@ -59,7 +59,7 @@ def test_igpo_is_scored_where_gold_exists_and_the_table_says_so(episodes, tiny_c
     from turngym.evals.scores import read_scores
 
     saved = json.loads((tmp_path / "ablation.json").read_text())
-    assert [r for r in saved["per_turn_rewards"]["igpo"][-3:]] == [[None] * len(e.turns) for e in episodes[-3:]]
+    assert saved["per_turn_rewards"]["igpo"][-3:] == [[None] * len(e.turns) for e in episodes[-3:]]
     assert all(x is not None for r in saved["per_turn_rewards"]["igpo"][:-3] for x in r)
     scored = {(r.reward, r.episode_id) for r in read_scores(tmp_path / "scores.jsonl")}
     assert ("igpo", episodes[0].id) in scored and ("igpo", episodes[-1].id) not in scored
@@ -108,3 +108,25 @@ def test_old_files_without_reward_needs_use_the_registered_envs_declaration(epis
     s = run_ablation(path, ["outcome", "ttrl"], tmp_path / "out")
     assert not s["errors"] and s["rewards"]["ttrl"]["mean_turn_reward"] is not None
     assert CalculatorEnv.reward_needs is not None
+
+
+def test_every_command_that_reads_saved_episodes_fills_old_files_the_same_way(episodes, tmp_path, capsys):
+    from turngym.envs.declared import load_episodes
+    from turngym.episode import EpisodeWriter
+    from turngym.evals.viewer import write_viewer
+
+    path = tmp_path / "old.jsonl"
+    writer = EpisodeWriter(path)
+    for e in episodes[:3] + episodes[-3:]:  # Calculator (registered) and NoGold-v0 (not registered)
+        e = copy.deepcopy(e)
+        e.reward_needs = None
+        writer.write(e)
+    writer.close()
+    report = load_episodes(path)
+    assert [e.reward_needs is not None for e in report.episodes] == [True] * 3 + [False] * 3
+    assert "note: 3 episode(s) written before episodes carried reward_needs" in capsys.readouterr().out
+    html = write_viewer(path, tmp_path / "view.html").read_text()
+    assert "3 episode(s) written before episodes carried reward_needs" in html
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ValueError, match="no valid episodes"):
+        load_episodes(tmp_path / "empty.jsonl")

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from turngym.episode import Episode, EpisodeGroup, group_episodes, read_episodes
+from turngym.envs.declared import load_episodes
+from turngym.episode import Episode, EpisodeGroup, group_episodes
 from turngym.evals.credit import turn_truth
 from turngym.rewards import get_reward
 from turngym.rewards.base import outcome_score
@@ -232,30 +233,6 @@ def reliability_table(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-def fill_declared_needs(episodes: Sequence[Episode]) -> int:
-    """Episodes from files older than ``reward_needs``: give each its registered env class's declaration
-    (what that env now writes into every episode). Envs that are not registered are left alone, so a
-    reward that needs the declaration still says so. Returns how many episodes were filled."""
-    import gymnasium
-
-    filled = 0
-    for ep in episodes:
-        if ep.reward_needs is not None:
-            continue
-        try:
-            entry = gymnasium.spec(ep.env_id).entry_point
-        except gymnasium.error.Error:
-            continue
-        if isinstance(entry, str):
-            module, _, attr = entry.partition(":")
-            entry = getattr(__import__(module, fromlist=[attr]), attr)
-        needs = getattr(entry, "reward_needs", None)
-        if needs is not None:
-            ep.reward_needs = needs
-            filled += 1
-    return filled
-
-
 def make_wrappers(names: Sequence[str], scorer: Any = None, tokens: str = "ids", scribe_llm: Any = None,
                   scribe_episodes: Sequence[Episode] = (), scribe_library: Any = None,
                   scribe_base_url: str | None = None) -> dict[str, Any]:
@@ -294,15 +271,7 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
                  scribe_base_url: str | None = None, reliability_repeats: int = 0) -> dict[str, Any]:
     """``reliability_repeats`` >= 2 (with ``scribe`` among ``names``) adds the judge-reliability table
     of ``scribe`` and ``prm`` (same judge model, same steps)."""
-    report = read_episodes(episodes_file)
-    if report.errors:
-        print(f"warning: skipped {len(report.errors)} corrupt line(s) in {episodes_file} (first: {report.errors[0]})")
-    if not report.episodes:
-        raise ValueError(f"no valid episodes in {episodes_file}")
-    filled = fill_declared_needs(report.episodes)
-    if filled:
-        print(f"note: {filled} episode(s) written before episodes carried reward_needs: their registered env's "
-              "declaration is used")
+    report = load_episodes(episodes_file)
     scorer_spec, tokens = _scorer_spec(scorer)
     wrappers = make_wrappers(names, scorer=scorer_spec, tokens=tokens, scribe_llm=scribe_llm,
                              scribe_episodes=report.episodes, scribe_library=scribe_library,

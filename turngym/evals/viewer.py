@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym._version import __version__
+from turngym.envs.declared import fill_declared_needs
 from turngym.episode import Episode, read_episodes
 from turngym.evals.scores import NEEDS_POLICY, ScoreRecord, read_scores
 
@@ -55,6 +56,10 @@ def write_viewer(episodes_path: str | Path, out_path: str | Path, *, ablation_di
         records += read_scores(scores_path)
     notes = [f"skipped {len(report.errors)} corrupt line(s) of the episodes file (first: {report.errors[0]})"] \
         if report.errors else []
+    filled = fill_declared_needs(report.episodes)
+    if filled:
+        notes.append(f"{filled} episode(s) written before episodes carried reward_needs: their registered env's "
+                     "declaration is used")
     return render_viewer(report.episodes, out_path, records, source=Path(episodes_path).name, notes=notes)
 
 

@@ -8,16 +8,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from turngym.episode import Episode, read_episodes
+from turngym.envs.declared import load_episodes
+from turngym.episode import Episode
 
 
 def _episodes(path: str) -> list[Episode]:
-    report = read_episodes(path)
-    if report.errors:
-        print(f"warning: skipped {len(report.errors)} corrupt line(s) in {path} (first: {report.errors[0]})")
-    if not report.episodes:
-        raise SystemExit(f"error: no valid episodes in {path}")
-    return report.episodes
+    try:
+        return load_episodes(path).episodes
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def _llm(args: argparse.Namespace) -> Any:
