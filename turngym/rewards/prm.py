@@ -17,7 +17,7 @@ from turngym.episode import Episode
 from turngym.rewards.base import GroupScores
 from turngym.rewards.scribe.decompose import decompose
 from turngym.rewards.scribe.reward import make_llm
-from turngym.rewards.scribe.scoring import NEUTRAL, StepRecord, check_scoring, episode_rewards, step_counts, step_value
+from turngym.rewards.scribe.scoring import NEUTRAL, StepRecord, check_scoring, group_scores, step_value
 from turngym.rewards.scribe.steps import judge_steps_open
 
 
@@ -59,16 +59,7 @@ class PRMReward:
             status = "judged" if j.score is not None else "judge_failed"
             steps[e.id].append(StepRecord(it.turn, it.start, it.end, it.subgoal, it.skill, status,
                                           step_value(j.score, status, self.unmatched_value), None, j.score))
-        per_episode = [steps[e.id] for e in episodes]
-        rewards = [episode_rewards(e, s, self.unmatched_value, self.turn_aggregate, self.outcome_weight,
-                                   self.outcome_metric) for e, s in zip(episodes, per_episode, strict=True)]
-        return GroupScores(rewards, {
-            "steps": [[s.to_dict() for s in st] for st in per_episode],
-            **step_counts(per_episode),
-            "decomposition_failed": [d.failed for d in decomps],
-            "dropped_steps": [d.dropped for d in decomps],
-            "unstepped_turns": [d.unstepped_turns for d in decomps],
-            "judge_calls": len(jobs),
-            "llm_calls": self.llm.stats.calls - calls_before,
-            "llm": self.llm.stats.to_dict(),
-        })
+        return group_scores(episodes, decomps, [steps[e.id] for e in episodes], neutral=self.unmatched_value,
+                            aggregate=self.turn_aggregate, outcome_weight=self.outcome_weight,
+                            outcome_metric=self.outcome_metric, judge_calls=len(jobs), llm=self.llm,
+                            calls_before=calls_before)

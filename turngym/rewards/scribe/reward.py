@@ -33,7 +33,7 @@ from turngym.rewards.scribe.dynamics import DynamicsRecorder
 from turngym.rewards.scribe.embed import SentenceEmbedder
 from turngym.rewards.scribe.library import SkillLibrary, build_library
 from turngym.rewards.scribe.llm import JSONLLM
-from turngym.rewards.scribe.scoring import NEUTRAL, StepRecord, check_scoring, episode_rewards, step_counts, step_value
+from turngym.rewards.scribe.scoring import NEUTRAL, StepRecord, check_scoring, group_scores, step_value
 from turngym.rewards.scribe.steps import EmbeddingRouter, LLMRouter, judge_steps
 
 
@@ -165,20 +165,9 @@ class ScribeReward:
                                           step_value(score, status, self.unmatched_value), r, score,
                                           [] if j is None else j.violated))
         per_episode = [steps[e.id] for e in episodes]
-        rewards = [episode_rewards(e, s, self.unmatched_value, self.turn_aggregate, self.outcome_weight,
-                                   self.outcome_metric) for e, s in zip(episodes, per_episode, strict=True)]
         family_of = {} if lib is None else {p.id: p.parent or p.id for p in lib.prototypes}
         self.dynamics.add_group(per_episode, [outcome_score(e, self.outcome_metric) for e in episodes], family_of)
-        diagnostics = {
-            "steps": [[s.to_dict() for s in st] for st in per_episode],
-            **step_counts(per_episode),
-            "decomposition_failed": [d.failed for d in decomps],
-            "dropped_steps": [d.dropped for d in decomps],
-            "unstepped_turns": [d.unstepped_turns for d in decomps],
-            "decompose_windows": sum(d.windows for d in decomps),
-            "judge_calls": len(jobs),
-            "llm_calls": self.llm.stats.calls - calls_before,
-            "llm": self.llm.stats.to_dict(),
-            "library_version": lib.version if lib is not None else None,
-        }
-        return GroupScores(rewards, diagnostics)
+        return group_scores(episodes, decomps, per_episode, neutral=self.unmatched_value, aggregate=self.turn_aggregate,
+                            outcome_weight=self.outcome_weight, outcome_metric=self.outcome_metric,
+                            judge_calls=len(jobs), llm=self.llm, calls_before=calls_before,
+                            library_version=lib.version if lib is not None else None)

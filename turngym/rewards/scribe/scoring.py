@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from turngym.episode import Episode
-from turngym.rewards.base import finite, outcome_score
+from turngym.rewards.base import GroupScores, finite, outcome_score
 
 AGGREGATES = ("mean", "min")
 NEUTRAL = 0.5
@@ -84,3 +84,23 @@ def step_counts(steps_per_episode: Sequence[Sequence[StepRecord]]) -> dict[str, 
     return {"step_count": len(flat), "judged_steps": sum(s.status == "judged" for s in flat),
             "unmatched_steps": sum(s.status == "unmatched" for s in flat),
             "judge_failed_steps": sum(s.status == "judge_failed" for s in flat)}
+
+
+def group_scores(episodes: Sequence[Episode], decomps: Sequence[Any], per_episode: Sequence[Sequence[StepRecord]], *,
+                 neutral: float, aggregate: str, outcome_weight: float, outcome_metric: str | None, judge_calls: int,
+                 llm: Any, calls_before: int, **extra: Any) -> GroupScores:
+    """Per-turn rewards of judged steps and the diagnostics both step-judged rewards (scribe, prm) report."""
+    rewards = [episode_rewards(e, s, neutral, aggregate, outcome_weight, outcome_metric)
+               for e, s in zip(episodes, per_episode, strict=True)]
+    return GroupScores(rewards, {
+        "steps": [[s.to_dict() for s in st] for st in per_episode],
+        **step_counts(per_episode),
+        "decomposition_failed": [d.failed for d in decomps],
+        "dropped_steps": [d.dropped for d in decomps],
+        "unstepped_turns": [d.unstepped_turns for d in decomps],
+        "decompose_windows": sum(d.windows for d in decomps),
+        "judge_calls": judge_calls,
+        "llm_calls": llm.stats.calls - calls_before,
+        "llm": llm.stats.to_dict(),
+        **extra,
+    })
