@@ -19,6 +19,7 @@ turn is a long multi-step reasoning turn.
 
 Usage: python benchmarks/scribe_costs.py [--n 1000] [--llm default] [--episodes FILE]
        [--math-items 4] [--repeats 3] [--max-new-tokens 256] [--judges-only [--temperature 0.7]]
+       [--unlocated drop|whole_turn] [--locate exact|fuzzy] [--llm-cache FILE]
 """
 
 from __future__ import annotations
@@ -146,11 +147,12 @@ def stat_delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def bench_judging(episodes: list[Episode], llm: Any, unlocated: str) -> tuple[Any, Any, dict[str, Any]]:
+def bench_judging(episodes: list[Episode], llm: Any, unlocated: str,
+                  locate: str = "exact") -> tuple[Any, Any, dict[str, Any]]:
     groups: dict[str, list[Episode]] = {}
     for ep in episodes:
         groups.setdefault(ep.group or ep.id, []).append(ep)
-    reward = get_reward("scribe", llm=llm, min_cluster_size=2, unlocated_steps=unlocated)
+    reward = get_reward("scribe", llm=llm, min_cluster_size=2, unlocated_steps=unlocated, locate_steps=locate)
     f0 = llm.stats.to_dict()
     t0 = time.perf_counter()
     reward.fit(episodes)
@@ -161,6 +163,7 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str) -> tuple[An
     d_windows = sum(d.windows for d in decomps)
     print(f"fit (decompose + build library): {fit_s:.1f} s, {json.dumps(stat_delta(f0, f1))}; decomposition: "
           f"{d_windows} windows, {d_fail} with no valid JSON, {sum(len(d.items) for d in decomps)} steps located, "
+          f"{sum(d.fuzzy_located for d in decomps)} of them located fuzzily (locate={locate}), "
           f"{sum(d.dropped for d in decomps)} dropped (quote not found), "
           f"{sum(d.whole_turn_steps for d in decomps)} whole-turn steps (unlocated={unlocated}), "
           f"{sum(len(d.unstepped_turns) for d in decomps)} of {sum(len(e.turns) for e in episodes)} turns unstepped",
@@ -192,7 +195,7 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str) -> tuple[An
     judge_failed = sum(d["judge_failed_steps"] for d in diags)
     print(f"scribe judge: {judge_failed} of {judge_calls} judged steps with no valid JSON (valued neutral, counted)",
           flush=True)
-    prm = get_reward("prm", llm=llm, unlocated_steps=unlocated)
+    prm = get_reward("prm", llm=llm, unlocated_steps=unlocated, locate_steps=locate)
     p0 = llm.stats.to_dict()
     prm_diags = [prm.score_group(g).diagnostics for g in groups.values()]
     prm_calls = sum(d["judge_calls"] for d in prm_diags)
@@ -208,6 +211,7 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str) -> tuple[An
         "decompose_windows_failed": d_fail, "steps": steps, "unmatched_steps": unmatched,
         "dropped_steps": sum(d.dropped for d in decomps),
         "whole_turn_steps": sum(d.whole_turn_steps for d in decomps), "unlocated": unlocated,
+        "fuzzy_located_steps": sum(d.fuzzy_located for d in decomps), "locate": locate,
         "unstepped_turns": sum(len(d.unstepped_turns) for d in decomps),
         "library": None if lib is None else {"families": lib.clustering.get("families"),
                                              "skills": lib.clustering.get("skills"),
@@ -319,6 +323,8 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--unlocated", default="drop", choices=["drop", "whole_turn"],
                     help="a turn none of whose step quotes is found: dropped, or one whole-turn step")
+    ap.add_argument("--locate", default="exact", choices=["exact", "fuzzy"],
+                    help="a step quote not found verbatim: not located (exact), or placed by word coverage (fuzzy)")
     ap.add_argument("--llm-cache", default=None, help="JSONL cache of LLM replies (greedy calls; reused by reruns)")
     ap.add_argument("--repeat-max-new-tokens", type=int, default=None,
                     help="tokens each repeat judgement generates (a local judge's score is chosen before any)")
@@ -356,7 +362,7 @@ def main() -> None:
         bench_judges_only(episodes, llm, args.repeats, args.temperature)
         return
     t0 = time.perf_counter()
-    reward, prm, results["judging"] = bench_judging(episodes, llm, args.unlocated)
+    reward, prm, results["judging"] = bench_judging(episodes, llm, args.unlocated, args.locate)
     save()
     results["reliability"] = rel = bench_reliability(episodes, reward, args.repeats, args.temperature,
                                                       args.repeat_max_new_tokens)

@@ -880,6 +880,40 @@ def test_unlocated_quotes_drop_steps_or_make_the_turn_one_step():
         decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)), unlocated="guess")
 
 
+
+def test_fuzzy_location_places_paraphrased_quotes_only_when_opted_in():
+    """locate_steps="fuzzy": a paraphrased quote is placed where the turn's words cover most of the quote's
+    words (counted as fuzzy_located); a quote with too little in common is still dropped; the default
+    ("exact") is unchanged, and bad settings are refused with one message."""
+    from turngym.rewards.scribe.decompose import locate_fuzzy
+
+    def paraphrasing(prompt: str, n: int, sampling) -> str:
+        return json.dumps({"steps": [
+            {"subgoal": "set up", "skill": "restate the task", "turn": 0, "starts_with": "First work out"},
+            {"subgoal": "multiply", "skill": "evaluate a product", "turn": 0, "starts_with": "let x equal 84*63"},
+            {"subgoal": "invented", "skill": "narrate", "turn": 0, "starts_with": "the agent thinks hard"},
+            {"subgoal": "answer", "skill": "give the final answer", "turn": 1, "starts_with": "Answer: 5343"}]})
+
+    turn0 = "First, work out the product.\nLet x = 84 * 63, then x + 51 = 5343."
+    ep = episode("e", [turn0, "<answer>5343</answer>"])
+    [exact] = decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)))
+    assert exact.items == [] and exact.dropped == 4 and exact.fuzzy_located == 0
+    [fuzzy] = decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)), locate_steps="fuzzy")
+    let = turn0.index("Let x")
+    assert [(it.turn, it.start, it.end, it.skill) for it in fuzzy.items] == [
+        (0, 0, let, "restate the task"), (0, let, len(turn0), "evaluate a product"),
+        (1, 0, 21, "give the final answer")]  # a turn's first step starts at character 0
+    assert fuzzy.fuzzy_located == 3 and fuzzy.dropped == 1 and fuzzy.unstepped_turns == []
+    assert fuzzy.items[1].span.startswith("Let x = 84 * 63")
+    assert locate_fuzzy("multiply 84 * 63", "<calc>84 * 63 + 51</calc>") == 6
+    assert locate_fuzzy("agent", "<calc>84 * 63 + 51</calc>") is None
+    assert locate_fuzzy("Add 51 to the result", "<calc>84 * 63 + 51</calc>") is None  # 1 of 5 words
+    assert locate_fuzzy("Add 51 to the result", "<calc>84 * 63 + 51</calc>", min_coverage=0.2) is None  # 1 word
+    with pytest.raises(ValueError, match="locate_steps"):
+        decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)), locate_steps="nearest")
+    with pytest.raises(ValueError, match="fuzzy_min_coverage"):
+        decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)), locate_steps="fuzzy", fuzzy_min_coverage=0)
+
 def test_json_repair_honours_escaped_quotes_before_brackets():
     """An escaped quote inside a string does not end it, so brackets after it stay text."""
     from turngym.rewards.scribe.llm import _outermost_object, close_truncated
