@@ -162,10 +162,11 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str,
     d_fail = sum(d.failed_windows for d in decomps)
     d_windows = sum(d.windows for d in decomps)
     print(f"fit (decompose + build library): {fit_s:.1f} s, {json.dumps(stat_delta(f0, f1))}; decomposition: "
-          f"{d_windows} windows, {d_fail} with no valid JSON, {sum(len(d.items) for d in decomps)} steps located, "
-          f"{sum(d.fuzzy_located for d in decomps)} of them located fuzzily (locate={locate}), "
-          f"{sum(d.dropped for d in decomps)} dropped (quote not found), "
-          f"{sum(d.whole_turn_steps for d in decomps)} whole-turn steps (unlocated={unlocated}), "
+          f"{d_windows} windows, {d_fail} with no valid JSON, {sum(len(d.items) for d in decomps)} steps: "
+          f"{sum(len(d.items) - d.whole_turn_steps for d in decomps)} located by their quote "
+          f"({sum(d.fuzzy_located for d in decomps)} quote placements fuzzy, locate={locate}) and "
+          f"{sum(d.whole_turn_steps for d in decomps)} whole-turn steps (unlocated={unlocated}); "
+          f"{sum(d.dropped for d in decomps)} quotes not found, "
           f"{sum(len(d.unstepped_turns) for d in decomps)} of {sum(len(e.turns) for e in episodes)} turns unstepped",
           flush=True)
     def rate(a, b):
