@@ -140,6 +140,15 @@ def math_episodes(items: int) -> list[Episode]:
     return out
 
 
+def judged_episodes(diags: list[dict[str, Any]]) -> int:
+    """Episodes with at least one step sent to the judge (judged, or judged without valid JSON)."""
+    return sum(any(st["status"] != "unmatched" for st in ep) for d in diags for ep in d["steps"])
+
+
+def per_judged(calls: int, judged: int) -> float | None:
+    return calls / judged if judged else None
+
+
 def stat_delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """LLM call counts between two ``llm.stats.to_dict()`` readings, with the cache hit rate of that stretch."""
     d = {k: b[k] - a[k] for k in ("calls", "cache_hits", "generated", "repaired", "reasked", "failed")}
@@ -194,15 +203,19 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str,
           f"LLM calls per episode (scoring pass) {(s1['calls'] - s0['calls']) / len(episodes):.2f}; "
           f"cache hit rate: scoring pass {rate(s0, s1):.2f}, repeat pass {rate(s1, s2):.2f}", flush=True)
     judge_failed = sum(d["judge_failed_steps"] for d in diags)
-    print(f"scribe judge: {judge_failed} of {judge_calls} judged steps with no valid JSON (valued neutral, counted)",
-          flush=True)
+    judged = judged_episodes(diags)
+    print(f"scribe judge: {judge_failed} of {judge_calls} judged steps with no valid JSON (valued neutral, counted); "
+          f"{judged} of {len(episodes)} episodes judged, judge calls per judged episode "
+          f"{per_judged(judge_calls, judged)}", flush=True)
     prm = get_reward("prm", llm=llm, unlocated_steps=unlocated, locate_steps=locate)
     p0 = llm.stats.to_dict()
     prm_diags = [prm.score_group(g).diagnostics for g in groups.values()]
     prm_calls = sum(d["judge_calls"] for d in prm_diags)
     p1 = llm.stats.to_dict()
     prm_failed = sum(d["judge_failed_steps"] for d in prm_diags)
-    print(f"prm on the same episodes: judge calls per episode {prm_calls / len(episodes):.2f}; "
+    prm_judged = judged_episodes(prm_diags)
+    print(f"prm on the same episodes: judge calls per episode {prm_calls / len(episodes):.2f}, per judged episode "
+          f"{per_judged(prm_calls, prm_judged)} ({prm_judged} judged); "
           f"cache hit rate {rate(p0, p1):.2f} (decompositions shared with scribe); {prm_failed} of {prm_calls} "
           f"judged steps with no valid JSON", flush=True)
     print(f"LLM totals: {json.dumps(llm.stats.to_dict())}")
@@ -218,9 +231,11 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str,
                                              "skills": lib.clustering.get("skills"),
                                              "failed_distillations": lib.failed_distillations},
         "scribe": {"score_s": score_s, "judge_calls_per_episode": judge_calls / len(episodes),
+                   "judged_episodes": judged, "judge_calls_per_judged_episode": per_judged(judge_calls, judged),
                    "judge_failed_steps": judge_failed, "scoring_pass_llm": stat_delta(s0, s1),
                    "repeat_pass_llm": stat_delta(s1, s2)},
         "prm": {"judge_calls_per_episode": prm_calls / len(episodes), "judge_failed_steps": prm_failed,
+                "judged_episodes": prm_judged, "judge_calls_per_judged_episode": per_judged(prm_calls, prm_judged),
                 "llm": stat_delta(p0, p1)},
         "llm_totals": llm.stats.to_dict()}
     return reward, prm, figures
@@ -233,6 +248,9 @@ def bench_reliability(episodes: list[Episode], reward: Any, repeats: int, temper
 
     if reward.library is None:
         print("no library was built (no decomposed steps): no reliability figures")
+        return None
+    if repeats == 0:
+        print("--repeats 0: no reliability figures")
         return None
     t0 = time.perf_counter()
     r = reliability(episodes, reward, repeats=repeats, temperature=temperature, repeat_max_new_tokens=repeat_tokens)
@@ -316,7 +334,7 @@ def main() -> None:
                     help="episodes JSONL file(s) (default: MATH500 solutions through MathCode-v0)")
     ap.add_argument("--groups-per-file", type=int, default=None, help="at most this many groups of each file")
     ap.add_argument("--math-items", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="judgements per step for repeat consistency (0: skip)")
     ap.add_argument("--skip-library", action="store_true")
     ap.add_argument("--library-only", action="store_true", help="only the library build for --n descriptions")
     ap.add_argument("--judges-only", action="store_true",
@@ -334,6 +352,8 @@ def main() -> None:
                     help="also write `turngym ablate`'s report (ablation.md with the reliability table) for scribe "
                          "and prm on these episodes here")
     args = ap.parse_args()
+    if args.repeats == 1 or args.repeats < 0 or (args.judges_only and args.repeats < 2):
+        ap.error("--repeats must be at least 2 (or 0: no reliability figures, not with --judges-only)")
     from turngym.agents.loading import model_identity
 
     llm = make_llm(args.llm, max_concurrency=8, max_new_tokens=args.max_new_tokens, cache_path=args.llm_cache)

@@ -922,3 +922,23 @@ def test_json_repair_honours_escaped_quotes_before_brackets():
         '{"steps": [{"q": "a \\"}\\" b"}, {"q": "c"}]}'
     assert _outermost_object('say {"q": "x \\"}\\" y", "n": 1} end') == '{"q": "x \\"}\\" y", "n": 1}'
     assert _outermost_object('x {"a": "\\\\"} y') == '{"a": "\\\\"}'
+
+
+def test_scribe_costs_counts_judged_episodes_and_refuses_one_repeat():
+    """benchmarks/scribe_costs.py: an episode counts as judged when any of its steps went to the judge
+    (judged, or judged without valid JSON), not when all were unmatched or it had none; --repeats 1 is refused."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    spec = importlib.util.spec_from_file_location("scribe_costs", ROOT / "benchmarks" / "scribe_costs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    st = lambda status: {"status": status}  # noqa: E731
+    diags = [{"steps": [[st("unmatched"), st("judged")], [st("unmatched")], []]},
+             {"steps": [[st("judge_failed")], [st("judged"), st("judged")]]}]
+    assert mod.judged_episodes(diags) == 3
+    assert mod.per_judged(4, 3) == 4 / 3 and mod.per_judged(0, 0) is None
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scribe_costs.py"), "--repeats", "1"],
+                         capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    assert run.returncode == 2 and "--repeats must be at least 2" in run.stderr
