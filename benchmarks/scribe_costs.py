@@ -230,6 +230,7 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str,
         "library": None if lib is None else {"families": lib.clustering.get("families"),
                                              "skills": lib.clustering.get("skills"),
                                              "failed_distillations": lib.failed_distillations},
+        "library_builds": reward.refreshes,  # each build: items, prototypes, timings; kept_previous when all failed
         "scribe": {"score_s": score_s, "judge_calls_per_episode": judge_calls / len(episodes),
                    "judged_episodes": judged, "judge_calls_per_judged_episode": per_judged(judge_calls, judged),
                    "judge_failed_steps": judge_failed, "scoring_pass_llm": stat_delta(s0, s1),
@@ -247,7 +248,9 @@ def bench_reliability(episodes: list[Episode], reward: Any, repeats: int, temper
     from turngym.rewards.scribe.diagnostics import reliability
 
     if reward.library is None:
-        print("no library was built (no decomposed steps): no reliability figures")
+        why = ("no decomposed steps" if not reward.refreshes else
+               f"every distillation failed: {reward.refreshes[-1]['items']} steps clustered, no rubric came back")
+        print(f"no library ({why}): no reliability figures")
         return None
     if repeats == 0:
         print("--repeats 0: no reliability figures")
