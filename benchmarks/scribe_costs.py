@@ -149,6 +149,10 @@ def per_judged(calls: int, judged: int) -> float | None:
     return calls / judged if judged else None
 
 
+def fmt(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
 def stat_delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """LLM call counts between two ``llm.stats.to_dict()`` readings, with the cache hit rate of that stretch."""
     d = {k: b[k] - a[k] for k in ("calls", "cache_hits", "generated", "repaired", "reasked", "failed")}
@@ -206,7 +210,7 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str,
     judged = judged_episodes(diags)
     print(f"scribe judge: {judge_failed} of {judge_calls} judged steps with no valid JSON (valued neutral, counted); "
           f"{judged} of {len(episodes)} episodes judged, judge calls per judged episode "
-          f"{per_judged(judge_calls, judged)}", flush=True)
+          f"{fmt(per_judged(judge_calls, judged))}", flush=True)
     prm = get_reward("prm", llm=llm, unlocated_steps=unlocated, locate_steps=locate)
     p0 = llm.stats.to_dict()
     prm_diags = [prm.score_group(g).diagnostics for g in groups.values()]
@@ -215,7 +219,7 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str,
     prm_failed = sum(d["judge_failed_steps"] for d in prm_diags)
     prm_judged = judged_episodes(prm_diags)
     print(f"prm on the same episodes: judge calls per episode {prm_calls / len(episodes):.2f}, per judged episode "
-          f"{per_judged(prm_calls, prm_judged)} ({prm_judged} judged); "
+          f"{fmt(per_judged(prm_calls, prm_judged))} ({prm_judged} judged); "
           f"cache hit rate {rate(p0, p1):.2f} (decompositions shared with scribe); {prm_failed} of {prm_calls} "
           f"judged steps with no valid JSON", flush=True)
     print(f"LLM totals: {json.dumps(llm.stats.to_dict())}")
