@@ -524,6 +524,13 @@ def test_cross_instance_pairs_come_from_routing_and_embeddings_not_from_the_judg
     c = cross_instance_consistency(pairs, [3, 2, 3, 0])
     assert c == {"pairs": 1, "scored_pairs": 1, "exact_agreement": 0.0, "mean_abs_difference": 1.0}
     assert cross_instance_consistency(pairs, [3, 3, None, None])["exact_agreement"] == 1.0
+    # copies of one step (identical judge prompts) are counted apart: they agree by construction
+    c = cross_instance_consistency([(0, 1), (0, 2), (1, 3)], [3, 3, 3, 1], identical=[True, False, False])
+    assert c["exact_agreement"] == pytest.approx(2 / 3) and c["identical_prompt_pairs"] == 1
+    assert c["distinct_scored_pairs"] == 2 and c["distinct_exact_agreement"] == 0.5
+    assert c["distinct_mean_abs_difference"] == 1.0
+    with pytest.raises(ValueError, match="one flag per pair"):
+        cross_instance_consistency(pairs, [3, 3, 3, 3], identical=[])
 
 
 def test_reliability_of_scribe_and_prm_on_the_same_steps(planted_library, embedder):
@@ -535,11 +542,14 @@ def test_reliability_of_scribe_and_prm_on_the_same_steps(planted_library, embedd
     assert r["routed_steps"] == 6 and set(r["judges"]) == {"scribe", "prm"}
     for name in ("scribe", "prm"):
         assert r["judges"][name]["repeat"]["exact_agreement"] == 1.0  # the scripted judge is deterministic
-        assert r["judges"][name]["cross_instance"]["scored_pairs"] == 6  # 3 episodes x 2 identical steps: 3 pairs each
+        ci = r["judges"][name]["cross_instance"]
+        assert ci["scored_pairs"] == 6  # 3 episodes x 2 identical steps: 3 pairs each
+        assert ci["identical_prompt_pairs"] == 6 and ci["distinct_exact_agreement"] is None  # all copies
     from turngym.evals.ablate import reliability_table
 
     table = "\n".join(reliability_table(r))
     assert "| scribe | 3 | 1.000 |" in table and "| prm | 3 | 1.000 |" in table
+    assert "| 6 (6 with identical prompts) |" in table
 
 
 def test_reliability_with_a_real_local_judge(tiny_chat_policy):
@@ -827,7 +837,8 @@ def test_reliability_counts_judge_replies_without_json_and_completes(planted_lib
     from turngym.evals.ablate import reliability_table
 
     table = "\n".join(reliability_table(r))
-    assert "| prm | 2 | – | – | – | 2 |" in table and table.count(" 8 of 8 |") == 1 and " 0 of 8 |" in table
+    assert "| prm | 2 | – | – | – | 2 (2 with identical prompts) |" in table and table.count(" 8 of 8 |") == 1
+    assert " 0 of 8 |" in table
 
 
 def test_a_reply_cut_off_by_the_token_limit_keeps_its_complete_steps():
