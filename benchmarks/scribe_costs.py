@@ -19,6 +19,7 @@ turn is a long multi-step reasoning turn.
 
 Usage: python benchmarks/scribe_costs.py [--n 1000] [--llm default] [--episodes FILE]
        [--math-items 4] [--repeats 3] [--max-new-tokens 256] [--judges-only [--temperature 0.7]]
+       [--unlocated drop|whole_turn] [--locate exact|fuzzy] [--llm-cache FILE]
 """
 
 from __future__ import annotations
@@ -139,6 +140,19 @@ def math_episodes(items: int) -> list[Episode]:
     return out
 
 
+def judged_episodes(diags: list[dict[str, Any]]) -> int:
+    """Episodes with at least one step sent to the judge (judged, or judged without valid JSON)."""
+    return sum(any(st["status"] != "unmatched" for st in ep) for d in diags for ep in d["steps"])
+
+
+def per_judged(calls: int, judged: int) -> float | None:
+    return calls / judged if judged else None
+
+
+def fmt(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
 def stat_delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """LLM call counts between two ``llm.stats.to_dict()`` readings, with the cache hit rate of that stretch."""
     d = {k: b[k] - a[k] for k in ("calls", "cache_hits", "generated", "repaired", "reasked", "failed")}
@@ -146,11 +160,12 @@ def stat_delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def bench_judging(episodes: list[Episode], llm: Any, unlocated: str) -> tuple[Any, Any, dict[str, Any]]:
+def bench_judging(episodes: list[Episode], llm: Any, unlocated: str,
+                  locate: str = "exact") -> tuple[Any, Any, dict[str, Any]]:
     groups: dict[str, list[Episode]] = {}
     for ep in episodes:
         groups.setdefault(ep.group or ep.id, []).append(ep)
-    reward = get_reward("scribe", llm=llm, min_cluster_size=2, unlocated_steps=unlocated)
+    reward = get_reward("scribe", llm=llm, min_cluster_size=2, unlocated_steps=unlocated, locate_steps=locate)
     f0 = llm.stats.to_dict()
     t0 = time.perf_counter()
     reward.fit(episodes)
@@ -160,9 +175,11 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str) -> tuple[An
     d_fail = sum(d.failed_windows for d in decomps)
     d_windows = sum(d.windows for d in decomps)
     print(f"fit (decompose + build library): {fit_s:.1f} s, {json.dumps(stat_delta(f0, f1))}; decomposition: "
-          f"{d_windows} windows, {d_fail} with no valid JSON, {sum(len(d.items) for d in decomps)} steps located, "
-          f"{sum(d.dropped for d in decomps)} dropped (quote not found), "
-          f"{sum(d.whole_turn_steps for d in decomps)} whole-turn steps (unlocated={unlocated}), "
+          f"{d_windows} windows, {d_fail} with no valid JSON, {sum(len(d.items) for d in decomps)} steps: "
+          f"{sum(len(d.items) - d.whole_turn_steps for d in decomps)} located by their quote "
+          f"({sum(d.fuzzy_located for d in decomps)} quote placements fuzzy, locate={locate}) and "
+          f"{sum(d.whole_turn_steps for d in decomps)} whole-turn steps (unlocated={unlocated}); "
+          f"{sum(d.dropped for d in decomps)} quotes not found, "
           f"{sum(len(d.unstepped_turns) for d in decomps)} of {sum(len(e.turns) for e in episodes)} turns unstepped",
           flush=True)
     def rate(a, b):
@@ -190,15 +207,19 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str) -> tuple[An
           f"LLM calls per episode (scoring pass) {(s1['calls'] - s0['calls']) / len(episodes):.2f}; "
           f"cache hit rate: scoring pass {rate(s0, s1):.2f}, repeat pass {rate(s1, s2):.2f}", flush=True)
     judge_failed = sum(d["judge_failed_steps"] for d in diags)
-    print(f"scribe judge: {judge_failed} of {judge_calls} judged steps with no valid JSON (valued neutral, counted)",
-          flush=True)
-    prm = get_reward("prm", llm=llm, unlocated_steps=unlocated)
+    judged = judged_episodes(diags)
+    print(f"scribe judge: {judge_failed} of {judge_calls} judged steps with no valid JSON (valued neutral, counted); "
+          f"{judged} of {len(episodes)} episodes judged, judge calls per judged episode "
+          f"{fmt(per_judged(judge_calls, judged))}", flush=True)
+    prm = get_reward("prm", llm=llm, unlocated_steps=unlocated, locate_steps=locate)
     p0 = llm.stats.to_dict()
     prm_diags = [prm.score_group(g).diagnostics for g in groups.values()]
     prm_calls = sum(d["judge_calls"] for d in prm_diags)
     p1 = llm.stats.to_dict()
     prm_failed = sum(d["judge_failed_steps"] for d in prm_diags)
-    print(f"prm on the same episodes: judge calls per episode {prm_calls / len(episodes):.2f}; "
+    prm_judged = judged_episodes(prm_diags)
+    print(f"prm on the same episodes: judge calls per episode {prm_calls / len(episodes):.2f}, per judged episode "
+          f"{fmt(per_judged(prm_calls, prm_judged))} ({prm_judged} judged); "
           f"cache hit rate {rate(p0, p1):.2f} (decompositions shared with scribe); {prm_failed} of {prm_calls} "
           f"judged steps with no valid JSON", flush=True)
     print(f"LLM totals: {json.dumps(llm.stats.to_dict())}")
@@ -208,14 +229,18 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str) -> tuple[An
         "decompose_windows_failed": d_fail, "steps": steps, "unmatched_steps": unmatched,
         "dropped_steps": sum(d.dropped for d in decomps),
         "whole_turn_steps": sum(d.whole_turn_steps for d in decomps), "unlocated": unlocated,
+        "fuzzy_located_steps": sum(d.fuzzy_located for d in decomps), "locate": locate,
         "unstepped_turns": sum(len(d.unstepped_turns) for d in decomps),
         "library": None if lib is None else {"families": lib.clustering.get("families"),
                                              "skills": lib.clustering.get("skills"),
                                              "failed_distillations": lib.failed_distillations},
+        "library_builds": reward.refreshes,  # each build: items, prototypes, timings; kept_previous when all failed
         "scribe": {"score_s": score_s, "judge_calls_per_episode": judge_calls / len(episodes),
+                   "judged_episodes": judged, "judge_calls_per_judged_episode": per_judged(judge_calls, judged),
                    "judge_failed_steps": judge_failed, "scoring_pass_llm": stat_delta(s0, s1),
                    "repeat_pass_llm": stat_delta(s1, s2)},
         "prm": {"judge_calls_per_episode": prm_calls / len(episodes), "judge_failed_steps": prm_failed,
+                "judged_episodes": prm_judged, "judge_calls_per_judged_episode": per_judged(prm_calls, prm_judged),
                 "llm": stat_delta(p0, p1)},
         "llm_totals": llm.stats.to_dict()}
     return reward, prm, figures
@@ -227,7 +252,12 @@ def bench_reliability(episodes: list[Episode], reward: Any, repeats: int, temper
     from turngym.rewards.scribe.diagnostics import reliability
 
     if reward.library is None:
-        print("no library was built (no decomposed steps): no reliability figures")
+        why = ("no decomposed steps" if not reward.refreshes else
+               f"every distillation failed: {reward.refreshes[-1]['items']} steps clustered, no rubric came back")
+        print(f"no library ({why}): no reliability figures")
+        return None
+    if repeats == 0:
+        print("--repeats 0: no reliability figures")
         return None
     t0 = time.perf_counter()
     r = reliability(episodes, reward, repeats=repeats, temperature=temperature, repeat_max_new_tokens=repeat_tokens)
@@ -311,7 +341,7 @@ def main() -> None:
                     help="episodes JSONL file(s) (default: MATH500 solutions through MathCode-v0)")
     ap.add_argument("--groups-per-file", type=int, default=None, help="at most this many groups of each file")
     ap.add_argument("--math-items", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="judgements per step for repeat consistency (0: skip)")
     ap.add_argument("--skip-library", action="store_true")
     ap.add_argument("--library-only", action="store_true", help="only the library build for --n descriptions")
     ap.add_argument("--judges-only", action="store_true",
@@ -319,6 +349,8 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--unlocated", default="drop", choices=["drop", "whole_turn"],
                     help="a turn none of whose step quotes is found: dropped, or one whole-turn step")
+    ap.add_argument("--locate", default="exact", choices=["exact", "fuzzy"],
+                    help="a step quote not found verbatim: not located (exact), or placed by word coverage (fuzzy)")
     ap.add_argument("--llm-cache", default=None, help="JSONL cache of LLM replies (greedy calls; reused by reruns)")
     ap.add_argument("--repeat-max-new-tokens", type=int, default=None,
                     help="tokens each repeat judgement generates (a local judge's score is chosen before any)")
@@ -327,6 +359,8 @@ def main() -> None:
                     help="also write `turngym ablate`'s report (ablation.md with the reliability table) for scribe "
                          "and prm on these episodes here")
     args = ap.parse_args()
+    if args.repeats == 1 or args.repeats < 0 or (args.judges_only and args.repeats < 2):
+        ap.error("--repeats must be at least 2 (or 0: no reliability figures, not with --judges-only)")
     from turngym.agents.loading import model_identity
 
     llm = make_llm(args.llm, max_concurrency=8, max_new_tokens=args.max_new_tokens, cache_path=args.llm_cache)
@@ -356,7 +390,7 @@ def main() -> None:
         bench_judges_only(episodes, llm, args.repeats, args.temperature)
         return
     t0 = time.perf_counter()
-    reward, prm, results["judging"] = bench_judging(episodes, llm, args.unlocated)
+    reward, prm, results["judging"] = bench_judging(episodes, llm, args.unlocated, args.locate)
     save()
     results["reliability"] = rel = bench_reliability(episodes, reward, args.repeats, args.temperature,
                                                       args.repeat_max_new_tokens)

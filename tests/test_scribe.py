@@ -524,6 +524,13 @@ def test_cross_instance_pairs_come_from_routing_and_embeddings_not_from_the_judg
     c = cross_instance_consistency(pairs, [3, 2, 3, 0])
     assert c == {"pairs": 1, "scored_pairs": 1, "exact_agreement": 0.0, "mean_abs_difference": 1.0}
     assert cross_instance_consistency(pairs, [3, 3, None, None])["exact_agreement"] == 1.0
+    # copies of one step (identical judge prompts) are counted apart: they agree by construction
+    c = cross_instance_consistency([(0, 1), (0, 2), (1, 3)], [3, 3, 3, 1], identical=[True, False, False])
+    assert c["exact_agreement"] == pytest.approx(2 / 3) and c["identical_prompt_pairs"] == 1
+    assert c["distinct_scored_pairs"] == 2 and c["distinct_exact_agreement"] == 0.5
+    assert c["distinct_mean_abs_difference"] == 1.0
+    with pytest.raises(ValueError, match="one flag per pair"):
+        cross_instance_consistency(pairs, [3, 3, 3, 3], identical=[])
 
 
 def test_reliability_of_scribe_and_prm_on_the_same_steps(planted_library, embedder):
@@ -535,11 +542,14 @@ def test_reliability_of_scribe_and_prm_on_the_same_steps(planted_library, embedd
     assert r["routed_steps"] == 6 and set(r["judges"]) == {"scribe", "prm"}
     for name in ("scribe", "prm"):
         assert r["judges"][name]["repeat"]["exact_agreement"] == 1.0  # the scripted judge is deterministic
-        assert r["judges"][name]["cross_instance"]["scored_pairs"] == 6  # 3 episodes x 2 identical steps: 3 pairs each
+        ci = r["judges"][name]["cross_instance"]
+        assert ci["scored_pairs"] == 6  # 3 episodes x 2 identical steps: 3 pairs each
+        assert ci["identical_prompt_pairs"] == 6 and ci["distinct_exact_agreement"] is None  # all copies
     from turngym.evals.ablate import reliability_table
 
     table = "\n".join(reliability_table(r))
     assert "| scribe | 3 | 1.000 |" in table and "| prm | 3 | 1.000 |" in table
+    assert "| 6 (6 with identical prompts) |" in table
 
 
 def test_reliability_with_a_real_local_judge(tiny_chat_policy):
@@ -827,7 +837,8 @@ def test_reliability_counts_judge_replies_without_json_and_completes(planted_lib
     from turngym.evals.ablate import reliability_table
 
     table = "\n".join(reliability_table(r))
-    assert "| prm | 2 | – | – | – | 2 |" in table and table.count(" 8 of 8 |") == 1 and " 0 of 8 |" in table
+    assert "| prm | 2 | – | – | – | 2 (2 with identical prompts) |" in table and table.count(" 8 of 8 |") == 1
+    assert " 0 of 8 |" in table
 
 
 def test_a_reply_cut_off_by_the_token_limit_keeps_its_complete_steps():
@@ -880,6 +891,40 @@ def test_unlocated_quotes_drop_steps_or_make_the_turn_one_step():
         decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)), unlocated="guess")
 
 
+
+def test_fuzzy_location_places_paraphrased_quotes_only_when_opted_in():
+    """locate_steps="fuzzy": a paraphrased quote is placed where the turn's words cover most of the quote's
+    words (counted as fuzzy_located); a quote with too little in common is still dropped; the default
+    ("exact") is unchanged, and bad settings are refused with one message."""
+    from turngym.rewards.scribe.decompose import locate_fuzzy
+
+    def paraphrasing(prompt: str, n: int, sampling) -> str:
+        return json.dumps({"steps": [
+            {"subgoal": "set up", "skill": "restate the task", "turn": 0, "starts_with": "First work out"},
+            {"subgoal": "multiply", "skill": "evaluate a product", "turn": 0, "starts_with": "let x equal 84*63"},
+            {"subgoal": "invented", "skill": "narrate", "turn": 0, "starts_with": "the agent thinks hard"},
+            {"subgoal": "answer", "skill": "give the final answer", "turn": 1, "starts_with": "Answer: 5343"}]})
+
+    turn0 = "First, work out the product.\nLet x = 84 * 63, then x + 51 = 5343."
+    ep = episode("e", [turn0, "<answer>5343</answer>"])
+    [exact] = decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)))
+    assert exact.items == [] and exact.dropped == 4 and exact.fuzzy_located == 0
+    [fuzzy] = decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)), locate_steps="fuzzy")
+    let = turn0.index("Let x")
+    assert [(it.turn, it.start, it.end, it.skill) for it in fuzzy.items] == [
+        (0, 0, let, "restate the task"), (0, let, len(turn0), "evaluate a product"),
+        (1, 0, 21, "give the final answer")]  # a turn's first step starts at character 0
+    assert fuzzy.fuzzy_located == 3 and fuzzy.dropped == 1 and fuzzy.unstepped_turns == []
+    assert fuzzy.items[1].span.startswith("Let x = 84 * 63")
+    assert locate_fuzzy("multiply 84 * 63", "<calc>84 * 63 + 51</calc>") == 6
+    assert locate_fuzzy("agent", "<calc>84 * 63 + 51</calc>") is None
+    assert locate_fuzzy("Add 51 to the result", "<calc>84 * 63 + 51</calc>") is None  # 1 of 5 words
+    assert locate_fuzzy("Add 51 to the result", "<calc>84 * 63 + 51</calc>", min_coverage=0.2) is None  # 1 word
+    with pytest.raises(ValueError, match="locate_steps"):
+        decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)), locate_steps="nearest")
+    with pytest.raises(ValueError, match="fuzzy_min_coverage"):
+        decompose([ep], JSONLLM(FakeRulePolicy(paraphrasing)), locate_steps="fuzzy", fuzzy_min_coverage=0)
+
 def test_json_repair_honours_escaped_quotes_before_brackets():
     """An escaped quote inside a string does not end it, so brackets after it stay text."""
     from turngym.rewards.scribe.llm import _outermost_object, close_truncated
@@ -888,3 +933,23 @@ def test_json_repair_honours_escaped_quotes_before_brackets():
         '{"steps": [{"q": "a \\"}\\" b"}, {"q": "c"}]}'
     assert _outermost_object('say {"q": "x \\"}\\" y", "n": 1} end') == '{"q": "x \\"}\\" y", "n": 1}'
     assert _outermost_object('x {"a": "\\\\"} y') == '{"a": "\\\\"}'
+
+
+def test_scribe_costs_counts_judged_episodes_and_refuses_one_repeat():
+    """benchmarks/scribe_costs.py: an episode counts as judged when any of its steps went to the judge
+    (judged, or judged without valid JSON), not when all were unmatched or it had none; --repeats 1 is refused."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    spec = importlib.util.spec_from_file_location("scribe_costs", ROOT / "benchmarks" / "scribe_costs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    st = lambda status: {"status": status}  # noqa: E731
+    diags = [{"steps": [[st("unmatched"), st("judged")], [st("unmatched")], []]},
+             {"steps": [[st("judge_failed")], [st("judged"), st("judged")]]}]
+    assert mod.judged_episodes(diags) == 3
+    assert mod.per_judged(4, 3) == 4 / 3 and mod.per_judged(0, 0) is None
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scribe_costs.py"), "--repeats", "1"],
+                         capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    assert run.returncode == 2 and "--repeats must be at least 2" in run.stderr

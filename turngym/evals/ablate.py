@@ -227,7 +227,9 @@ def reliability_table(r: dict[str, Any]) -> list[str]:
         c = j["cross_instance"]
         llm = rep.get("llm") or {}
         lines.append(f"| {name} | {rep.get('repeats', '–')} | {f(rep.get('exact_agreement'))} | "
-                     f"{f(rep.get('pairwise_agreement'))} | {f(rep.get('mean_score_range'))} | {c['scored_pairs']} | "
+                     f"{f(rep.get('pairwise_agreement'))} | {f(rep.get('mean_score_range'))} | {c['scored_pairs']}"
+                     + (f" ({c['identical_prompt_pairs']} with identical prompts)" if "identical_prompt_pairs" in c else "")
+                     + " | "
                      f"{f(c['exact_agreement'])} | {f(c['mean_abs_difference'])} | "
                      f"{llm.get('failed', '–')} of {llm.get('calls', '–')} |")
     return lines

@@ -30,6 +30,8 @@ class PRMReward:
     turn_aggregate: str = "mean"
     window_tokens: int = 1024
     unlocated_steps: str = "drop"        # or "whole_turn": see turngym.rewards.scribe.decompose
+    locate_steps: str = "exact"          # or "fuzzy" (paraphrased quotes): see turngym.rewards.scribe.decompose
+    fuzzy_min_coverage: float = 0.6
     judge_tokens: int = 768
     observation_tokens: int = 192
     llm_base_url: str | None = None
@@ -41,7 +43,8 @@ class PRMReward:
         self.llm = make_llm(self.llm, self.llm_base_url, guided_json=self.guided_json)
 
     def decompose(self, episodes: Sequence[Episode]) -> list[Any]:
-        return decompose(episodes, self.llm, self.window_tokens, self.observation_tokens, self.unlocated_steps)
+        return decompose(episodes, self.llm, self.window_tokens, self.observation_tokens, self.unlocated_steps,
+                         self.locate_steps, self.fuzzy_min_coverage)
 
     def score_episode(self, episode: Episode) -> list[float]:
         return self.score_group([episode]).rewards[0]

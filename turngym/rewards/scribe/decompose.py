@@ -20,6 +20,11 @@ So the decomposer works on the agent's text itself, not on whole turns:
    step belongs to it). A step therefore never crosses a turn, and every character of a turn
    that has any located step belongs to exactly one step. Turns with none are counted
    (``unstepped_turns``).
+
+Options for a decomposer too small to quote (both off by default, both counted):
+``locate_steps="fuzzy"`` places a quote that is not found verbatim where the turn's words best
+cover the quote's words (:func:`locate_fuzzy`), and ``unlocated="whole_turn"`` makes a turn
+none of whose quotes is found one step.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from typing import Any
 
 from turngym.episode import Episode
@@ -137,6 +143,43 @@ def locate(quote: str, text: str) -> int | None:
     return m.start() if m else None
 
 
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def locate_fuzzy(quote: str, text: str, min_coverage: float = 0.6) -> int | None:
+    """Where a paraphrased ``quote`` starts in ``text``, or None. Words and symbols of both, lower-cased,
+    are aligned (difflib) against every stretch of the text that starts at a word and is at most 1.5x
+    the quote's length in words; the stretch whose aligned words cover the largest share of the quote's
+    words wins (the earliest on ties), if that share is at least ``min_coverage`` and at least two words
+    (one when the quote has one). The step starts at the first aligned word of that stretch: for the
+    quote "multiply 84 * 63" in ``<calc>84 * 63 + 51</calc>``, at "84" (3 of 4 words covered)."""
+    q = [m.group().lower() for m in _WORD.finditer(quote)]
+    words = list(_WORD.finditer(text))
+    if not q or not words:
+        return None
+    low = [m.group().lower() for m in words]
+    span = max(len(q), math.ceil(1.5 * len(q)))
+    need = max(min(2, len(q)), math.ceil(min_coverage * len(q)))
+    best, best_at = 0, None
+    for i in range(len(low)):
+        if low[i] not in q:
+            continue  # a stretch that starts with an unaligned word is covered as well from its next word
+        blocks = [b for b in SequenceMatcher(None, q, low[i:i + span], autojunk=False).get_matching_blocks() if b.size]
+        covered = sum(b.size for b in blocks)
+        if covered > best and covered >= need:
+            best, best_at = covered, words[i + blocks[0].b].start()
+    return best_at
+
+
+def find_quote(quote: str, text: str, mode: str = "exact", min_coverage: float = 0.6) -> tuple[int | None, bool]:
+    """(start, fuzzy): :func:`locate`, then with ``mode="fuzzy"`` :func:`locate_fuzzy`."""
+    at = locate(quote, text)
+    if at is not None or mode != "fuzzy":
+        return at, False
+    at = locate_fuzzy(quote, text, min_coverage)
+    return at, at is not None
+
+
 @dataclass
 class Decomposition:
     items: list[SkillItem]
@@ -145,6 +188,7 @@ class Decomposition:
     windows: int = 0
     unstepped_turns: list[int] = field(default_factory=list)
     whole_turn_steps: int = 0              # unlocated="whole_turn": turns made one step because no quote was found
+    fuzzy_located: int = 0                 # locate_steps="fuzzy": steps placed by locate_fuzzy (not found verbatim)
 
     @property
     def failed(self) -> bool:
@@ -152,16 +196,24 @@ class Decomposition:
 
 
 UNLOCATED = ("drop", "whole_turn")
+LOCATE = ("exact", "fuzzy")
 
 
 def decompose(episodes: Sequence[Episode], llm: Any, window_tokens: int = 1024,
-              observation_tokens: int = 192, unlocated: str = "drop") -> list[Decomposition]:
+              observation_tokens: int = 192, unlocated: str = "drop", locate_steps: str = "exact",
+              fuzzy_min_coverage: float = 0.6) -> list[Decomposition]:
     """Steps of every episode, with spans; all windows of all episodes in one batch of LLM calls.
     ``unlocated``: what happens to a turn none of whose steps' quotes is found: ``"drop"`` (its steps
     are dropped and counted, the turn is unstepped) or ``"whole_turn"`` (the turn becomes one step, with
-    the subgoal and skill of the first step the decomposer placed in it; counted as ``whole_turn_steps``)."""
+    the subgoal and skill of the first step the decomposer placed in it; counted as ``whole_turn_steps``).
+    ``locate_steps``: ``"exact"`` (the quote verbatim, whitespace collapsed) or ``"fuzzy"`` (then, failing that,
+    :func:`locate_fuzzy` with ``fuzzy_min_coverage``; counted as ``fuzzy_located``)."""
     if unlocated not in UNLOCATED:
         raise ValueError(f"unlocated must be one of {UNLOCATED}, got {unlocated!r}")
+    if locate_steps not in LOCATE:
+        raise ValueError(f"locate_steps must be one of {LOCATE}, got {locate_steps!r}")
+    if not 0 < fuzzy_min_coverage <= 1:
+        raise ValueError(f"fuzzy_min_coverage must be in (0, 1], got {fuzzy_min_coverage}")
     if window_tokens < 16 or observation_tokens >= window_tokens:
         raise ValueError(f"need window_tokens >= 16 and observation_tokens < window_tokens, got {window_tokens} "
                          f"and {observation_tokens}")
@@ -171,7 +223,7 @@ def decompose(episodes: Sequence[Episode], llm: Any, window_tokens: int = 1024,
                              for ep, w in plan])
     found: dict[str, list[tuple[int, int, str, str]]] = {ep.id: [] for ep in episodes}
     unplaced: dict[str, dict[int, tuple[str, str]]] = {ep.id: {} for ep in episodes}  # turn -> first unlocated step
-    stats: dict[str, list[int]] = {ep.id: [0, 0, 0] for ep in episodes}  # dropped, failed, windows
+    stats: dict[str, list[int]] = {ep.id: [0, 0, 0, 0] for ep in episodes}  # dropped, failed, windows, fuzzy
     for (ep, window), reply in zip(plan, replies, strict=True):
         s = stats[ep.id]
         s[2] += 1
@@ -181,13 +233,14 @@ def decompose(episodes: Sequence[Episode], llm: Any, window_tokens: int = 1024,
         parts = {p.turn: p for p in window}
         for step in reply["steps"]:
             part = parts.get(int(step["turn"]))
-            at = None if part is None else locate(step["starts_with"],
-                                                  ep.turns[part.turn].action[part.start:part.end])
+            at, fuzzy = (None, False) if part is None else find_quote(
+                step["starts_with"], ep.turns[part.turn].action[part.start:part.end], locate_steps, fuzzy_min_coverage)
             if part is None or at is None:
                 s[0] += 1
                 if part is not None:
                     unplaced[ep.id].setdefault(part.turn, (step["subgoal"].strip(), step["skill"].strip()))
                 continue
+            s[3] += int(fuzzy)
             found[ep.id].append((part.turn, part.start + at, step["subgoal"].strip(), step["skill"].strip()))
     out = []
     for ep in episodes:
@@ -206,7 +259,7 @@ def decompose(episodes: Sequence[Episode], llm: Any, window_tokens: int = 1024,
                 subgoal, skill = by_turn[turn][start]
                 items.append(SkillItem(subgoal, skill, turn, bounds[k], bounds[k + 1], ep.id,
                                        action[bounds[k]:bounds[k + 1]]))
-        dropped, failed, n_windows = stats[ep.id]
+        dropped, failed, n_windows, fuzzy_n = stats[ep.id]
         unstepped = [t.index for t in ep.turns if t.index not in by_turn]
-        out.append(Decomposition(items, dropped, failed, n_windows, unstepped, len(whole)))
+        out.append(Decomposition(items, dropped, failed, n_windows, unstepped, len(whole), fuzzy_n))
     return out

@@ -14,6 +14,9 @@ routed once (SCRIBE's router), and the routed steps are judged by the rubric jud
   done in nearly the same way on different problems. Neither criterion looks at a judge's
   output, so the grouping is not circular. Reported per judge, on its first (greedy)
   judgement: the share of pairs with equal scores and the mean absolute score difference.
+  Pairs whose judge prompts are identical (the same step and task in copies of one episode,
+  as when K samples coincide) agree by construction under greedy judging: they are counted
+  (``identical_prompt_pairs``) and the agreement is also given over the distinct pairs alone.
 """
 
 from __future__ import annotations
@@ -82,11 +85,29 @@ def neighbour_pairs(jobs: Sequence[Job], embedder: Any, threshold: float = 0.8) 
     return sorted(out)
 
 
-def cross_instance_consistency(pairs: Sequence[tuple[int, int]], scores: Sequence[int | None]) -> dict[str, Any]:
-    both = [(scores[i], scores[j]) for i, j in pairs if scores[i] is not None and scores[j] is not None]
-    return {"pairs": len(pairs), "scored_pairs": len(both),
-            "exact_agreement": sum(a == b for a, b in both) / len(both) if both else None,
-            "mean_abs_difference": float(np.mean([abs(a - b) for a, b in both])) if both else None}
+def _agreement(both: Sequence[tuple[int, int]]) -> tuple[float | None, float | None]:
+    if not both:
+        return None, None
+    return sum(a == b for a, b in both) / len(both), float(np.mean([abs(a - b) for a, b in both]))
+
+
+def cross_instance_consistency(pairs: Sequence[tuple[int, int]], scores: Sequence[int | None],
+                               identical: Sequence[bool] | None = None) -> dict[str, Any]:
+    """``identical``: per pair, whether the two judge prompts are the same (then also reported: how many
+    are, and the agreement over the others)."""
+    scored = [(k, (scores[i], scores[j])) for k, (i, j) in enumerate(pairs)
+              if scores[i] is not None and scores[j] is not None]
+    exact, diff = _agreement([b for _, b in scored])
+    out: dict[str, Any] = {"pairs": len(pairs), "scored_pairs": len(scored), "exact_agreement": exact,
+                           "mean_abs_difference": diff}
+    if identical is not None:
+        if len(identical) != len(pairs):
+            raise ValueError(f"identical needs one flag per pair: {len(identical)} flags, {len(pairs)} pairs")
+        distinct = [b for k, b in scored if not identical[k]]
+        out["identical_prompt_pairs"] = sum(map(bool, identical))
+        out["distinct_scored_pairs"] = len(distinct)
+        out["distinct_exact_agreement"], out["distinct_mean_abs_difference"] = _agreement(distinct)
+    return out
 
 
 def routed_jobs(episodes: Sequence[Episode], library: SkillLibrary, decompositions: Sequence[Any],
@@ -119,5 +140,5 @@ def reliability(episodes: Sequence[Episode], scribe: Any, repeats: int = 5, temp
         out["judges"][name] = {
             "repeat": (repeat_consistency(prompts, scribe.llm, repeats, temperature, repeat_max_new_tokens)
                        if prompts else None),
-            "cross_instance": cross_instance_consistency(pairs, scores)}
+            "cross_instance": cross_instance_consistency(pairs, scores, [prompts[i] == prompts[j] for i, j in pairs])}
     return out

@@ -70,6 +70,8 @@ class ScribeReward:
     skill_threshold: float = 0.5
     window_tokens: int = 1024
     unlocated_steps: str = "drop"        # or "whole_turn": see turngym.rewards.scribe.decompose
+    locate_steps: str = "exact"          # or "fuzzy" (paraphrased quotes): see turngym.rewards.scribe.decompose
+    fuzzy_min_coverage: float = 0.6
     judge_tokens: int = 768
     observation_tokens: int = 192
     refresh_every: int = 1000
@@ -129,7 +131,8 @@ class ScribeReward:
         return self.library if isinstance(self.library, SkillLibrary) else None
 
     def decompose(self, episodes: Sequence[Episode]) -> list[Any]:
-        return decompose(episodes, self.llm, self.window_tokens, self.observation_tokens, self.unlocated_steps)
+        return decompose(episodes, self.llm, self.window_tokens, self.observation_tokens, self.unlocated_steps,
+                         self.locate_steps, self.fuzzy_min_coverage)
 
     def fit(self, episodes: Sequence[Episode]) -> SkillLibrary | None:
         """Build the library from these episodes' decompositions (cached, so scoring reuses them)."""
