@@ -1,0 +1,531 @@
+package turngym.lucene;
+
+import java.lang.reflect.Field;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * Runs an Anserini search and returns every hit of the batch as ONE string, so that Python pays
+ * one JNI call per batch instead of four per hit.
+ *
+ * <p>Anserini and Lucene are reached by reflection, so this file compiles against the JDK alone
+ * (any javac with {@code --release 11}) whatever Java version the Anserini jar was built for.
+ *
+ * <p>Encoding: the first character is a separator that occurs in no field; the rest, split on it,
+ * is n hit counts (one per query, in order), then for the H hits of all queries in order H docids,
+ * H scores, H titles, H texts, and last one field listing (comma-separated) the hits whose stored
+ * document only Python may read: not a JSON object, a used field that is not a string, an escape
+ * that Python keeps as a lone surrogate, and so on. For those the title field holds the raw
+ * stored document and the text field is empty; for all others title and text are exactly what
+ * turngym's Python {@code parse_raw} gives. The docid is the document's own "id" string where it
+ * has one, else Anserini's docid. A score is the Java float widened to double and printed by
+ * {@link Double#toString(double)}, which Python's {@code float()} reads back to the same double.
+ */
+public final class BatchHits {
+  private static final String RAW = "raw";
+
+  private BatchHits() {}
+
+  /** Anserini's {@code batch_search} on the non-empty queries; an empty query gets no hits. */
+  public static String search(Object searcher, String[] queries, int k, int threads) throws Throwable {
+    List<String> live = new ArrayList<>();
+    List<String> ids = new ArrayList<>();
+    for (int i = 0; i < queries.length; i++) {
+      if (queries[i] != null && !queries[i].isEmpty()) {
+        live.add(queries[i]);
+        ids.add(Integer.toString(i));
+      }
+    }
+    Object[][] perQuery = new Object[queries.length][];
+    if (!live.isEmpty()) {
+      Method m = searcher.getClass().getMethod("batch_search", List.class, List.class, int.class, int.class);
+      Map<?, ?> results = (Map<?, ?>) invoke(m, searcher, live, ids, k, threads);
+      for (String id : ids) {
+        perQuery[Integer.parseInt(id)] = (Object[]) results.get(id);
+      }
+    }
+    return encode(perQuery);
+  }
+
+  /** Anserini's single-query {@code search(query, k)}. */
+  public static String searchOne(Object searcher, String query, int k) throws Throwable {
+    Method m = searcher.getClass().getMethod("search", String.class, int.class);
+    return encode(new Object[][] {(Object[]) invoke(m, searcher, query, k)});
+  }
+
+  private static Object invoke(Method m, Object target, Object... args) throws Throwable {
+    try {
+      return m.invoke(target, args);
+    } catch (InvocationTargetException e) {
+      throw e.getCause();  // Anserini's own exception, not the reflection wrapper
+    }
+  }
+
+  private static String encode(Object[][] perQuery) throws ReflectiveOperationException {
+    int total = 0;
+    for (Object[] hits : perQuery) {
+      total += hits == null ? 0 : hits.length;
+    }
+    String[] docids = new String[total];
+    String[] scores = new String[total];
+    String[] titles = new String[total];
+    String[] texts = new String[total];
+    StringBuilder rawHits = new StringBuilder();
+    Field docidF = null;
+    Field scoreF = null;
+    Field docF = null;
+    Method getM = null;
+    int at = 0;
+    for (Object[] hits : perQuery) {
+      for (int i = 0; hits != null && i < hits.length; i++, at++) {
+        Object h = hits[i];
+        if (docidF == null) {
+          Class<?> c = h.getClass();
+          docidF = c.getField("docid");
+          scoreF = c.getField("score");
+          docF = c.getField("lucene_document");
+        }
+        String docid = (String) docidF.get(h);
+        docids[at] = docid == null ? "" : docid;
+        scores[at] = Double.toString(scoreF.getFloat(h));
+        Object doc = docF.get(h);
+        String raw = null;
+        if (doc != null) {
+          if (getM == null) {
+            getM = doc.getClass().getMethod("get", String.class);
+          }
+          raw = (String) getM.invoke(doc, RAW);
+        }
+        titles[at] = "";
+        texts[at] = "";
+        if (raw == null || raw.isEmpty()) {
+          continue;
+        }
+        String[] parsed = RawDoc.parse(raw);
+        if (parsed == null) {
+          titles[at] = raw;
+          if (rawHits.length() > 0) {
+            rawHits.append(',');
+          }
+          rawHits.append(at);
+        } else {
+          if (parsed[0] != null) {
+            docids[at] = parsed[0];
+          }
+          titles[at] = parsed[1];
+          texts[at] = parsed[2];
+        }
+      }
+    }
+    String[][] columns = {docids, scores, titles, texts};
+    char sep = separator(columns);
+    int size = 2 + 2 * perQuery.length + rawHits.length();
+    for (String[] col : columns) {
+      for (String f : col) {
+        size += f.length() + 1;
+      }
+    }
+    StringBuilder out = new StringBuilder(size);
+    out.append(sep);
+    for (Object[] hits : perQuery) {
+      out.append(hits == null ? 0 : hits.length).append(sep);
+    }
+    for (String[] col : columns) {
+      for (String f : col) {
+        out.append(f).append(sep);
+      }
+    }
+    return out.append(rawHits).toString();
+  }
+
+  /** The first character from U+0001 up that no field contains (never a digit or a comma, which the
+   * counts and the list of raw hits use). */
+  static char separator(String[][] columns) {
+    for (char c = '\u0001'; c < '\ud800'; c++) {
+      boolean used = c == ',' || (c >= '0' && c <= '9');
+      for (String[] col : columns) {
+        for (String f : col) {
+          if (f.indexOf(c) >= 0) {
+            used = true;
+            break;
+          }
+        }
+        if (used) {
+          break;
+        }
+      }
+      if (!used) {
+        return c;
+      }
+    }
+    throw new IllegalStateException("no free separator character");
+  }
+
+  /** Every BMP character that Python's {@code str.isspace()} accepts (for tests). */
+  public static String pythonSpaces() {
+    StringBuilder sb = new StringBuilder();
+    for (char c = 0; c < '\ud800'; c++) {
+      if (RawDoc.isPySpace(c)) {
+        sb.append(c);
+      }
+    }
+    return sb.toString();
+  }
+
+  /** What {@link RawDoc#parse} makes of one stored document: {id or null, title, text}, or null
+   * where Python must parse it (for tests). */
+  public static String[] parseRaw(String raw) {
+    return RawDoc.parse(raw);
+  }
+
+  /**
+   * A strict JSON reader for one stored document that keeps only what turngym's {@code parse_raw}
+   * reads ("id", "title", "text", "contents") and gives up (null) wherever Python's {@code json}
+   * and {@code str()} could answer differently: invalid JSON, a top level that is not an object,
+   * a used field that is not a string, an escaped surrogate that is not a pair, deep nesting,
+   * very long numbers.
+   */
+  static final class RawDoc {
+    private static final int ABSENT = 0;
+    private static final int STRING = 1;
+    private static final int NULL = 2;
+    private static final int OTHER = 3;
+    private static final int MAX_DEPTH = 200;
+    private static final int MAX_NUMBER = 1000;
+    private static final String[] KEYS = {"id", "title", "text", "contents"};
+
+    private final String s;
+    private int pos;
+    private final int[] kinds = new int[4];
+    private final String[] values = new String[4];
+
+    private RawDoc(String s) {
+      this.s = s;
+    }
+
+    static String[] parse(String raw) {
+      RawDoc r = new RawDoc(raw);
+      try {
+        return r.document();
+      } catch (IllegalArgumentException e) {
+        return null;
+      }
+    }
+
+    private String[] document() {
+      ws();
+      if (pos >= s.length() || s.charAt(pos) != '{') {
+        throw bad();
+      }
+      object(0, true);
+      ws();
+      if (pos != s.length()) {
+        throw bad();
+      }
+      String id;
+      if (kinds[0] == STRING) {
+        id = values[0];
+      } else if (kinds[0] == ABSENT || kinds[0] == NULL) {
+        id = null;
+      } else {
+        throw bad();
+      }
+      if (kinds[1] != ABSENT && kinds[2] != ABSENT) {
+        if (kinds[1] != STRING || kinds[2] != STRING) {
+          throw bad();
+        }
+        return new String[] {id, values[1], values[2]};
+      }
+      String contents;
+      if (kinds[3] == ABSENT) {
+        contents = "";
+      } else if (kinds[3] == STRING) {
+        contents = values[3];
+      } else {
+        throw bad();
+      }
+      int nl = contents.indexOf('\n');
+      String first = nl < 0 ? contents : contents.substring(0, nl);
+      String rest = nl < 0 ? "" : contents.substring(nl + 1);
+      return new String[] {id, stripQuotes(pyStrip(first)), rest};
+    }
+
+    private static IllegalArgumentException bad() {
+      return new IllegalArgumentException();
+    }
+
+    private void ws() {
+      while (pos < s.length()) {
+        char c = s.charAt(pos);
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+          return;
+        }
+        pos++;
+      }
+    }
+
+    private char peek() {
+      if (pos >= s.length()) {
+        throw bad();
+      }
+      return s.charAt(pos);
+    }
+
+    private void expect(char c) {
+      if (peek() != c) {
+        throw bad();
+      }
+      pos++;
+    }
+
+    /** An object starting at '{'; at the top level the four keys are recorded (last one wins). */
+    private void object(int depth, boolean top) {
+      if (depth > MAX_DEPTH) {
+        throw bad();
+      }
+      expect('{');
+      ws();
+      if (peek() == '}') {
+        pos++;
+        return;
+      }
+      while (true) {
+        ws();
+        String key = string();
+        ws();
+        expect(':');
+        ws();
+        int slot = top ? slot(key) : -1;
+        if (slot >= 0 && peek() == '"') {
+          values[slot] = string();
+          kinds[slot] = STRING;
+        } else if (slot >= 0 && s.startsWith("null", pos)) {
+          pos += 4;
+          values[slot] = null;
+          kinds[slot] = NULL;
+        } else {
+          value(depth + 1);
+          if (slot >= 0) {
+            values[slot] = null;
+            kinds[slot] = OTHER;
+          }
+        }
+        ws();
+        char c = peek();
+        pos++;
+        if (c == '}') {
+          return;
+        }
+        if (c != ',') {
+          throw bad();
+        }
+      }
+    }
+
+    private static int slot(String key) {
+      for (int i = 0; i < KEYS.length; i++) {
+        if (KEYS[i].equals(key)) {
+          return i;
+        }
+      }
+      return -1;
+    }
+
+    private void array(int depth) {
+      if (depth > MAX_DEPTH) {
+        throw bad();
+      }
+      expect('[');
+      ws();
+      if (peek() == ']') {
+        pos++;
+        return;
+      }
+      while (true) {
+        ws();
+        value(depth + 1);
+        ws();
+        char c = peek();
+        pos++;
+        if (c == ']') {
+          return;
+        }
+        if (c != ',') {
+          throw bad();
+        }
+      }
+    }
+
+    private void value(int depth) {
+      char c = peek();
+      if (c == '"') {
+        string();
+      } else if (c == '{') {
+        object(depth, false);
+      } else if (c == '[') {
+        array(depth);
+      } else if (!literal("null") && !literal("true") && !literal("false") && !literal("NaN")
+          && !literal("Infinity") && !literal("-Infinity")) {
+        number();
+      }
+    }
+
+    private boolean literal(String word) {
+      if (s.startsWith(word, pos)) {
+        pos += word.length();
+        return true;
+      }
+      return false;
+    }
+
+    /** -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)? as Python's json reads it. */
+    private void number() {
+      int start = pos;
+      if (peek() == '-') {
+        pos++;
+      }
+      char c = peek();
+      if (c == '0') {
+        pos++;
+      } else if (c >= '1' && c <= '9') {
+        digits();
+      } else {
+        throw bad();
+      }
+      if (pos < s.length() && s.charAt(pos) == '.') {
+        pos++;
+        digits();
+      }
+      if (pos < s.length() && (s.charAt(pos) == 'e' || s.charAt(pos) == 'E')) {
+        pos++;
+        if (peek() == '+' || peek() == '-') {
+          pos++;
+        }
+        digits();
+      }
+      if (pos - start > MAX_NUMBER) {
+        throw bad();  // Python refuses int strings over 4,300 digits with a ValueError
+      }
+    }
+
+    private void digits() {
+      int start = pos;
+      while (pos < s.length() && s.charAt(pos) >= '0' && s.charAt(pos) <= '9') {
+        pos++;
+      }
+      if (pos == start) {
+        throw bad();
+      }
+    }
+
+    /** A JSON string starting at '"', unescaped; control characters and lone escaped surrogates refused. */
+    private String string() {
+      expect('"');
+      StringBuilder sb = null;
+      int start = pos;
+      while (true) {
+        char c = peek();
+        if (c == '"') {
+          String out = sb == null ? s.substring(start, pos) : sb.append(s, start, pos).toString();
+          pos++;
+          return out;
+        }
+        if (c < 0x20) {
+          throw bad();  // Python's json (strict) refuses raw control characters in strings
+        }
+        if (c != '\\') {
+          pos++;
+          continue;
+        }
+        if (sb == null) {
+          sb = new StringBuilder();
+        }
+        sb.append(s, start, pos);
+        pos++;
+        char e = peek();
+        pos++;
+        switch (e) {
+          case '"': sb.append('"'); break;
+          case '\\': sb.append('\\'); break;
+          case '/': sb.append('/'); break;
+          case 'b': sb.append('\b'); break;
+          case 'f': sb.append('\f'); break;
+          case 'n': sb.append('\n'); break;
+          case 'r': sb.append('\r'); break;
+          case 't': sb.append('\t'); break;
+          case 'u': {
+            char u = hex4();
+            if (Character.isHighSurrogate(u)) {
+              if (!s.startsWith("\\u", pos)) {
+                throw bad();
+              }
+              pos += 2;
+              char low = hex4();
+              if (!Character.isLowSurrogate(low)) {
+                throw bad();
+              }
+              sb.append(u).append(low);
+            } else if (Character.isLowSurrogate(u)) {
+              throw bad();
+            } else {
+              sb.append(u);
+            }
+            break;
+          }
+          default: throw bad();
+        }
+        start = pos;
+      }
+    }
+
+    private char hex4() {
+      if (pos + 4 > s.length()) {
+        throw bad();
+      }
+      int v = 0;
+      for (int i = 0; i < 4; i++) {
+        int d = Character.digit(s.charAt(pos + i), 16);
+        if (d < 0 || s.charAt(pos + i) > 'f') {
+          throw bad();  // ASCII hex digits only (Character.digit also takes full-width ones)
+        }
+        v = v * 16 + d;
+      }
+      pos += 4;
+      return (char) v;
+    }
+
+    /** Python's str.isspace() (bidirectional class WS, B or S, or category Zs); all are in the BMP. */
+    static boolean isPySpace(char c) {
+      return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680
+          || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f
+          || c == 0x3000;
+    }
+
+    static String pyStrip(String t) {
+      int a = 0;
+      int b = t.length();
+      while (a < b && isPySpace(t.charAt(a))) {
+        a++;
+      }
+      while (b > a && isPySpace(t.charAt(b - 1))) {
+        b--;
+      }
+      return t.substring(a, b);
+    }
+
+    static String stripQuotes(String t) {
+      int a = 0;
+      int b = t.length();
+      while (a < b && t.charAt(a) == '"') {
+        a++;
+      }
+      while (b > a && t.charAt(b - 1) == '"') {
+        b--;
+      }
+      return t.substring(a, b);
+    }
+  }
+}
