@@ -47,13 +47,13 @@ public final class BatchHits {
         perQuery[Integer.parseInt(id)] = (Object[]) results.get(id);
       }
     }
-    return encode(perQuery);
+    return encode(perQuery, threads);
   }
 
   /** Anserini's single-query {@code search(query, k)}. */
   public static String searchOne(Object searcher, String query, int k) throws Throwable {
     Method m = searcher.getClass().getMethod("search", String.class, int.class);
-    return encode(new Object[][] {(Object[]) invoke(m, searcher, query, k)});
+    return encode(new Object[][] {(Object[]) invoke(m, searcher, query, k)}, 1);
   }
 
   private static Object invoke(Method m, Object target, Object... args) throws Throwable {
@@ -64,16 +64,14 @@ public final class BatchHits {
     }
   }
 
-  private static String encode(Object[][] perQuery) throws ReflectiveOperationException {
+  private static String encode(Object[][] perQuery, int threads) throws ReflectiveOperationException {
     int total = 0;
     for (Object[] hits : perQuery) {
       total += hits == null ? 0 : hits.length;
     }
     String[] docids = new String[total];
     String[] scores = new String[total];
-    String[] titles = new String[total];
-    String[] texts = new String[total];
-    StringBuilder rawHits = new StringBuilder();
+    String[] raws = new String[total];
     Field docidF = null;
     Field scoreF = null;
     Field docF = null;
@@ -92,32 +90,36 @@ public final class BatchHits {
         docids[at] = docid == null ? "" : docid;
         scores[at] = Double.toString(scoreF.getFloat(h));
         Object doc = docF.get(h);
-        String raw = null;
         if (doc != null) {
           if (getM == null) {
             getM = doc.getClass().getMethod("get", String.class);
           }
-          raw = (String) getM.invoke(doc, RAW);
+          raws[at] = (String) getM.invoke(doc, RAW);
         }
-        titles[at] = "";
-        texts[at] = "";
-        if (raw == null || raw.isEmpty()) {
-          continue;
+      }
+    }
+    String[][] parsed = parseAll(raws, threads);
+    String[] titles = new String[total];
+    String[] texts = new String[total];
+    StringBuilder rawHits = new StringBuilder();
+    for (int i = 0; i < total; i++) {
+      titles[i] = "";
+      texts[i] = "";
+      if (raws[i] == null || raws[i].isEmpty()) {
+        continue;
+      }
+      if (parsed[i] == null) {
+        titles[i] = raws[i];
+        if (rawHits.length() > 0) {
+          rawHits.append(',');
         }
-        String[] parsed = RawDoc.parse(raw);
-        if (parsed == null) {
-          titles[at] = raw;
-          if (rawHits.length() > 0) {
-            rawHits.append(',');
-          }
-          rawHits.append(at);
-        } else {
-          if (parsed[0] != null) {
-            docids[at] = parsed[0];
-          }
-          titles[at] = parsed[1];
-          texts[at] = parsed[2];
+        rawHits.append(i);
+      } else {
+        if (parsed[i][0] != null) {
+          docids[i] = parsed[i][0];
         }
+        titles[i] = parsed[i][1];
+        texts[i] = parsed[i][2];
       }
     }
     String[][] columns = {docids, scores, titles, texts};
@@ -139,6 +141,38 @@ public final class BatchHits {
       }
     }
     return out.append(rawHits).toString();
+  }
+
+  /** {@link RawDoc#parse} of every stored document, on up to {@code threads} threads (a document
+   * a worker could not read stays null and goes to Python, so a failure costs speed, not hits). */
+  private static String[][] parseAll(String[] raws, int threads) {
+    String[][] parsed = new String[raws.length][];
+    int workers = Math.max(1, Math.min(threads, raws.length / 256));
+    Thread[] started = new Thread[workers - 1];
+    for (int w = 1; w < workers; w++) {
+      int lo = raws.length * w / workers;
+      int hi = raws.length * (w + 1) / workers;
+      started[w - 1] = new Thread(() -> parseRange(raws, parsed, lo, hi));
+      started[w - 1].start();
+    }
+    parseRange(raws, parsed, 0, raws.length / workers);
+    for (Thread t : started) {
+      try {
+        t.join();
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new IllegalStateException("interrupted while reading stored documents", e);
+      }
+    }
+    return parsed;
+  }
+
+  private static void parseRange(String[] raws, String[][] parsed, int lo, int hi) {
+    for (int i = lo; i < hi; i++) {
+      if (raws[i] != null && !raws[i].isEmpty()) {
+        parsed[i] = RawDoc.parse(raws[i]);
+      }
+    }
   }
 
   /** The first character from U+0001 up that no field contains (never a digit or a comma, which the
@@ -426,19 +460,23 @@ public final class BatchHits {
       expect('"');
       StringBuilder sb = null;
       int start = pos;
+      int n = s.length();
       while (true) {
+        while (pos < n) {  // the plain run: one bounds check per character
+          char c = s.charAt(pos);
+          if (c == '"' || c == '\\' || c < 0x20) {
+            break;
+          }
+          pos++;
+        }
         char c = peek();
         if (c == '"') {
           String out = sb == null ? s.substring(start, pos) : sb.append(s, start, pos).toString();
           pos++;
           return out;
         }
-        if (c < 0x20) {
-          throw bad();  // Python's json (strict) refuses raw control characters in strings
-        }
         if (c != '\\') {
-          pos++;
-          continue;
+          throw bad();  // a raw control character: Python's json (strict) refuses it in strings
         }
         if (sb == null) {
           sb = new StringBuilder();
