@@ -86,5 +86,6 @@ def helper_status() -> HelperStatus:
 
 if __name__ == "__main__":  # scripts/setup.sh: build the class ahead of first use
     status = compile_helper()
-    print(f"BatchHits: {status.classpath}" if status.classpath else f"BatchHits not built: {status.reason}",
-          file=sys.stdout if status.classpath else sys.stderr)
+    if status.classpath is None:
+        sys.exit(f"BatchHits not built: {status.reason}; Lucene search will read hits one by one")
+    print(f"BatchHits: {status.classpath}")

@@ -128,12 +128,12 @@ def clean_query(query: str) -> str:
 
 def decode_hits(encoded: str, n_queries: int) -> list[list[Hit]]:
     """Hits from ``BatchHits``' one-string encoding (described in ``java/BatchHits.java``)."""
-    fields = encoded[1:].split(encoded[0])
-    counts = [int(c) for c in fields[:n_queries]]
+    fields = encoded.split(encoded[0])  # fields[0] is the empty text before the leading separator
+    counts = [int(c) for c in fields[1:n_queries + 1]]
     n = sum(counts)
-    if len(fields) != n_queries + 4 * n + 1:
-        raise RetrieverError(f"BatchHits answered {len(fields)} fields where {n_queries + 4 * n + 1} were expected")
-    p = n_queries
+    if len(fields) != n_queries + 4 * n + 2:
+        raise RetrieverError(f"BatchHits answered {len(fields) - 1} fields where {n_queries + 4 * n + 1} were expected")
+    p = n_queries + 1
     hits = list(map(Hit, fields[p:p + n], map(float, fields[p + n:p + 2 * n]), fields[p + 2 * n:p + 3 * n],
                     fields[p + 3 * n:p + 4 * n]))
     if fields[-1]:  # stored documents only Python's json may read: the per-hit path's parse

@@ -460,15 +460,18 @@ public final class BatchHits {
       expect('"');
       StringBuilder sb = null;
       int start = pos;
-      int n = s.length();
+      String t = s;  // locals, so that the JIT keeps the plain-run loop in registers
+      int n = t.length();
       while (true) {
-        while (pos < n) {  // the plain run: one bounds check per character
-          char c = s.charAt(pos);
+        int i = pos;
+        while (i < n) {
+          char c = t.charAt(i);
           if (c == '"' || c == '\\' || c < 0x20) {
             break;
           }
-          pos++;
+          i++;
         }
+        pos = i;
         char c = peek();
         if (c == '"') {
           String out = sb == null ? s.substring(start, pos) : sb.append(s, start, pos).toString();
