@@ -64,113 +64,140 @@ public final class BatchHits {
     }
   }
 
-  private static String encode(Object[][] perQuery, int threads) throws ReflectiveOperationException {
+  private static String encode(Object[][] perQuery, int threads) throws Throwable {
     int total = 0;
     for (Object[] hits : perQuery) {
       total += hits == null ? 0 : hits.length;
     }
-    String[] docids = new String[total];
-    String[] scores = new String[total];
-    String[] raws = new String[total];
-    Field docidF = null;
-    Field scoreF = null;
-    Field docF = null;
-    Method getM = null;
+    Object[] all = new Object[total];
     int at = 0;
     for (Object[] hits : perQuery) {
-      for (int i = 0; hits != null && i < hits.length; i++, at++) {
-        Object h = hits[i];
-        if (docidF == null) {
-          Class<?> c = h.getClass();
-          docidF = c.getField("docid");
-          scoreF = c.getField("score");
-          docF = c.getField("lucene_document");
-        }
-        String docid = (String) docidF.get(h);
-        docids[at] = docid == null ? "" : docid;
-        scores[at] = Double.toString(scoreF.getFloat(h));
-        Object doc = docF.get(h);
-        if (doc != null) {
-          if (getM == null) {
-            getM = doc.getClass().getMethod("get", String.class);
-          }
-          raws[at] = (String) getM.invoke(doc, RAW);
-        }
+      for (int i = 0; hits != null && i < hits.length; i++) {
+        all[at++] = hits[i];
       }
     }
-    String[][] parsed = parseAll(raws, threads);
-    String[] titles = new String[total];
-    String[] texts = new String[total];
+    Columns cols = new Columns(all);
+    cols.fill(threads);
+    String[][] columns = cols.columns();
+    char sep = separator(columns);
+    StringBuilder head = new StringBuilder();
+    head.append(sep);
+    for (Object[] hits : perQuery) {
+      head.append(hits == null ? 0 : hits.length).append(sep);
+    }
     StringBuilder rawHits = new StringBuilder();
     for (int i = 0; i < total; i++) {
-      titles[i] = "";
-      texts[i] = "";
-      if (raws[i] == null || raws[i].isEmpty()) {
-        continue;
-      }
-      if (parsed[i] == null) {
-        titles[i] = raws[i];
-        if (rawHits.length() > 0) {
-          rawHits.append(',');
-        }
-        rawHits.append(i);
-      } else {
-        if (parsed[i][0] != null) {
-          docids[i] = parsed[i][0];
-        }
-        titles[i] = parsed[i][1];
-        texts[i] = parsed[i][2];
+      if (cols.handedBack[i]) {
+        rawHits.append(rawHits.length() > 0 ? "," : "").append(i);
       }
     }
-    String[][] columns = {docids, scores, titles, texts};
-    char sep = separator(columns);
-    int size = 2 + 2 * perQuery.length + rawHits.length();
+    int size = head.length() + rawHits.length();
     for (String[] col : columns) {
       for (String f : col) {
         size += f.length() + 1;
       }
     }
-    StringBuilder out = new StringBuilder(size);
-    out.append(sep);
-    for (Object[] hits : perQuery) {
-      out.append(hits == null ? 0 : hits.length).append(sep);
-    }
+    char[] buf = new char[size];
+    int p = head.length();
+    head.getChars(0, p, buf, 0);
     for (String[] col : columns) {
       for (String f : col) {
-        out.append(f).append(sep);
+        f.getChars(0, f.length(), buf, p);
+        p += f.length();
+        buf[p++] = sep;
       }
     }
-    return out.append(rawHits).toString();
+    rawHits.getChars(0, rawHits.length(), buf, p);
+    return new String(buf);
   }
 
-  /** {@link RawDoc#parse} of every stored document, on up to {@code threads} threads (a document
-   * a worker could not read stays null and goes to Python, so a failure costs speed, not hits). */
-  private static String[][] parseAll(String[] raws, int threads) {
-    String[][] parsed = new String[raws.length][];
-    int workers = Math.max(1, Math.min(threads, raws.length / 256));
-    Thread[] started = new Thread[workers - 1];
-    for (int w = 1; w < workers; w++) {
-      int lo = raws.length * w / workers;
-      int hi = raws.length * (w + 1) / workers;
-      started[w - 1] = new Thread(() -> parseRange(raws, parsed, lo, hi));
-      started[w - 1].start();
+  /** The four output columns of every hit, read and parsed on up to {@code threads} threads. */
+  private static final class Columns {
+    final Object[] hits;
+    final String[] docids;
+    final String[] scores;
+    final String[] titles;
+    final String[] texts;
+    final boolean[] handedBack;  // stored documents left for Python's parse (the title holds them)
+    private Field docidF;
+    private Field scoreF;
+    private Field docF;
+    private volatile Throwable failure;
+
+    Columns(Object[] hits) {
+      this.hits = hits;
+      int n = hits.length;
+      docids = new String[n];
+      scores = new String[n];
+      titles = new String[n];
+      texts = new String[n];
+      handedBack = new boolean[n];
     }
-    parseRange(raws, parsed, 0, raws.length / workers);
-    for (Thread t : started) {
-      try {
+
+    String[][] columns() {
+      return new String[][] {docids, scores, titles, texts};
+    }
+
+    void fill(int threads) throws Throwable {
+      if (hits.length == 0) {
+        return;
+      }
+      Class<?> c = hits[0].getClass();
+      docidF = c.getField("docid");
+      scoreF = c.getField("score");
+      docF = c.getField("lucene_document");
+      int workers = Math.max(1, Math.min(threads, hits.length / 256));
+      Thread[] started = new Thread[workers - 1];
+      for (int w = 1; w < workers; w++) {
+        int lo = hits.length * w / workers;
+        int hi = hits.length * (w + 1) / workers;
+        started[w - 1] = new Thread(() -> range(lo, hi));
+        started[w - 1].start();
+      }
+      range(0, hits.length / workers);
+      for (Thread t : started) {
         t.join();
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        throw new IllegalStateException("interrupted while reading stored documents", e);
+      }
+      if (failure != null) {
+        throw failure;
       }
     }
-    return parsed;
-  }
 
-  private static void parseRange(String[] raws, String[][] parsed, int lo, int hi) {
-    for (int i = lo; i < hi; i++) {
-      if (raws[i] != null && !raws[i].isEmpty()) {
-        parsed[i] = RawDoc.parse(raws[i]);
+    private void range(int lo, int hi) {
+      try {
+        Method get = null;
+        for (int i = lo; i < hi; i++) {
+          Object h = hits[i];
+          String docid = (String) docidF.get(h);
+          docids[i] = docid == null ? "" : docid;
+          scores[i] = Double.toString(scoreF.getFloat(h));
+          titles[i] = "";
+          texts[i] = "";
+          Object doc = docF.get(h);
+          if (doc == null) {
+            continue;
+          }
+          if (get == null) {
+            get = doc.getClass().getMethod("get", String.class);
+          }
+          String raw = (String) get.invoke(doc, RAW);
+          if (raw == null || raw.isEmpty()) {
+            continue;
+          }
+          String[] parsed = RawDoc.parse(raw);
+          if (parsed == null) {
+            titles[i] = raw;
+            handedBack[i] = true;
+          } else {
+            if (parsed[0] != null) {
+              docids[i] = parsed[0];
+            }
+            titles[i] = parsed[1];
+            texts[i] = parsed[2];
+          }
+        }
+      } catch (Throwable e) {
+        failure = e;  // rethrown by fill() on the calling thread
       }
     }
   }
@@ -234,7 +261,7 @@ public final class BatchHits {
     private final String s;
     private int pos;
     private final int[] kinds = new int[4];
-    private final String[] values = new String[4];
+    private final int[] starts = new int[4];
 
     private RawDoc(String s) {
       this.s = s;
@@ -261,7 +288,7 @@ public final class BatchHits {
       }
       String id;
       if (kinds[0] == STRING) {
-        id = values[0];
+        id = stringAt(0);
       } else if (kinds[0] == ABSENT || kinds[0] == NULL) {
         id = null;
       } else {
@@ -271,13 +298,13 @@ public final class BatchHits {
         if (kinds[1] != STRING || kinds[2] != STRING) {
           throw bad();
         }
-        return new String[] {id, values[1], values[2]};
+        return new String[] {id, stringAt(1), stringAt(2)};
       }
       String contents;
       if (kinds[3] == ABSENT) {
         contents = "";
       } else if (kinds[3] == STRING) {
-        contents = values[3];
+        contents = stringAt(3);
       } else {
         throw bad();
       }
@@ -285,6 +312,11 @@ public final class BatchHits {
       String first = nl < 0 ? contents : contents.substring(0, nl);
       String rest = nl < 0 ? "" : contents.substring(nl + 1);
       return new String[] {id, stripQuotes(pyStrip(first)), rest};
+    }
+
+    private String stringAt(int slot) {
+      pos = starts[slot];
+      return string(true);
     }
 
     private static IllegalArgumentException bad() {
@@ -328,22 +360,21 @@ public final class BatchHits {
       }
       while (true) {
         ws();
-        String key = string();
+        String key = string(true);
         ws();
         expect(':');
         ws();
         int slot = top ? slot(key) : -1;
         if (slot >= 0 && peek() == '"') {
-          values[slot] = string();
+          starts[slot] = pos;  // read later, and only if used
+          string(false);
           kinds[slot] = STRING;
         } else if (slot >= 0 && s.startsWith("null", pos)) {
           pos += 4;
-          values[slot] = null;
           kinds[slot] = NULL;
         } else {
           value(depth + 1);
           if (slot >= 0) {
-            values[slot] = null;
             kinds[slot] = OTHER;
           }
         }
@@ -396,7 +427,7 @@ public final class BatchHits {
     private void value(int depth) {
       char c = peek();
       if (c == '"') {
-        string();
+        string(false);
       } else if (c == '{') {
         object(depth, false);
       } else if (c == '[') {
@@ -455,8 +486,9 @@ public final class BatchHits {
       }
     }
 
-    /** A JSON string starting at '"', unescaped; control characters and lone escaped surrogates refused. */
-    private String string() {
+    /** A JSON string starting at '"', unescaped (or only checked, when not {@code build});
+     * control characters and escaped surrogates that do not pair are refused. */
+    private String string(boolean build) {
       expect('"');
       StringBuilder sb = null;
       int start = pos;
@@ -474,49 +506,55 @@ public final class BatchHits {
         pos = i;
         char c = peek();
         if (c == '"') {
-          String out = sb == null ? s.substring(start, pos) : sb.append(s, start, pos).toString();
           pos++;
-          return out;
+          if (!build) {
+            return null;
+          }
+          return sb == null ? t.substring(start, pos - 1) : sb.append(t, start, pos - 1).toString();
         }
         if (c != '\\') {
           throw bad();  // a raw control character: Python's json (strict) refuses it in strings
         }
-        if (sb == null) {
-          sb = new StringBuilder();
+        if (build) {
+          if (sb == null) {
+            sb = new StringBuilder(pos - start + 64);
+          }
+          sb.append(t, start, pos);
         }
-        sb.append(s, start, pos);
         pos++;
         char e = peek();
         pos++;
+        char low = 0;
         switch (e) {
-          case '"': sb.append('"'); break;
-          case '\\': sb.append('\\'); break;
-          case '/': sb.append('/'); break;
-          case 'b': sb.append('\b'); break;
-          case 'f': sb.append('\f'); break;
-          case 'n': sb.append('\n'); break;
-          case 'r': sb.append('\r'); break;
-          case 't': sb.append('\t'); break;
+          case '"': case '\\': case '/': break;
+          case 'b': e = '\b'; break;
+          case 'f': e = '\f'; break;
+          case 'n': e = '\n'; break;
+          case 'r': e = '\r'; break;
+          case 't': e = '\t'; break;
           case 'u': {
-            char u = hex4();
-            if (Character.isHighSurrogate(u)) {
-              if (!s.startsWith("\\u", pos)) {
+            e = hex4();
+            if (Character.isHighSurrogate(e)) {
+              if (!t.startsWith("\\u", pos)) {
                 throw bad();
               }
               pos += 2;
-              char low = hex4();
+              low = hex4();
               if (!Character.isLowSurrogate(low)) {
                 throw bad();
               }
-              sb.append(u).append(low);
-            } else if (Character.isLowSurrogate(u)) {
+            } else if (Character.isLowSurrogate(e)) {
               throw bad();
-            } else {
-              sb.append(u);
             }
             break;
           }
           default: throw bad();
+        }
+        if (build) {
+          sb.append(e);
+          if (low != 0) {
+            sb.append(low);
+          }
         }
         start = pos;
       }
