@@ -33,7 +33,7 @@ DOCS = [
 ] + [{"id": f"f{i}", "contents": f"\"Filler {i}\"\nstar filler number {i} kappa"} for i in range(30)]
 
 QUERIES = ["alpha star", "beta star", "gamma star", "delta star", "epsilon star", "zeta star", "eta star",
-           "theta star", "iota star", "star", "", "   ", "zzzz-no-match", "東京", "kappa filler 3"]
+           "theta star", "iota star", "star", "", "   ", "zzzz-no-match", "東京", "kappa filler 3", "😀 beta"]
 
 
 @pytest.fixture(scope="module")

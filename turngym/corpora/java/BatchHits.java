@@ -78,8 +78,7 @@ public final class BatchHits {
     }
     Columns cols = new Columns(all);
     cols.fill(threads);
-    String[][] columns = cols.columns();
-    char sep = separator(columns);
+    char sep = separator(cols);
     StringBuilder head = new StringBuilder();
     head.append(sep);
     for (Object[] hits : perQuery) {
@@ -91,18 +90,23 @@ public final class BatchHits {
         rawHits.append(rawHits.length() > 0 ? "," : "").append(i);
       }
     }
-    int size = head.length() + rawHits.length();
-    for (String[] col : columns) {
-      for (String f : col) {
-        size += f.length() + 1;
-      }
+    int size = head.length() + rawHits.length() + 4 * total;
+    for (int i = 0; i < total; i++) {
+      size += cols.docids[i].length() + cols.scores[i].length() + cols.titles[i].length() + cols.texts[i].length();
     }
     char[] buf = new char[size];
     int p = head.length();
     head.getChars(0, p, buf, 0);
-    for (String[] col : columns) {
+    for (String[] col : new String[][] {cols.docids, cols.scores}) {
       for (String f : col) {
         f.getChars(0, f.length(), buf, p);
+        p += f.length();
+        buf[p++] = sep;
+      }
+    }
+    for (Piece[] col : new Piece[][] {cols.titles, cols.texts}) {
+      for (Piece f : col) {
+        f.src.getChars(f.from, f.to, buf, p);
         p += f.length();
         buf[p++] = sep;
       }
@@ -116,8 +120,8 @@ public final class BatchHits {
     final Object[] hits;
     final String[] docids;
     final String[] scores;
-    final String[] titles;
-    final String[] texts;
+    final Piece[] titles;
+    final Piece[] texts;
     final boolean[] handedBack;  // stored documents left for Python's parse (the title holds them)
     private Field docidF;
     private Field scoreF;
@@ -129,13 +133,9 @@ public final class BatchHits {
       int n = hits.length;
       docids = new String[n];
       scores = new String[n];
-      titles = new String[n];
-      texts = new String[n];
+      titles = new Piece[n];
+      texts = new Piece[n];
       handedBack = new boolean[n];
-    }
-
-    String[][] columns() {
-      return new String[][] {docids, scores, titles, texts};
     }
 
     void fill(int threads) throws Throwable {
@@ -171,8 +171,8 @@ public final class BatchHits {
           String docid = (String) docidF.get(h);
           docids[i] = docid == null ? "" : docid;
           scores[i] = Double.toString(scoreF.getFloat(h));
-          titles[i] = "";
-          texts[i] = "";
+          titles[i] = new Piece();
+          texts[i] = new Piece();
           Object doc = docF.get(h);
           if (doc == null) {
             continue;
@@ -184,16 +184,16 @@ public final class BatchHits {
           if (raw == null || raw.isEmpty()) {
             continue;
           }
-          String[] parsed = RawDoc.parse(raw);
+          Doc parsed = RawDoc.parse(raw);
           if (parsed == null) {
-            titles[i] = raw;
+            titles[i].set(raw, 0, raw.length());
             handedBack[i] = true;
           } else {
-            if (parsed[0] != null) {
-              docids[i] = parsed[0];
+            if (parsed.id != null) {
+              docids[i] = parsed.id;
             }
-            titles[i] = parsed[1];
-            texts[i] = parsed[2];
+            titles[i] = parsed.title;
+            texts[i] = parsed.text;
           }
         }
       } catch (Throwable e) {
@@ -203,26 +203,25 @@ public final class BatchHits {
   }
 
   /** The first character from U+0001 up that no field contains (never a digit or a comma, which the
-   * counts and the list of raw hits use). */
-  static char separator(String[][] columns) {
+   * counts and the list of handed-back hits use). */
+  static char separator(Columns cols) {
     for (char c = '\u0001'; c < '\ud800'; c++) {
-      boolean used = c == ',' || (c >= '0' && c <= '9');
-      for (String[] col : columns) {
-        for (String f : col) {
-          if (f.indexOf(c) >= 0) {
-            used = true;
-            break;
-          }
-        }
-        if (used) {
-          break;
-        }
+      if (c == ',' || (c >= '0' && c <= '9') || used(c, cols)) {
+        continue;
       }
-      if (!used) {
-        return c;
-      }
+      return c;
     }
     throw new IllegalStateException("no free separator character");
+  }
+
+  private static boolean used(char c, Columns cols) {
+    for (int i = 0; i < cols.hits.length; i++) {
+      if (cols.docids[i].indexOf(c) >= 0 || cols.scores[i].indexOf(c) >= 0 || cols.titles[i].contains(c)
+          || cols.texts[i].contains(c)) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /** Every BMP character that Python's {@code str.isspace()} accepts (for tests). */
@@ -239,7 +238,8 @@ public final class BatchHits {
   /** What {@link RawDoc#parse} makes of one stored document: {id or null, title, text}, or null
    * where Python must parse it (for tests). */
   public static String[] parseRaw(String raw) {
-    return RawDoc.parse(raw);
+    Doc d = RawDoc.parse(raw);
+    return d == null ? null : new String[] {d.id, d.title.toString(), d.text.toString()};
   }
 
   /**
@@ -260,14 +260,17 @@ public final class BatchHits {
 
     private final String s;
     private int pos;
+    private boolean escaped;  // whether the last string read had an escape
     private final int[] kinds = new int[4];
-    private final int[] starts = new int[4];
+    private final int[] starts = new int[4];  // opening quote of each used string
+    private final int[] ends = new int[4];  // closing quote
+    private final boolean[] plain = new boolean[4];  // no escapes: the value is s[start + 1, end)
 
     private RawDoc(String s) {
       this.s = s;
     }
 
-    static String[] parse(String raw) {
+    static Doc parse(String raw) {
       RawDoc r = new RawDoc(raw);
       try {
         return r.document();
@@ -276,7 +279,7 @@ public final class BatchHits {
       }
     }
 
-    private String[] document() {
+    private Doc document() {
       ws();
       if (pos >= s.length() || s.charAt(pos) != '{') {
         throw bad();
@@ -294,29 +297,60 @@ public final class BatchHits {
       } else {
         throw bad();
       }
+      Doc d = new Doc(id);
       if (kinds[1] != ABSENT && kinds[2] != ABSENT) {
         if (kinds[1] != STRING || kinds[2] != STRING) {
           throw bad();
         }
-        return new String[] {id, stringAt(1), stringAt(2)};
+        piece(1, d.title);
+        piece(2, d.text);
+        return d;
       }
-      String contents;
       if (kinds[3] == ABSENT) {
-        contents = "";
-      } else if (kinds[3] == STRING) {
-        contents = stringAt(3);
-      } else {
+        return d;  // no contents: empty title and text
+      }
+      if (kinds[3] != STRING) {
         throw bad();
       }
-      int nl = contents.indexOf('\n');
-      String first = nl < 0 ? contents : contents.substring(0, nl);
-      String rest = nl < 0 ? "" : contents.substring(nl + 1);
-      return new String[] {id, stripQuotes(pyStrip(first)), rest};
+      Piece c = new Piece();
+      piece(3, c);
+      // Search-R1's contents: the first line, stripped (Python's str.strip()) and unquoted, is the title
+      int nl = c.src.indexOf('\n', c.from);
+      int firstEnd = nl < 0 || nl >= c.to ? c.to : nl;
+      int a = c.from;
+      int b = firstEnd;
+      while (a < b && isPySpace(c.src.charAt(a))) {
+        a++;
+      }
+      while (b > a && isPySpace(c.src.charAt(b - 1))) {
+        b--;
+      }
+      while (a < b && c.src.charAt(a) == '"') {
+        a++;
+      }
+      while (b > a && c.src.charAt(b - 1) == '"') {
+        b--;
+      }
+      d.title.set(c.src, a, b);
+      if (firstEnd < c.to) {
+        d.text.set(c.src, firstEnd + 1, c.to);
+      }
+      return d;
     }
 
     private String stringAt(int slot) {
       pos = starts[slot];
       return string(true);
+    }
+
+    /** A used string field, as a range of the stored document where it has no escapes. */
+    private void piece(int slot, Piece out) {
+      if (plain[slot]) {
+        out.set(s, starts[slot] + 1, ends[slot]);
+      } else {
+        String v = stringAt(slot);
+        out.set(v, 0, v.length());
+      }
     }
 
     private static IllegalArgumentException bad() {
@@ -367,7 +401,10 @@ public final class BatchHits {
         int slot = top ? slot(key) : -1;
         if (slot >= 0 && peek() == '"') {
           starts[slot] = pos;  // read later, and only if used
+          escaped = false;
           string(false);
+          ends[slot] = pos - 1;
+          plain[slot] = !escaped;
           kinds[slot] = STRING;
         } else if (slot >= 0 && s.startsWith("null", pos)) {
           pos += 4;
@@ -515,6 +552,7 @@ public final class BatchHits {
         if (c != '\\') {
           throw bad();  // a raw control character: Python's json (strict) refuses it in strings
         }
+        escaped = true;
         if (build) {
           if (sb == null) {
             sb = new StringBuilder(pos - start + 64);
@@ -582,29 +620,43 @@ public final class BatchHits {
           || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f
           || c == 0x3000;
     }
+  }
 
-    static String pyStrip(String t) {
-      int a = 0;
-      int b = t.length();
-      while (a < b && isPySpace(t.charAt(a))) {
-        a++;
-      }
-      while (b > a && isPySpace(t.charAt(b - 1))) {
-        b--;
-      }
-      return t.substring(a, b);
+  /** A range of a string: a field of the answer, copied once, straight into it. */
+  static final class Piece {
+    String src = "";
+    int from;
+    int to;
+
+    void set(String src, int from, int to) {
+      this.src = src;
+      this.from = from;
+      this.to = to;
     }
 
-    static String stripQuotes(String t) {
-      int a = 0;
-      int b = t.length();
-      while (a < b && t.charAt(a) == '"') {
-        a++;
-      }
-      while (b > a && t.charAt(b - 1) == '"') {
-        b--;
-      }
-      return t.substring(a, b);
+    int length() {
+      return to - from;
+    }
+
+    boolean contains(char c) {
+      int i = src.indexOf(c, from);
+      return i >= 0 && i < to;
+    }
+
+    @Override
+    public String toString() {
+      return src.substring(from, to);
+    }
+  }
+
+  /** A stored document as turngym's Python parse_raw reads it: id (null: Anserini's), title, text. */
+  static final class Doc {
+    final String id;
+    final Piece title = new Piece();
+    final Piece text = new Piece();
+
+    Doc(String id) {
+      this.id = id;
     }
   }
 }
