@@ -221,6 +221,9 @@ def test_compiled_class_is_cached_by_source(tmp_path, monkeypatch):
     cls = Path(first.classpath, "turngym", "lucene", "BatchHits.class")
     stamp = cls.stat().st_mtime_ns
     assert compile_helper(javac=str(tmp_path / "no-such-javac")) == first and cls.stat().st_mtime_ns == stamp
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file"))  # a cache that cannot be written
+    assert "cannot write the BatchHits build" in compile_helper().reason
 
 
 def test_fetch_must_be_a_known_mode(json_index):

@@ -55,8 +55,11 @@ def compile_helper(javac: str | None = None) -> HelperStatus:
     if javac is None:
         return HelperStatus(None, "no javac on PATH to build turngym's BatchHits class "
                                   "(install a JDK, e.g. apt-get install default-jdk-headless)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    except OSError as exc:
+        return HelperStatus(None, f"cannot write the BatchHits build under {target.parent}: {exc}")
     try:
         proc = subprocess.run([javac, "--release", "11", "-encoding", "UTF-8", "-nowarn", "-d", str(tmp), str(SOURCE)],
                               capture_output=True, text=True, timeout=300)
