@@ -131,6 +131,11 @@ RAW_CASES = [
     '{"contents": "\\u2003 \\"Spaced\\" \\u00a0\\nrest"}', '{"contents": "\\u180e\\"Mongolian\\"\\nrest"}',
     '{"a": ' + "[" * 300 + "]" * 300 + ', "contents": "deep"}', '{"a": ' + "1" * 5000 + ', "contents": "c"}',
     '{"t\\u0069tle": "escaped key", "text": "t"}', '{"contents": "first\\r\\nsecond"}', '{"contents" "c"}',
+    # non-Latin-1 characters next to escapes, and long plain runs ended by a control character or an escape
+    '{"id": "ĢĢĢĢĢĢĢĢĢ", "title": "ŜŜŜŜŜŜŜŜŜŜ \\"q\\" Ā", "text": "ĀĀĀĀĀĀĀĀĊĊĊĊĊĊĊĊ 😀😀😀😀 end"}',
+    '{"contents": "abcdefghijklmnopqrstuvw\tx"}', '{"contents": "abcdefghijklmnopqrstuvwxyz0123456\u0001"}',
+    '{"contents": "abcdefghijklmnopqrstuvwxyz\x1fzz"}',
+    '{"contents": "abcdefghijklmnopqrstuvwxyzabcdef\\"quoted\\"abcdefghijklmnop\\nxyzxyzxyzxyz"}',
 ]
 
 
@@ -161,7 +166,8 @@ def test_java_reader_agrees_with_parse_raw_or_hands_back(batch_hits, raw):
 
 def test_java_reader_answers_the_common_shapes_itself(batch_hits):
     """The fast path is taken for the documents Anserini stores (pretty-printed by Jackson)."""
-    for raw in RAW_CASES[:5] + [json.dumps({"id": "x", "contents": "\"T\"\nb", "title": "T", "text": "b"}, indent=2)]:
+    for raw in RAW_CASES[:5] + [r for r in RAW_CASES if "ĢĢ" in r or "quoted" in r] + [
+            json.dumps({"id": "x", "contents": "\"T\"\nb", "title": "T", "text": "b"}, indent=2)]:
         assert java_parse(batch_hits, raw) == parse_raw(raw)
     for raw in ['{"id": 3, "contents": "c"}', '{"contents": "\\ud800 lone"}', "[1, 2]", "not json at all"]:
         assert java_parse(batch_hits, raw) is None
