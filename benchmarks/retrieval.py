@@ -1,9 +1,10 @@
 """Retrieval figures on the embedded default corpus:
 - index build time (write the deduplicated collection, then Anserini indexing);
 - batch search throughput through turngym's retriever vs raw Anserini SimpleSearcher.batch_search
-  with the same threads (goal >= 0.9x), interleaved repeats;
+  with the same threads (goal >= 0.9x), interleaved repeats, by wall time and by process CPU time
+  (steadier on a shared machine);
 - service throughput: queries per second through `/retrieve` from concurrent loopback clients.
-Usage: python benchmarks/retrieval.py [--queries 2000] [--threads 2]
+Usage: python benchmarks/retrieval.py [--queries 2000] [--threads 2] [--repeats 5] [--index DIR] [--fetch auto]
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--index", default=None, help="reuse this index of the default corpus (skips the build figure)")
+    ap.add_argument("--fetch", default="auto", choices=["auto", "batch", "per-hit"],
+                    help="how turngym's retriever reads hits (per-hit: the path without turngym's Java class)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="turngym-bench-"))
     if args.index:
@@ -42,32 +45,45 @@ def main() -> None:
         print(f"default corpus: {n} passages; collection {collect_s:.1f} s + Anserini index {index_s:.1f} s")
 
     queries = [it["question"] for it in load_dataset("nq").items[: args.queries]]
-    retriever = LuceneRetriever(tmp / "index")
+    retriever = LuceneRetriever(tmp / "index", fetch=args.fetch)
     raw = retriever.raw_searcher()
     jlist = jvm().autoclass("java.util.ArrayList")
     jq, jid = jlist(), jlist()
     for i, q in enumerate(queries):
         jq.add(" ".join(q.split()))
         jid.add(str(i))
-    retriever.batch_search(queries[:50], 3, args.threads)  # warm-up
-    ours, bare, read = [], [], []
-    for _ in range(args.repeats):  # interleaved arms
-        t = time.perf_counter()
-        raw.batch_search(jq, jid, 3, args.threads)  # hits stay in Java: the bare Anserini cost
-        bare.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        res = raw.batch_search(jq, jid, 3, args.threads)  # what a Pyserini user must do to use the hits
+    for _ in range(3):  # warm-up (the JIT compiles both paths)
+        retriever.batch_search(queries, 3, args.threads)
+        raw.batch_search(jq, jid, 3, args.threads)
+    wall: dict[str, list[float]] = {"ours": [], "bare": [], "read": []}
+    cpu: dict[str, list[float]] = {"ours": [], "bare": [], "read": []}
+
+    def timed(name: str, fn) -> None:
+        t, c = time.perf_counter(), time.process_time()  # process CPU: Python and every JVM thread
+        fn()
+        wall[name].append(time.perf_counter() - t)
+        cpu[name].append(time.process_time() - c)
+
+    def read_hits() -> None:  # what a Pyserini user must do to use the hits
+        res = raw.batch_search(jq, jid, 3, args.threads)
         _ = [[(h.docid, h.score, h.lucene_document.get("raw")) for h in res.get(str(i))] for i in range(len(queries))]
-        read.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        retriever.batch_search(queries, 3, args.threads)  # hits parsed into turngym Hit records
-        ours.append(time.perf_counter() - t)
-    q = {name: len(queries) / statistics.median(v) for name, v in (("ours", ours), ("bare", bare), ("read", read))}
-    print(f"batch search, {len(queries)} NQ queries, top-3, {args.threads} threads: turngym {q['ours']:.0f} q/s; "
-          f"raw SimpleSearcher.batch_search {q['bare']:.0f} q/s (hits left in Java), "
+
+    for _ in range(args.repeats):  # interleaved arms
+        timed("bare", lambda: raw.batch_search(jq, jid, 3, args.threads))  # hits stay in Java: the bare Anserini cost
+        timed("read", read_hits)
+        timed("ours", lambda: retriever.batch_search(queries, 3, args.threads))  # hits as turngym Hit records
+    q = {name: len(queries) / statistics.median(v) for name, v in wall.items()}
+    print(f"batch search, {len(queries)} NQ queries, top-3, {args.threads} threads, fetch={retriever.fetch!r}: "
+          f"turngym {q['ours']:.0f} q/s; raw SimpleSearcher.batch_search {q['bare']:.0f} q/s (hits left in Java), "
           f"{q['read']:.0f} q/s (docid/score/raw read into Python)")
     print(f"ratio vs hits left in Java: {q['ours'] / q['bare']:.2f}x; vs hits read into Python: {q['ours'] / q['read']:.2f}x")
-    print("per-repeat ratio turngym/raw: " + ", ".join(f"{b / o:.2f}" for o, b in zip(ours, bare, strict=True)))
+    per_rep = [b / o for o, b in zip(wall["ours"], wall["bare"], strict=True)]
+    print("per-repeat ratio turngym/raw (wall): " + ", ".join(f"{r:.2f}" for r in per_rep)
+          + f"; median {statistics.median(per_rep):.2f}")
+    per_cpu = [b / o for o, b in zip(cpu["ours"], cpu["bare"], strict=True)]
+    c_ours, c_bare = statistics.median(cpu["ours"]), statistics.median(cpu["bare"])
+    print(f"by process CPU time: turngym {c_ours * 1e3:.0f} ms, raw {c_bare * 1e3:.0f} ms per batch, "
+          f"ratio {c_bare / c_ours:.2f}x; per repeat: " + ", ".join(f"{r:.2f}" for r in per_cpu))
 
     server = RetrievalServer(str(tmp / "index"), port=0, threads=args.threads)
     threading.Thread(target=server.serve_forever, daemon=True).start()

