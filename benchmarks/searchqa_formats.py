@@ -4,12 +4,15 @@ Plays the same items (the first ``--limit`` of each dataset in file order; the m
 SearchQA subset is the first items of HotpotQA dev) greedily under every arm, with one loaded
 model. Arms: ``tags`` (Search-R1 ``<search>`` template) and ``native`` (search as a Hermes
 function tool through the chat template), each with ``prompt=official`` and
-``prompt=search_first`` (an added instruction to search before answering). Per arm and
+``prompt=search_first`` (an added instruction to search before answering) or ``prompt=one_shot``
+(one worked example of a search and an answer in the arm's format); a third field ``force``
+adds ``force_first_search=True`` (the first reply is started with an opened search call that
+the model completes, e.g. ``native:official:force``). Per arm and
 dataset: episodes with at least one executed search (a query that reached the index),
 episodes whose searches retrieved a passage holding a gold answer, retrieval hits over all
 searches, answered rate, EM, F1, and answers that hold a tool call (a call put in ``<answer>``).
 Usage: python benchmarks/searchqa_formats.py [--model qwen2.5-coder-0.5b-instruct] [--limit 4]
-       [--datasets hotpotqa,nq] [--arms tags:official,tags:search_first,native:official,native:search_first]
+       [--datasets hotpotqa,nq] [--arms tags:official,native:one_shot,native:official:force,...] [--threads 2]
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from turngym.agents.loading import load_policy, model_identity
 from turngym.agents.policy import SamplingParams
 from turngym.agents.runner import RolloutRunner
 
-ARMS = "tags:official,tags:search_first,native:official,native:search_first"
+ARMS = ("tags:official,tags:search_first,native:official,native:search_first,tags:one_shot,native:one_shot,"
+        "tags:official:force,native:official:force")
 
 
 def executed_searches(ep) -> int:
@@ -53,7 +57,11 @@ def main() -> None:
     ap.add_argument("--max-turns", type=int, default=3)
     ap.add_argument("--arms", default=ARMS)
     ap.add_argument("--json", default=None, help="also write the table as JSON here")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads")
     args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
     policy = load_policy(args.model)
     ident = model_identity(args.model)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0)
@@ -63,17 +71,20 @@ def main() -> None:
     print("| arm | dataset | episodes | searched ≥1 | searches | episodes with a gold hit | hits | answered "
           "| call inside <answer> | EM | F1 | wall s |\n|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for arm in args.arms.split(","):
-        fmt, prompt = arm.split(":")
+        fmt, prompt, *rest = arm.split(":")
+        if rest not in ([], ["force"]):
+            raise SystemExit(f"an arm is format:prompt or format:prompt:force, got {arm!r}")
         for ds in args.datasets.split(","):
             def make():
                 return gymnasium.make("turngym/SearchQA-v0", dataset=ds, tool_format=fmt, prompt=prompt,  # noqa: B023
-                                      max_turns=args.max_turns)
+                                      force_first_search=bool(rest), max_turns=args.max_turns)  # noqa: B023
 
             runner = RolloutRunner(policy, make, sampling, k=1, concurrency=8, run_tag=f"{arm}-{ds}")
             start = time.perf_counter()
             eps = runner.run(range(args.limit))
             row = {"arm": arm, "dataset": ds, **arm_row(eps), "wall_s": round(time.perf_counter() - start, 1),
-                   "examples": [e.turns[0].action[:300] for e in eps[:2]]}
+                   "examples": [e.turns[0].action[:300] for e in eps[:2]],
+                   "answers": [[e.final_answer, e.task.get("answers", [])[:3]] for e in eps]}
             rows.append(row)
             print(f"| {arm} | {ds} | {row['episodes']} | {row['searched']} | {row['searches']} | "
                   f"{row['episodes_with_hit']} | {row['hits']} | {row['answered']} | {row['call_in_answer']} | "

@@ -43,3 +43,20 @@ def test_eval_over_several_envs_loads_the_model_once(tiny_chat_policy, tmp_path,
     assert len(loads) == 1
     for sub in ("Calculator-v0", "Digits-v0"):
         assert json.loads((tmp_path / sub / "results.json").read_text())["episodes"] == 2
+
+
+def test_main_job_searchqa_run_forces_the_first_search():
+    """The instruct agent never searches unprompted (docs/results.md): the main job opens its first call
+    and shows it one worked example."""
+    import gymnasium
+
+    import turngym  # noqa: F401
+    from turngym.envs.search_qa import FIRST_SEARCH_PREFILL
+    from turngym.evals.mainjob import default_runs
+
+    run = next(r for r in default_runs(3) if r.env_id == "turngym/SearchQA-v0")
+    assert run.env_kwargs["tool_format"] == "native" and run.env_kwargs["force_first_search"] is True
+    assert run.env_kwargs["prompt"] == "one_shot"
+    env = gymnasium.make(run.env_id, **run.env_kwargs)
+    env.reset(options={"index": 0})
+    assert env.unwrapped.reply_prefill() == FIRST_SEARCH_PREFILL["native"]

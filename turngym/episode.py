@@ -38,6 +38,10 @@ class Turn:
     action_ids: list[int] | None = None
     action_logprobs: list[float] | None = None
     observation_ids: list[int] | None = None
+    # a forced start of the reply (the env's ``reply_prefill``, e.g. an opened tool call): ``action`` begins
+    # with it; its ids were part of the prompt the model continued, so they sit before ``action_ids``, untrained
+    prefill: str | None = None
+    prefill_ids: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -173,7 +177,8 @@ class Episode:
         return cls.from_dict(json.loads(line))
 
     def token_layout(self) -> TokenLayout:
-        """The episode's tokens laid out for training and scoring (see :class:`TokenLayout`).
+        """The episode's tokens laid out for training and scoring (see :class:`TokenLayout`): per turn
+        its prefill ids (untrained), action ids (trained), observation ids (untrained).
 
         The one walk over prompt, action and observation ids that the rollout runner, the
         trainer and the support scorer share; an episode without token ids is refused.
@@ -186,13 +191,14 @@ class Episode:
         for t in self.turns:
             if t.action_ids is None:
                 raise ValueError(f"episode {self.id} turn {t.index} has no action_ids")
-            action, observation = list(t.action_ids), list(t.observation_ids or [])
+            prefill, action, observation = list(t.prefill_ids or []), list(t.action_ids), list(t.observation_ids or [])
             if t.action_logprobs is not None and len(t.action_logprobs) != len(action):
                 raise ValueError(f"episode {self.id} turn {t.index}: {len(t.action_logprobs)} logprobs for "
                                  f"{len(action)} action ids")
-            ids += action + observation
-            trained += [1] * len(action) + [0] * len(observation)
-            turn_of += [t.index] * (len(action) + len(observation))
+            ids += prefill + action + observation
+            trained += [0] * len(prefill) + [1] * len(action) + [0] * len(observation)
+            turn_of += [t.index] * (len(prefill) + len(action) + len(observation))
+            logprobs += [0.0] * len(prefill)
             logprobs += [float(x) for x in t.action_logprobs] if t.action_logprobs is not None else [0.0] * len(action)
             logprobs += [0.0] * len(observation)
             action_ends.append(len(ids) - len(observation))
@@ -258,8 +264,10 @@ class TokenLayout:
     """Where each token of an episode sits, in the order the model saw them: the prompt's ids,
     then each turn's action ids and observation ids.
 
-    ``trained`` is the loss mask (1 exactly on action tokens). ``turn_of`` is the turn index of
-    each token (-1 on the prompt; a turn's observation tokens belong to that turn).
+    ``trained`` is the loss mask (1 exactly on generated action tokens; a turn's ``prefill_ids``, the
+    forced start of its reply, come just before its action ids and are 0: the model did not choose
+    them). ``turn_of`` is the turn index of each token (-1 on the prompt; a turn's prefill and
+    observation tokens belong to that turn).
     ``logprobs`` holds each action token's recorded sampling log-probability (0.0 where none
     was recorded, and on prompt and observation tokens). Boundary points are positions in
     ``ids``: ``prompt_end`` ends the prompt; ``action_ends[t]`` follows turn t's action (before

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym._version import __version__ as _VERSION
-from turngym.agents.policy import Generation, GenerationRequest, Policy, SamplingParams
+from turngym.agents.policy import Generation, GenerationRequest, Policy, PolicyError, SamplingParams
 from turngym.agents.tokenization import ChatTemplateError, ConversationTokenizer, plain_prompt, tokenizer_fingerprint
 from turngym.envs.base import TextEnv
 from turngym.episode import Episode, EpisodeWriter, written_ids
@@ -56,6 +56,7 @@ class _Slot:
     episode: Episode
     ids: list[int] | None
     started: float
+    prefill: tuple[str, list[int]] | None = None  # the forced start of the reply being generated: text, ids
 
 
 def derive_seed(base_seed: int, *parts: Any) -> int:
@@ -218,6 +219,13 @@ class RolloutRunner:
         probe = self._env()
         env_id = probe.unwrapped.env_name
         self._free_envs.append(probe)
+        if getattr(probe.unwrapped, "prefills", False) and self.tokens is None:
+            raise PolicyError(
+                f"{env_id} starts the agent's reply with a forced prefix (reply_prefill, e.g. SearchQA-v0's "
+                f"force_first_search=True), which needs a backend that continues token ids; "
+                f"{type(self.policy).__name__} {getattr(self.policy, 'name', '')!r} has no tokenizer (a chat API "
+                f"cannot be made to continue a started reply): unset the option, or use a local model or an "
+                f"OpenAI-compatible server given a tokenizer")
         for task in tasks:
             dataset = self._dataset_name(probe, task)
             group = self.group_id(env_id, dataset, task)
@@ -270,6 +278,7 @@ class RolloutRunner:
     def _requests(self, live: Sequence[_Slot]) -> list[GenerationRequest]:
         reqs = []
         for slot in live:
+            self._open_prefill(slot)
             cap = self._budget(slot)
             if slot.ids is not None:
                 reqs.append(GenerationRequest(prompt_ids=slot.ids, max_new_tokens=cap))
@@ -278,6 +287,22 @@ class RolloutRunner:
             else:
                 reqs.append(GenerationRequest(messages=self._messages(slot), tools=slot.episode.tools))
         return reqs
+
+    def _open_prefill(self, slot: _Slot) -> None:
+        """Append the env's forced start of the next reply (``reply_prefill``) to the slot's ids: prompt
+        tokens the model continues from, recorded on the turn as untrained ``prefill_ids``."""
+        text = slot.env.unwrapped.reply_prefill()
+        slot.prefill = None
+        if not text:
+            return
+        if slot.ids is None or self.tokens is None:
+            raise PolicyError("a forced reply prefix needs token ids; this backend has none")
+        ids = self.tokens.encode(text)
+        budget = self._budget(slot)
+        if budget is not None and budget <= len(ids):  # no room left to continue it: the reply stays free
+            return
+        slot.ids.extend(ids)
+        slot.prefill = (text, ids)
 
     @staticmethod
     def _plain_text(slot: _Slot) -> str:
@@ -344,8 +369,11 @@ class RolloutRunner:
                                     meta=dict(gens[j].meta)) for j in which]
 
     def _step(self, slot: _Slot, gen: Generation, gen_ms: float) -> bool:
-        _, _, terminated, truncated, _ = slot.env.step(gen.text)
+        prefill, slot.prefill = slot.prefill, None
+        _, _, terminated, truncated, _ = slot.env.step((prefill[0] if prefill else "") + gen.text)
         turn = slot.episode.turns[-1]
+        if prefill is not None:  # the env saw prefill + continuation; only the continuation was generated
+            turn.prefill, turn.prefill_ids = prefill[0], list(prefill[1])
         turn.latency_ms["generate"] = round(gen_ms, 3)
         turn.metrics.setdefault("finish_reason", gen.finish_reason)
         if gen.token_ids is not None and slot.ids is not None:

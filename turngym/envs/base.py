@@ -120,6 +120,7 @@ class TextEnv(gym.Env):
     dataset_name: str = ""
     observation_role: str | None = None
     stop: tuple[str, ...] = ()
+    prefills: bool = False  # True when reply_prefill may return text (set per instance by an env option)
     reward_needs: RewardNeeds | None = None  # every env declares it (the contract checker requires it)
     # task fields that hold labels: kept in the Episode record for graders, never put in ``info``
     gold_keys: tuple[str, ...] = ("answers", "answer", "golden_answers", "final_answer", "solution", "ground_truth")
@@ -154,6 +155,14 @@ class TextEnv(gym.Env):
     def make_tools(self, task: dict[str, Any]) -> list[dict[str, Any]] | None:
         """Tool schemas for a chat template's ``tools=`` (native tool calling), or None."""
         return None
+
+    def reply_prefill(self) -> str:
+        """Text the agent's next reply must start with ('' for none), e.g. an opened tool call that
+        forces a search (the token-level twin of a chat API's ``tool_choice="required"``). The rollout
+        runner puts its ids after the generation prompt as prompt tokens (never trained), lets the model
+        continue, and steps the env with prefill + continuation; a caller of ``step`` sends both itself.
+        Only envs that set ``prefills`` return text here (a backend without token ids refuses them)."""
+        return ""
 
     def grade(self, episode: Episode) -> dict[str, Any]:
         """The episode's ``outcome`` once it has ended."""
@@ -344,7 +353,8 @@ def render_messages(messages: Sequence[dict[str, str]]) -> str:
 def render_episode(ep: Episode) -> str:
     lines = [render_messages(ep.prompt)]
     for t in ep.turns:
-        lines.append(f"--- turn {t.index} (agent)\n{t.action}")
+        forced = f"; reply started with the forced prefix {t.prefill!r}" if t.prefill else ""
+        lines.append(f"--- turn {t.index} (agent{forced})\n{t.action}")
         if t.parse_error:
             lines.append(f"--- parse error: {t.parse_error}")
         if t.observation is not None:

@@ -115,9 +115,16 @@ def _decode_calls(payload: str) -> ParseResult:
 
 
 @_never_raises
-def parse_hermes_tool_calls(text: str) -> ParseResult:
-    """Hermes / Qwen: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (one or more)."""
+def parse_hermes_tool_calls(text: str, open_at_end: bool = False) -> ParseResult:
+    """Hermes / Qwen: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (one or more).
+
+    ``open_at_end=True`` also reads a last ``<tool_call>`` left open to the end of the text, as
+    vLLM's Hermes tool parser does (``<tool_call>(.*?)</tool_call>|<tool_call>(.*)``); the default
+    needs every block closed."""
     blocks = re.findall(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL)
+    tail = text[text.rfind("</tool_call>") + len("</tool_call>"):] if blocks else text
+    if open_at_end and "<tool_call>" in tail:
+        blocks.append(tail[tail.index("<tool_call>") + len("<tool_call>"):])
     if not blocks:
         if "<tool_call>" in text:
             return ParseResult(error="<tool_call> is opened but never closed with </tool_call>")

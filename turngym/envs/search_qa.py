@@ -14,7 +14,13 @@ passages come back as a ``tool`` message, and ``<answer>a</answer>`` still ends 
 ``prompt="official"`` (default) is Search-R1's instruction (in native format the same words
 as a system prompt); ``prompt="search_first"`` adds one instruction to search before
 answering (a deviation, listed in docs/faithfulness.md): small instruct models otherwise
-answer from memory without searching.
+answer from memory without searching. ``prompt="one_shot"`` adds one worked example (a search,
+its result, the answer) written in the episode's format. ``force_first_search=True`` starts the
+first reply with an opened search call (``<search>``, or ``<tool_call>`` and the call's JSON up to
+the query string), which the model completes: the token-level twin of a chat API's
+``tool_choice="required"`` for the first turn (a deviation; the prefill is prompt, not trained).
+That forced call may end with the reply instead of ``</tool_call>`` (read as vLLM's Hermes
+parser reads an open call); every other call must be closed.
 """
 
 from __future__ import annotations
@@ -57,11 +63,33 @@ NATIVE_INVALID_ACTION = (
     "Your previous reply neither called the search tool nor gave an answer. To search, call the search tool; "
     "to answer, put the final answer between <answer> and </answer>."
 )
-PROMPTS = ("official", "search_first")
+PROMPTS = ("official", "search_first", "one_shot")
 SEARCH_FIRST_INSTRUCTION = (
     "Always search before you answer: your first reply must be a search, and give the final answer only after "
     "you have read the search results."
 )
+# prompt="one_shot": one worked example (a search, its result, the answer) in the episode's own format
+_EXAMPLE_QUESTION = "In which country is the city of Timbuktu?"
+_EXAMPLE_QUERY = "Timbuktu city country"
+_EXAMPLE_PASSAGE = ('Doc 1(Title: "Timbuktu") Timbuktu is a city in Mali, situated 20 km north of the Niger River. '
+                    'The town is the capital of the Tombouctou Region.')
+ONE_SHOT_TAGS = (
+    "Here is an example of how to answer a question.\n"
+    f"Question: {_EXAMPLE_QUESTION}\n"
+    "<think> I do not know where Timbuktu is, so I search for it. </think>\n"
+    f"<search> {_EXAMPLE_QUERY} </search>\n\n<information>{_EXAMPLE_PASSAGE}</information>\n\n"
+    "<think> The passage says Timbuktu is a city in Mali. </think>\n<answer> Mali </answer>"
+)
+ONE_SHOT_NATIVE = (
+    "Here is an example of how to answer a question.\n"
+    f"Question: {_EXAMPLE_QUESTION}\n"
+    "You call the search tool:\n<tool_call>\n"
+    '{"name": "search", "arguments": {"query": "' + _EXAMPLE_QUERY + '"}}\n</tool_call>\n'
+    f"The tool returns:\n<information>{_EXAMPLE_PASSAGE}</information>\n"
+    "You answer:\n<answer> Mali </answer>"
+)
+# force_first_search=True: the first reply starts with these (an opened search call the model completes)
+FIRST_SEARCH_PREFILL = {"tags": "<search>", "native": '<tool_call>\n{"name": "search", "arguments": {"query": "'}
 SEARCH_TOOL = {
     "type": "function",
     "function": {
@@ -94,7 +122,8 @@ class SearchQAEnv(TextEnv):
 
     def __init__(self, dataset: str = "nq", split: str | None = None, retriever: Any = None, topk: int = 3,
                  max_turns: int = 4, prompt_style: str = "chat", max_query_chars: int = 2000,
-                 tool_format: str = "tags", prompt: str = "official", render_mode: str | None = None):
+                 tool_format: str = "tags", prompt: str = "official", force_first_search: bool = False,
+                 render_mode: str | None = None):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         if tool_format not in TOOL_FORMATS:
             raise ValueError(f"tool_format must be one of {TOOL_FORMATS}, got {tool_format!r}")
@@ -104,6 +133,9 @@ class SearchQAEnv(TextEnv):
         if prompt not in PROMPTS:
             raise ValueError(f"prompt must be one of {PROMPTS}, got {prompt!r}")
         self.prompt = prompt
+        if not isinstance(force_first_search, bool):
+            raise ValueError(f"force_first_search must be true or false, got {force_first_search!r}")
+        self.force_first_search = self.prefills = force_first_search
         if tool_format == "native":
             self.stop = ("</tool_call>", "</answer>")
         if prompt_style not in ("chat", "base"):
@@ -146,6 +178,8 @@ class SearchQAEnv(TextEnv):
         if question and question[-1] != "?":
             question += "?"
         extra = " " + SEARCH_FIRST_INSTRUCTION if self.prompt == "search_first" else ""
+        if self.prompt == "one_shot":
+            extra = "\n\n" + (ONE_SHOT_NATIVE if self.tool_format == "native" else ONE_SHOT_TAGS)
         if self.tool_format == "native":
             return [{"role": "system", "content": NATIVE_SYSTEM_PROMPT + extra},
                     {"role": "user", "content": NATIVE_USER_TEMPLATE.format(question=question)}]
@@ -157,13 +191,21 @@ class SearchQAEnv(TextEnv):
     def make_tools(self, task: dict[str, Any]) -> list[dict[str, Any]] | None:
         return [copy.deepcopy(SEARCH_TOOL)] if self.tool_format == "native" else None
 
+    def reply_prefill(self) -> str:
+        """With ``force_first_search``, the first reply starts as an opened search call."""
+        if self.force_first_search and self.episode is not None and not self.episode.turns:
+            return FIRST_SEARCH_PREFILL[self.tool_format]
+        return ""
+
     def _queries(self, action: str) -> tuple[list[str], str | None]:
         """The search queries an action issues (native: Hermes tool calls; tags: ``<search>``) and any parse error."""
         if self.tool_format == "tags":
             return [body.strip() for name, body in _TAG.findall(action) if name == "search"], None
         if "<tool_call>" not in action:
             return [], None
-        parsed = parse_hermes_tool_calls(action)
+        # the call the env opened with force_first_search may be left open at the end, as vLLM's parser reads it
+        forced = self.force_first_search and self.episode is not None and not self.episode.turns
+        parsed = parse_hermes_tool_calls(action, open_at_end=forced)
         queries, errors = [], [parsed.error] if parsed.error else []
         for call in parsed.calls:
             query = call["arguments"].get("query")

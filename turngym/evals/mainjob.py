@@ -10,7 +10,8 @@ Stages and what they share:
    place, score support for SIOP/IGPO (the policy scoring its own token ids, as SIOP does;
    a different ``--scorer`` is loaded once instead);
 2. ``eval`` of the agent on every env (Calculator, MathCode/GSM8K, SearchQA/HotpotQA in the
-   native tool format, BFCL simple_python), K samples per item at temperature > 0 so groups vary;
+   native tool format, one worked example, the first search call forced; BFCL simple_python), K samples per item
+   at temperature > 0 so groups vary;
 3. ``ablate`` every reward wrapper on all of those episodes, credit accuracy from the envs'
    per-turn truth, on the paired estimators' advantages;
 4. ``creditbench`` (planted per-turn truth) with the same wrappers and scorer;
@@ -41,8 +42,10 @@ def default_runs(limit: int = 3) -> list[EnvRun]:
     return [
         EnvRun("calculator", "turngym/Calculator-v0", {"max_turns": 3}, limit, 48),
         EnvRun("mathcode-gsm8k", "turngym/MathCode-v0", {"dataset": "gsm8k", "max_turns": 3}, limit, 160),
-        EnvRun("searchqa-hotpotqa", "turngym/SearchQA-v0", {"dataset": "hotpotqa", "max_turns": 3, "tool_format": "native"},
-               limit, 64),
+        # the instruct agent never searches unprompted in the native format (docs/results.md, "Instruct agent
+        # behaviour and format choice"): its first call is opened for it, and a worked example shows it the format
+        EnvRun("searchqa-hotpotqa", "turngym/SearchQA-v0", {"dataset": "hotpotqa", "max_turns": 3, "tool_format": "native",
+                                                            "prompt": "one_shot", "force_first_search": True}, limit, 64),
         EnvRun("bfcl-simple_python", "turngym/BFCL-v0", {"dataset": "simple_python", "tool_format": "prompting"}, limit, 64),
     ]
 
@@ -160,7 +163,9 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
         metrics = ", ".join(f"{k} {v['value']:.3f}" for k, v in res["metrics"].items() if isinstance(v, dict) and "value" in v)
         calls = res["behaviour"].get("tool_calls_per_episode", {}).get("value")
         subset = res["subset"].get("dataset", "") if isinstance(res.get("subset"), dict) else ""
-        lines.append(f"| {r.env_id} {r.env_kwargs.get('tool_format', '')} | {subset} | {metrics} | "
+        forced = (f", prompt {r.env_kwargs['prompt']}" if "prompt" in r.env_kwargs else "") + \
+            (", first search forced" if r.env_kwargs.get("force_first_search") else "")
+        lines.append(f"| {r.env_id} {r.env_kwargs.get('tool_format', '')}{forced} | {subset} | {metrics} | "
                      f"{'–' if calls is None else f'{calls:.2f}'} | [report]({r.name}/report.md) |")
     lines += ["", "## Reward ablation on these episodes", "",
               (f"{ablation['groups']} groups, {ablation['episodes']} episodes, {ablation['turns_with_ground_truth']} turns with "

@@ -103,7 +103,8 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
             "term": ep.terminated, "trunc": ep.truncated, "why": ep.meta.get("truncation"), "p": p, "pi": pi,
             "t": [{"a": t.action, "tc": t.tool_calls, "pe": t.parse_error, "o": t.observation,
                    "ot": bool(t.observation and any(m in t.observation for m in TRUNCATION_MARKERS)),
-                   "m": t.metrics, "gt": truth[j], "ai": t.action_ids, "oi": t.observation_ids}
+                   "m": t.metrics, "gt": truth[j], "ai": t.action_ids, "oi": t.observation_ids,
+                   "fi": t.prefill_ids}
                   for j, t in enumerate(ep.turns)],
         })
     vocab, tok_note = _vocab(episodes)
@@ -245,6 +246,7 @@ def _vocab(episodes: Sequence[Episode]) -> tuple[dict[str, str], dict[str, Any]]
     for ep in with_ids:
         ids.update(ep.prompt_ids or [])
         for t in ep.turns:
+            ids.update(t.prefill_ids or [])
             ids.update(t.action_ids or [])
             ids.update(t.observation_ids or [])
     tok, reason = _load_tokenizer(model)

@@ -134,7 +134,7 @@ def scoring_points(episode: Episode, tokenizer: Any, mode: str = "before_observa
         acts = [ct.encode(t.action) for t in episode.turns]
         episode = dataclasses.replace(
             episode, prompt_ids=prompt_ids,
-            turns=[dataclasses.replace(t, action_ids=a, action_logprobs=None,
+            turns=[dataclasses.replace(t, action_ids=a, action_logprobs=None, prefill_ids=None,  # a prefill is in t.action
                                        observation_ids=ct.observation_ids(t.observation, t.observation_role, a)
                                        if t.observation else [])
                    for t, a in zip(episode.turns, acts, strict=True)])

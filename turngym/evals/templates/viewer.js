@@ -197,7 +197,7 @@
       }
     };
     if (e.pi >= 0) add(D.prompt_ids[e.pi], "tok-prompt");
-    for (const t of e.t) { add(t.ai, "tok-action"); add(t.oi, "tok-obs"); }
+    for (const t of e.t) { add(t.fi, "tok-prompt"); add(t.ai, "tok-action"); add(t.oi, "tok-obs"); }  // a forced prefill is prompt
     if (e.pi < 0 && !e.t.some((t) => t.ai)) box.append(el("div", { text: "this episode has no token ids" }));
     return box;
   }
