@@ -2,8 +2,9 @@
 
 The default corpus is the bundled Wikipedia passage samples plus the context paragraphs
 shipped with HotpotQA, 2WikiMultihopQA, MuSiQue and PopQA, deduplicated on (title, text).
-Passages are written in Pyserini's JsonCollection form: ``{"id", "contents", "title", "text"}``
-with ``contents = '"Title"\\ntext'`` (Search-R1 / FlashRAG).
+Passages are written in Search-R1's own corpus form (Pyserini's JsonCollection): ``{"id", "contents"}``
+with ``contents = '"Title"\\ntext'``. No separate title/text fields: with ``-storeRaw`` they would
+store the passage twice, and every hit's raw document is read and handed to Python.
 """
 
 from __future__ import annotations
@@ -36,11 +37,21 @@ def _passage(title: str, text: str) -> dict[str, str]:
     return {"title": title.strip(), "text": text.strip()}
 
 
+def split_contents(contents: str) -> tuple[str, str]:
+    """(title, text) from Search-R1's ``contents``: the first line, whitespace-stripped, less exactly
+    one enclosing pair of double quotes (so a title that itself starts or ends with a quote survives
+    the ``'"' + title + '"'`` it was written as), then the rest. ``BatchHits.java`` does the same."""
+    first, _, rest = contents.partition("\n")
+    title = first.strip()
+    if len(title) >= 2 and title[0] == '"' and title[-1] == '"':
+        title = title[1:-1]
+    return title, rest
+
+
 def default_passages() -> Iterator[dict[str, str]]:
     """Every passage of the embedded corpus, before deduplication."""
     for row in _rows(_data("wiki/flashrag_wiki18_sample_1000.jsonl")):
-        first, _, rest = row["contents"].partition("\n")
-        yield _passage(first.strip('"'), rest)
+        yield _passage(*split_contents(row["contents"]))
     for row in _rows(_data("wiki/hipporag_2wikimultihopqa_corpus.jsonl")):
         yield _passage(row["title"], row["text"])
     for name in ("hotpotqa", "2wikimultihopqa"):
@@ -63,7 +74,7 @@ def _key(p: dict[str, str]) -> int:
 
 def write_collection(passages: Iterable[dict[str, str]], out_dir: str | os.PathLike, dedupe: bool = True,
                      shard_size: int = 1_000_000, progress: bool = False) -> int:
-    """Write passages as JsonCollection shards in ``out_dir``; returns the passage count."""
+    """Write passages as JsonCollection shards of ``{"id", "contents"}`` in ``out_dir``; returns the count."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     seen: set[int] = set()
@@ -81,8 +92,9 @@ def write_collection(passages: Iterable[dict[str, str]], out_dir: str | os.PathL
                 if fh:
                     fh.close()
                 fh = (out / f"docs{n // shard_size:05d}.jsonl").open("w", encoding="utf-8")
-            doc = {"id": p.get("id") or str(n), "contents": f"\"{p['title']}\"\n{p['text']}",
-                   "title": p["title"], "text": p["text"]}
+            doc = {"id": p.get("id") or str(n), "contents": f"\"{p['title']}\"\n{p['text']}"}
+            if "\n" in p["title"]:  # contents cannot carry it: keep the fields readers prefer
+                doc.update(title=p["title"], text=p["text"])
             fh.write(json.dumps(doc, ensure_ascii=False) + "\n")
             n += 1
     finally:
@@ -107,8 +119,8 @@ def read_user_passages(path: str | os.PathLike) -> Iterator[dict[str, str]]:
             if "title" in row and "text" in row:
                 p = _passage(str(row["title"]), str(row["text"]))
             elif "contents" in row:
-                first, _, rest = str(row["contents"]).partition("\n")
-                p = _passage(first.strip('"'), rest) if rest else _passage("", first)
+                title, text = split_contents(str(row["contents"]))
+                p = _passage(title, text) if text else _passage("", str(row["contents"]).partition("\n")[0])
             else:
                 raise ValueError(f"{path}:{n}: a passage needs 'contents' or 'title' and 'text'")
             p["id"] = str(row.get("id", n))
@@ -124,7 +136,7 @@ def default_index_dir(build: bool = True, threads: int = 2) -> Path:
     from turngym.corpora.lucene import build_index
 
     root = cache_root() / "indexes"
-    index = root / "default-bm25-v1"
+    index = root / "default-bm25-v2"  # v2: contents-only documents
     if (index / "segments_1").exists() or list(index.glob("segments_*")):
         return index
     if not build:
