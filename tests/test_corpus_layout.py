@@ -1,13 +1,14 @@
-"""The stored document layout: Search-R1's ``{"id", "contents"}`` only, read back to the exact
-(title, text) it was written from by every reader (``split_contents``, ``parse_raw`` and the Java
-``BatchHits`` reader), including titles that start or end with a double quote."""
+"""Stored documents read back to the exact (title, text) they were written from by every reader
+(``split_contents``, ``parse_raw`` and the Java ``BatchHits`` reader), in turngym's layout
+(``{"id", "contents", "title", "text"}``) and in Search-R1's (``{"id", "contents"}``), including
+titles that start or end with a double quote."""
 
 import json
 
 import pytest
 
 from turngym.corpora.corpus import _key, default_passages, split_contents, write_collection
-from turngym.corpora.lucene import LuceneRetriever, jvm, parse_raw
+from turngym.corpora.lucene import LuceneRetriever, build_index, jvm, parse_raw
 
 EDGE_PASSAGES = [
     {"id": "q1", "title": '"Weird Al" Yankovic', "text": "weird al parody musician accordion"},
@@ -53,19 +54,23 @@ def written(passages, tmp_path):
     return docs
 
 
-def test_write_collection_stores_contents_only(tmp_path, batch_hits):
+def contents_only(d):
+    return {"id": d["id"], "contents": d["contents"]}
+
+
+def test_written_documents_read_back_in_both_layouts(tmp_path, batch_hits):
     docs = written(EDGE_PASSAGES, tmp_path)
     for p, d in zip(EDGE_PASSAGES, docs, strict=True):
-        assert d["contents"] == f"\"{p['title']}\"\n{p['text']}"
-        # a title with a line break cannot ride on contents' first line: the fields stay for it alone
-        assert set(d) == ({"id", "contents", "title", "text"} if "\n" in p["title"] else {"id", "contents"})
-        raw = json.dumps(d, ensure_ascii=False)
-        assert parse_raw(raw) == (p["id"], p["title"], p["text"])
-        assert java_parse(batch_hits, raw) == (p["id"], p["title"], p["text"])
+        assert d == {"id": p["id"], "contents": f"\"{p['title']}\"\n{p['text']}", "title": p["title"], "text": p["text"]}
+        layouts = [d] if "\n" in p["title"] else [d, contents_only(d)]  # contents' first line cannot hold a line break
+        for doc in layouts:
+            raw = json.dumps(doc, ensure_ascii=False)
+            assert parse_raw(raw) == (p["id"], p["title"], p["text"])
+            assert java_parse(batch_hits, raw) == (p["id"], p["title"], p["text"])
 
 
 def test_every_default_passage_reads_back_the_same(tmp_path, batch_hits):
-    """The default corpus through the contents-only layout gives what the old title/text layout gave."""
+    """Every passage of the default corpus gives the same (title, text) from either layout."""
     passages, seen = [], set()
     for p in default_passages():  # deduplicated as write_collection does, so the two lists align
         if p["text"] and _key(p) not in seen:
@@ -73,17 +78,30 @@ def test_every_default_passage_reads_back_the_same(tmp_path, batch_hits):
             passages.append(p)
     docs = written(passages, tmp_path)
     for p, d in zip(passages, docs, strict=True):
-        old = json.dumps({**d, "title": p["title"], "text": p["text"]}, ensure_ascii=False)
-        new = json.dumps(d, ensure_ascii=False)
         want = (d["id"], p["title"], p["text"])
-        assert parse_raw(old) == parse_raw(new) == want
-        assert java_parse(batch_hits, new) == want
+        for doc in (d, contents_only(d)):
+            raw = json.dumps(doc, ensure_ascii=False)
+            assert parse_raw(raw) == want
+            assert java_parse(batch_hits, raw) == want
+
+
+@pytest.fixture(scope="module")
+def contents_index(tmp_path_factory):
+    """An index of Search-R1-form documents (``{"id", "contents"}``) with quote-edged titles."""
+    root = tmp_path_factory.mktemp("contents")
+    (root / "coll").mkdir()
+    rows = [contents_only(d) for d in written(EDGE_PASSAGES, root / "w") if "\n" not in d["title"]]
+    (root / "coll" / "docs.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                                              encoding="utf-8")
+    build_index(root / "coll", root / "index", threads=1)
+    return root / "index"
 
 
 @pytest.mark.parametrize("fetch", ["batch", "per-hit"])
-def test_search_returns_exact_quoted_titles(lucene_index, fetch):
-    r = LuceneRetriever(lucene_index(EDGE_PASSAGES), fetch=fetch)
+@pytest.mark.parametrize("layout", ["turngym", "search-r1"])
+def test_search_returns_exact_quoted_titles(lucene_index, contents_index, fetch, layout):
+    want = [p for p in EDGE_PASSAGES if layout == "turngym" or "\n" not in p["title"]]
+    r = LuceneRetriever(lucene_index(EDGE_PASSAGES) if layout == "turngym" else contents_index, fetch=fetch)
     hits = r.batch_search(["accordion"], k=len(EDGE_PASSAGES), threads=1)[0]
-    got = {h.docid: (h.title, h.text) for h in hits}
-    assert got == {p["id"]: (p["title"], p["text"]) for p in EDGE_PASSAGES}
-    assert {h.docid: h.contents for h in hits} == {p["id"]: f"\"{p['title']}\"\n{p['text']}" for p in EDGE_PASSAGES}
+    assert {h.docid: (h.title, h.text) for h in hits} == {p["id"]: (p["title"], p["text"]) for p in want}
+    assert {h.docid: h.contents for h in hits} == {p["id"]: f"\"{p['title']}\"\n{p['text']}" for p in want}

@@ -2,9 +2,10 @@
 
 The default corpus is the bundled Wikipedia passage samples plus the context paragraphs
 shipped with HotpotQA, 2WikiMultihopQA, MuSiQue and PopQA, deduplicated on (title, text).
-Passages are written in Search-R1's own corpus form (Pyserini's JsonCollection): ``{"id", "contents"}``
-with ``contents = '"Title"\\ntext'``. No separate title/text fields: with ``-storeRaw`` they would
-store the passage twice, and every hit's raw document is read and handed to Python.
+Passages are written in Pyserini's JsonCollection form: ``{"id", "contents", "title", "text"}``
+with ``contents = '"Title"\\ntext'`` (Search-R1 / FlashRAG). Search-R1's own ``{"id", "contents"}``
+alone stores half the raw text but measured slower end to end (docs/results.md, "Lucene batch
+search throughput"), so the title/text fields stay.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _key(p: dict[str, str]) -> int:
 
 def write_collection(passages: Iterable[dict[str, str]], out_dir: str | os.PathLike, dedupe: bool = True,
                      shard_size: int = 1_000_000, progress: bool = False) -> int:
-    """Write passages as JsonCollection shards of ``{"id", "contents"}`` in ``out_dir``; returns the count."""
+    """Write passages as JsonCollection shards in ``out_dir``; returns the passage count."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     seen: set[int] = set()
@@ -92,9 +93,8 @@ def write_collection(passages: Iterable[dict[str, str]], out_dir: str | os.PathL
                 if fh:
                     fh.close()
                 fh = (out / f"docs{n // shard_size:05d}.jsonl").open("w", encoding="utf-8")
-            doc = {"id": p.get("id") or str(n), "contents": f"\"{p['title']}\"\n{p['text']}"}
-            if "\n" in p["title"]:  # contents cannot carry it: keep the fields readers prefer
-                doc.update(title=p["title"], text=p["text"])
+            doc = {"id": p.get("id") or str(n), "contents": f"\"{p['title']}\"\n{p['text']}",
+                   "title": p["title"], "text": p["text"]}
             fh.write(json.dumps(doc, ensure_ascii=False) + "\n")
             n += 1
     finally:
@@ -136,7 +136,7 @@ def default_index_dir(build: bool = True, threads: int = 2) -> Path:
     from turngym.corpora.lucene import build_index
 
     root = cache_root() / "indexes"
-    index = root / "default-bm25-v2"  # v2: contents-only documents
+    index = root / "default-bm25-v1"
     if (index / "segments_1").exists() or list(index.glob("segments_*")):
         return index
     if not build:

@@ -101,9 +101,9 @@ class Hit:
 
 
 def parse_raw(raw: str | None) -> tuple[str | None, str, str]:
-    """(id, title, text) from a stored JsonCollection document: Search-R1's ``contents`` whose first
-    line is the quoted title (what ``write_collection`` writes), or title/text fields where present
-    (older turngym indexes, titles with a line break)."""
+    """(id, title, text) from a stored JsonCollection document: its title/text fields where present
+    (what ``write_collection`` writes), else Search-R1's ``contents``, whose first line is the title
+    in one pair of double quotes (``split_contents``)."""
     if not raw:
         return None, "", ""
     try:
