@@ -86,7 +86,7 @@ def test_batch_fetch_equals_per_hit_on_json_documents(json_index, k):
         assert by_id["a2"][2] == "Beta\u00a0\u2003" and "\u0001 ctrl \u0000 nul 😀 東京" in by_id["a2"][3]
         assert by_id["a3"][2:] == ("no quotes title line without newline gamma star", "")
         assert by_id["7"][2] == "Numeric id" and by_id["a5"][2] == "None" and by_id["a6"][3] == "42"
-        assert by_id["a8"][2:] == ("Quoted", "theta star\nsecond line")
+        assert by_id["a8"][2:] == ('""Quoted""', "theta star\nsecond line")  # one enclosing pair removed
         assert all(isinstance(h[1], float) for h in by_id.values())
 
 

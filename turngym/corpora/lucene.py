@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from turngym.corpora.corpus import split_contents
+
 _JVM_LOCK = threading.Lock()
 _JVM_PID: int | None = None
 _HELPER_ON_CLASSPATH = False
@@ -99,8 +101,9 @@ class Hit:
 
 
 def parse_raw(raw: str | None) -> tuple[str | None, str, str]:
-    """(id, title, text) from a stored JsonCollection document (title/text fields, or Search-R1
-    ``contents`` whose first line is the quoted title)."""
+    """(id, title, text) from a stored JsonCollection document: its title/text fields where present
+    (what ``write_collection`` writes), else Search-R1's ``contents``, whose first line is the title
+    in one pair of double quotes (``split_contents``)."""
     if not raw:
         return None, "", ""
     try:
@@ -112,8 +115,8 @@ def parse_raw(raw: str | None) -> tuple[str | None, str, str]:
     docid = None if doc.get("id") is None else str(doc["id"])
     if "title" in doc and "text" in doc:
         return docid, str(doc["title"]), str(doc["text"])
-    first, _, rest = str(doc.get("contents", "")).partition("\n")
-    return docid, first.strip().strip('"'), rest
+    title, text = split_contents(str(doc.get("contents", "")))
+    return docid, title, text
 
 
 def clean_query(query: str) -> str:

@@ -314,7 +314,7 @@ public final class BatchHits {
       }
       Piece c = new Piece();
       piece(3, c);
-      // Search-R1's contents: the first line, stripped (Python's str.strip()) and unquoted, is the title
+      // Search-R1's contents: the first line, stripped (Python's str.strip()) less one enclosing quote pair, is the title
       int nl = c.src.indexOf('\n', c.from);
       int firstEnd = nl < 0 || nl >= c.to ? c.to : nl;
       int a = c.from;
@@ -325,10 +325,8 @@ public final class BatchHits {
       while (b > a && isPySpace(c.src.charAt(b - 1))) {
         b--;
       }
-      while (a < b && c.src.charAt(a) == '"') {
-        a++;
-      }
-      while (b > a && c.src.charAt(b - 1) == '"') {
+      if (b - a >= 2 && c.src.charAt(a) == '"' && c.src.charAt(b - 1) == '"') {
+        a++;  // exactly one enclosing pair, as turngym's Python split_contents
         b--;
       }
       d.title.set(c.src, a, b);
