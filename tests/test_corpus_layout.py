@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from turngym.corpora.corpus import _key, default_passages, split_contents, write_collection
-from turngym.corpora.lucene import LuceneRetriever, build_index, jvm, parse_raw
+from turngym.corpora.corpus import _key, default_passages, write_collection
+from turngym.corpora.lucene import LuceneRetriever, build_index, jvm, parse_raw, split_contents
 
 EDGE_PASSAGES = [
     {"id": "q1", "title": '"Weird Al" Yankovic', "text": "weird al parody musician accordion"},

@@ -22,6 +22,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from turngym.corpora.lucene import build_index, split_contents
+
 
 def _data(rel: str) -> Path:
     return Path(str(resources.files("turngym").joinpath("data", rel)))
@@ -36,17 +38,6 @@ def _rows(path: Path) -> Iterator[dict[str, Any]]:
 
 def _passage(title: str, text: str) -> dict[str, str]:
     return {"title": title.strip(), "text": text.strip()}
-
-
-def split_contents(contents: str) -> tuple[str, str]:
-    """(title, text) from Search-R1's ``contents``: the first line, whitespace-stripped, less exactly
-    one enclosing pair of double quotes (so a title that itself starts or ends with a quote survives
-    the ``'"' + title + '"'`` it was written as), then the rest. ``BatchHits.java`` does the same."""
-    first, _, rest = contents.partition("\n")
-    title = first.strip()
-    if len(title) >= 2 and title[0] == '"' and title[-1] == '"':
-        title = title[1:-1]
-    return title, rest
 
 
 def default_passages() -> Iterator[dict[str, str]]:
@@ -133,8 +124,6 @@ def cache_root() -> Path:
 
 def default_index_dir(build: bool = True, threads: int = 2) -> Path:
     """The BM25 index of the embedded corpus, built once per machine (a file lock guards it)."""
-    from turngym.corpora.lucene import build_index
-
     root = cache_root() / "indexes"
     index = root / "default-bm25-v1"
     if (index / "segments_1").exists() or list(index.glob("segments_*")):

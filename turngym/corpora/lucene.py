@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turngym.corpora.corpus import split_contents
-
 _JVM_LOCK = threading.Lock()
 _JVM_PID: int | None = None
 _HELPER_ON_CLASSPATH = False
@@ -98,6 +96,17 @@ class Hit:
     def contents(self) -> str:
         """Search-R1's document form: ``"Title"`` on the first line, then the text."""
         return f"\"{self.title}\"\n{self.text}"
+
+
+def split_contents(contents: str) -> tuple[str, str]:
+    """(title, text) from Search-R1's ``contents``: the first line, whitespace-stripped, less exactly
+    one enclosing pair of double quotes (so a title that itself starts or ends with a quote survives
+    the ``'"' + title + '"'`` it was written as), then the rest. ``BatchHits.java`` does the same."""
+    first, _, rest = contents.partition("\n")
+    title = first.strip()
+    if len(title) >= 2 and title[0] == '"' and title[-1] == '"':
+        title = title[1:-1]
+    return title, rest
 
 
 def parse_raw(raw: str | None) -> tuple[str | None, str, str]:
