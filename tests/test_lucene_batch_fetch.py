@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from turngym.corpora.java_helper import compile_helper
-from turngym.corpora.lucene import LuceneRetriever, RetrieverError, build_index, jvm, parse_raw
+from turngym.corpora.lucene import LuceneRetriever, RetrieverError, build_index, decode_hits, jvm, parse_raw
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,6 +30,7 @@ DOCS = [
     {"contents": "\"Nested\"\neta star", "id": "a7", "meta": {"x": [1, 2.5e3, True, None, {"y": "z"}], "e": ""}},
     {"id": "a8", "contents": "\"\"\"Quoted\"\"\"\ntheta star\nsecond line"},
     {"id": "a9", "contents": "\"Escapes\"\niota star \u2028 line sep \u0085 nel \U0001f642 / slash"},
+    {"id": "a10", "contents": "\"Ctrl\"\nomega star", "title": "Ctrl \u0001 title", "text": "omega star \u0002\u0003 x"},
 ] + [{"id": f"f{i}", "contents": f"\"Filler {i}\"\nstar filler number {i} kappa"} for i in range(30)]
 
 QUERIES = ["alpha star", "beta star", "gamma star", "delta star", "epsilon star", "zeta star", "eta star",
@@ -87,6 +88,7 @@ def test_batch_fetch_equals_per_hit_on_json_documents(json_index, k):
         assert by_id["a3"][2:] == ("no quotes title line without newline gamma star", "")
         assert by_id["7"][2] == "Numeric id" and by_id["a5"][2] == "None" and by_id["a6"][3] == "42"
         assert by_id["a8"][2:] == ('""Quoted""', "theta star\nsecond line")  # one enclosing pair removed
+        assert by_id["a10"][2:] == ("Ctrl \u0001 title", "omega star \u0002\u0003 x")  # not mistaken for separators
         assert all(isinstance(h[1], float) for h in by_id.values())
 
 
@@ -112,6 +114,43 @@ def test_batch_fetch_scores_are_anserinis_floats_on_many_queries(json_index):
     for q, hits in zip(queries, got, strict=True):
         assert [(h.docid, h.score) for h in hits] == [(h.docid, float(h.score))
                                                       for h in fast.raw_searcher().search(q, 10)]
+
+
+def test_streamed_chunks_come_back_in_query_order(json_index, monkeypatch):
+    """Java's workers finish chunks out of order; Python still gets every query's hits in place."""
+    import turngym.corpora.lucene as lucene
+
+    fast, slow = both(json_index / "index")
+    queries = [f"{q} {i % 7}".strip() if i % 5 else q for i, q in enumerate(QUERIES * 25)]  # 400, empties included
+    want = as_tuples(slow.batch_search(queries, k=4))
+    assert lucene.stream_chunk(len(queries)) == 64 and lucene.stream_chunk(16_000) == 1000
+    for threads in (1, 3):
+        assert as_tuples(fast.batch_search(queries, k=4, threads=threads)) == want
+    monkeypatch.setattr(lucene, "stream_chunk", lambda n: 1)  # one JNI hand-over per query
+    assert as_tuples(fast.batch_search(queries[:50], k=4, threads=2)) == want[:50]
+
+
+def test_a_query_anserini_refuses_is_one_error_and_the_retriever_goes_on(json_index, monkeypatch):
+    """Lucene refuses a query of over 1,024 distinct terms; in a worker thread or in the first query
+    (searched on the caller's thread) it is one RetrieverError, and the next batch is answered."""
+    import turngym.corpora.lucene as lucene
+
+    fast, slow = both(json_index / "index")
+    monkeypatch.setattr(lucene, "MAX_QUERY_WORDS", 5000)
+    huge = " ".join(f"w{i}" for i in range(1500))
+    for queries in (["alpha star"] * 150 + [huge] + ["beta star"] * 150, [huge, "alpha star"]):
+        with pytest.raises(RetrieverError, match="batch search failed: .*TooManyClauses"):
+            fast.batch_search(queries, k=3, threads=2)
+    assert as_tuples(fast.batch_search(QUERIES, k=3, threads=2)) == as_tuples(slow.batch_search(QUERIES, k=3))
+
+
+def test_a_batch_given_up_on_stops_its_workers(json_index, batch_hits):
+    fast = LuceneRetriever(json_index / "index", fetch="batch")
+    pending = batch_hits.start(fast.raw_searcher(), ["alpha star"] * 500, 3, 2, 10)
+    first = pending.next()
+    pending.close()  # Python walked away after one chunk: no hang, no error, the searcher still serves
+    assert [hits[0].docid for hits in decode_hits(first, 10)] == ["a1"] * 10
+    assert [h.docid for h in fast.batch_search(["alpha star"], k=1)[0]] == ["a1"]
 
 
 # ----------------------------------------------------------------------------- the Java JSON reader

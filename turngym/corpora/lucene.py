@@ -85,7 +85,7 @@ def jvm() -> Any:
         return jnius
 
 
-@dataclass
+@dataclass(slots=True)  # no per-hit __dict__: a batch makes thousands
 class Hit:
     docid: str
     score: float
@@ -158,6 +158,13 @@ def decode_hits(encoded: str, n_queries: int) -> list[list[Hit]]:
         out.append(hits[at:at + c])
         at += c
     return out
+
+
+def stream_chunk(n_queries: int) -> int:
+    """Queries per string handed from Java: about 16 chunks a batch, so that Python's decoding of one
+    overlaps the search of the next, and never under 64 queries, where a JNI call would cost more
+    than it hides."""
+    return max(64, -(-n_queries // 16))
 
 
 def _batch_class(jnius: Any) -> Any:
@@ -250,10 +257,7 @@ class LuceneRetriever:
         if not any(cleaned):
             return [[] for _ in queries]
         if self._batch is not None:
-            try:
-                return decode_hits(self._batch.search(self._searcher, cleaned, int(k), int(threads)), len(cleaned))
-            except self._jnius.JavaException as exc:
-                raise RetrieverError(f"batch search failed: {exc}") from None
+            return self._streamed(cleaned, int(k), int(threads))
         ids = [str(i) for i in range(len(cleaned))]
         jlist = self._jnius.autoclass("java.util.ArrayList")
         jq, jid = jlist(), jlist()
@@ -266,6 +270,22 @@ class LuceneRetriever:
         except self._jnius.JavaException as exc:
             raise RetrieverError(f"batch search failed: {exc}") from None
         return [self._hits(results.get(i)) for i in ids]
+
+    def _streamed(self, cleaned: list[str], k: int, threads: int) -> list[list[Hit]]:
+        """Hits through ``BatchHits``: Java's workers search and read the hits of later chunks while
+        Python decodes the earlier ones."""
+        chunk = stream_chunk(len(cleaned))
+        out: list[list[Hit]] = []
+        try:
+            pending = self._batch.start(self._searcher, cleaned, k, threads, chunk)
+            try:
+                for lo in range(0, len(cleaned), chunk):
+                    out.extend(decode_hits(pending.next(), min(chunk, len(cleaned) - lo)))
+            finally:
+                pending.close()
+        except self._jnius.JavaException as exc:
+            raise RetrieverError(f"batch search failed: {exc}") from None
+        return out
 
     def raw_searcher(self) -> Any:
         """The underlying ``io.anserini.search.SimpleSearcher`` (for checks against Anserini itself)."""

@@ -3,57 +3,49 @@ package turngym.lucene;
 import java.lang.reflect.Field;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
-import java.util.ArrayList;
-import java.util.List;
-import java.util.Map;
+import java.util.Arrays;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
- * Runs an Anserini search and returns every hit of the batch as ONE string, so that Python pays
- * one JNI call per batch instead of four per hit.
+ * Runs Anserini searches and hands their hits to Python as strings, one per chunk of queries, so that
+ * Python pays one JNI call per chunk instead of four per hit, and decodes one chunk while the worker
+ * threads search and read the next.
+ *
+ * <p>Each query is Anserini's own single-query {@code SimpleSearcher.search(query, k)}, the search its
+ * {@code batch_search} runs for every query; the workers also read each hit's stored document as they
+ * go, so no pass over the hits is left for after the search.
  *
  * <p>Anserini and Lucene are reached by reflection, so this file compiles against the JDK alone
  * (any javac with {@code --release 11}) whatever Java version the Anserini jar was built for.
  *
- * <p>Encoding: the first character is a separator that occurs in no field; the rest, split on it,
- * is n hit counts (one per query, in order), then for the H hits of all queries in order H docids,
- * H scores, H titles, H texts, and last one field listing (comma-separated) the hits whose stored
- * document only Python may read: not a JSON object, a used field that is not a string, an escape
- * that Python keeps as a lone surrogate, and so on. For those the title field holds the raw
- * stored document and the text field is empty; for all others title and text are exactly what
- * turngym's Python {@code parse_raw} gives. The docid is the document's own "id" string where it
- * has one, else Anserini's docid. A score is the Java float widened to double and printed by
- * {@link Double#toString(double)}, which Python's {@code float()} reads back to the same double.
+ * <p>Encoding of a chunk: the first character is a separator that occurs in no field; the rest,
+ * split on it, is n hit counts (one per query of the chunk, in order), then for the H hits of those
+ * queries in order H docids, H scores, H titles, H texts, and last one field listing
+ * (comma-separated) the hits whose stored document only Python may read: not a JSON object, a used
+ * field that is not a string, an escape that Python keeps as a lone surrogate, and so on. For those
+ * the title field holds the raw stored document and the text field is empty; for all others title
+ * and text are exactly what turngym's Python {@code parse_raw} gives. The docid is the document's
+ * own "id" string where it has one, else Anserini's docid. A score is the Java float widened to
+ * double and printed by {@link Double#toString(double)}, which Python's {@code float()} reads back
+ * to the same double.
  */
 public final class BatchHits {
   private static final String RAW = "raw";
 
   private BatchHits() {}
 
-  /** Anserini's {@code batch_search} on the non-empty queries; an empty query gets no hits. */
-  public static String search(Object searcher, String[] queries, int k, int threads) throws Throwable {
-    List<String> live = new ArrayList<>();
-    List<String> ids = new ArrayList<>();
-    for (int i = 0; i < queries.length; i++) {
-      if (queries[i] != null && !queries[i].isEmpty()) {
-        live.add(queries[i]);
-        ids.add(Integer.toString(i));
-      }
-    }
-    Object[][] perQuery = new Object[queries.length][];
-    if (!live.isEmpty()) {
-      Method m = searcher.getClass().getMethod("batch_search", List.class, List.class, int.class, int.class);
-      Map<?, ?> results = (Map<?, ?>) invoke(m, searcher, live, ids, k, threads);
-      for (String id : ids) {
-        perQuery[Integer.parseInt(id)] = (Object[]) results.get(id);
-      }
-    }
-    return encode(perQuery, threads);
+  /**
+   * Starts searching {@code queries} (top {@code k} each; an empty query gets no hits) on
+   * {@code threads} worker threads; {@link Pending#next} hands over the hits of queries
+   * [0, chunk), [chunk, 2 chunk), ... in that order.
+   */
+  public static Pending start(Object searcher, String[] queries, int k, int threads, int chunk) throws Throwable {
+    return new Pending(searcher, queries, k, threads, chunk);
   }
 
-  /** Anserini's single-query {@code search(query, k)}. */
+  /** Anserini's single-query {@code search(query, k)}, on the calling thread. */
   public static String searchOne(Object searcher, String query, int k) throws Throwable {
-    Method m = searcher.getClass().getMethod("search", String.class, int.class);
-    return encode(new Object[][] {(Object[]) invoke(m, searcher, query, k)}, 1);
+    return encode(new Row[][] {new Reader(searcher, k).search(query)});
   }
 
   private static Object invoke(Method m, Object target, Object... args) throws Throwable {
@@ -64,149 +56,244 @@ public final class BatchHits {
     }
   }
 
-  private static String encode(Object[][] perQuery, int threads) throws Throwable {
-    int total = 0;
-    for (Object[] hits : perQuery) {
-      total += hits == null ? 0 : hits.length;
-    }
-    Object[] all = new Object[total];
-    int at = 0;
-    for (Object[] hits : perQuery) {
-      for (int i = 0; hits != null && i < hits.length; i++) {
-        all[at++] = hits[i];
+  /** A batch being searched: its chunks' encodings, handed over in query order. */
+  public static final class Pending {
+    private final String[] queries;
+    private final int chunk;
+    private final Row[][] rows;  // per query, until its chunk is encoded
+    private final AtomicInteger[] left;  // per chunk, queries not yet searched
+    private final String[] ready;  // per chunk, its encoding until handed over
+    private final AtomicInteger claim = new AtomicInteger();
+    private int cursor;
+    private Throwable failure;
+    private volatile boolean closed;
+
+    Pending(Object searcher, String[] queries, int k, int threads, int chunk) throws Throwable {
+      if (chunk < 1) {
+        throw new IllegalArgumentException("chunk must be at least 1, got " + chunk);
+      }
+      this.queries = queries;
+      this.chunk = chunk;
+      int n = queries.length;
+      int chunks = (n + chunk - 1) / chunk;
+      rows = new Row[n][];
+      ready = new String[chunks];
+      left = new AtomicInteger[chunks];
+      for (int c = 0; c < chunks; c++) {
+        left[c] = new AtomicInteger(Math.min(n, (c + 1) * chunk) - c * chunk);
+      }
+      // Up to the first non-empty query the caller searches itself, before any worker starts: Anserini
+      // makes its IndexSearcher on the first search, unguarded, and a wrong searcher also fails here.
+      Reader own = new Reader(searcher, k);
+      while (true) {
+        int i = claim.getAndIncrement();
+        if (i >= n) {
+          break;
+        }
+        process(i, own);
+        if (queries[i] != null && !queries[i].isEmpty()) {
+          break;
+        }
+      }
+      int workers = Math.min(Math.max(1, threads), Math.max(0, n - claim.get()));
+      for (int w = 0; w < workers; w++) {
+        Reader reader = new Reader(searcher, k);
+        Thread t = new Thread(() -> work(reader), "turngym-batchhits-" + w);
+        t.setDaemon(true);  // a batch Python gave up on never holds the JVM open
+        t.start();
       }
     }
-    Columns cols = new Columns(all);
-    cols.fill(threads);
-    char sep = separator(cols);
+
+    private void work(Reader reader) {
+      try {
+        while (!closed) {
+          int i = claim.getAndIncrement();
+          if (i >= queries.length) {
+            return;
+          }
+          process(i, reader);
+        }
+      } catch (Throwable e) {
+        synchronized (this) {
+          if (failure == null) {
+            failure = e;
+          }
+          closed = true;
+          notifyAll();
+        }
+      }
+    }
+
+    /** Searches query i; the worker that completes a chunk also encodes it. */
+    private void process(int i, Reader reader) throws Throwable {
+      rows[i] = reader.search(queries[i]);
+      int c = i / chunk;
+      if (left[c].decrementAndGet() == 0) {  // every other query of the chunk is searched and visible here
+        int lo = c * chunk;
+        int hi = Math.min(queries.length, lo + chunk);
+        String encoded = encode(Arrays.copyOfRange(rows, lo, hi));
+        Arrays.fill(rows, lo, hi, null);
+        synchronized (this) {
+          ready[c] = encoded;
+          notifyAll();
+        }
+      }
+    }
+
+    /** The next chunk's encoding (waits for it), or null after the last; a worker's error is rethrown. */
+    public synchronized String next() throws Throwable {
+      if (cursor >= ready.length) {
+        return null;
+      }
+      while (ready[cursor] == null && failure == null) {
+        wait();
+      }
+      if (ready[cursor] == null) {
+        throw failure;
+      }
+      String encoded = ready[cursor];
+      ready[cursor++] = null;
+      return encoded;
+    }
+
+    /** Stops the workers after the queries they hold (Python gave up on the rest). */
+    public void close() {
+      closed = true;
+    }
+  }
+
+  /** Anserini's single-query search and the reading of its hits, for one thread. */
+  private static final class Reader {
+    private final Object searcher;
+    private final Method search;
+    private final Object[] args;
+    private Field docidF;
+    private Field scoreF;
+    private Field docF;
+    private Method get;
+
+    Reader(Object searcher, int k) throws NoSuchMethodException {
+      this.searcher = searcher;
+      this.search = searcher.getClass().getMethod("search", String.class, int.class);
+      this.args = new Object[] {null, k};
+    }
+
+    Row[] search(String query) throws Throwable {
+      if (query == null || query.isEmpty()) {
+        return new Row[0];
+      }
+      args[0] = query;
+      Object[] hits = (Object[]) invoke(search, searcher, args);
+      Row[] out = new Row[hits == null ? 0 : hits.length];
+      for (int i = 0; i < out.length; i++) {
+        out[i] = row(hits[i]);
+      }
+      return out;
+    }
+
+    private Row row(Object h) throws ReflectiveOperationException {
+      if (docidF == null) {
+        Class<?> c = h.getClass();
+        docidF = c.getField("docid");
+        scoreF = c.getField("score");
+        docF = c.getField("lucene_document");
+      }
+      Row r = new Row();
+      String docid = (String) docidF.get(h);
+      r.docid = docid == null ? "" : docid;
+      r.score = Double.toString(scoreF.getFloat(h));
+      Object doc = docF.get(h);
+      if (doc == null) {
+        return r;
+      }
+      if (get == null) {
+        get = doc.getClass().getMethod("get", String.class);
+      }
+      String raw = (String) get.invoke(doc, RAW);
+      if (raw == null || raw.isEmpty()) {
+        return r;
+      }
+      Doc parsed = RawDoc.parse(raw);
+      if (parsed == null) {
+        r.title.set(raw, 0, raw.length());
+        r.handedBack = true;
+      } else {
+        if (parsed.id != null) {
+          r.docid = parsed.id;
+        }
+        r.title = parsed.title;
+        r.text = parsed.text;
+      }
+      return r;
+    }
+  }
+
+  /** One hit's four output fields. */
+  private static final class Row {
+    String docid = "";
+    String score = "";
+    Piece title = new Piece();
+    Piece text = new Piece();
+    boolean handedBack;  // a stored document left for Python's parse (the title holds it)
+  }
+
+  private static String encode(Row[][] perQuery) {
+    int total = 0;
+    for (Row[] hits : perQuery) {
+      total += hits.length;
+    }
+    Row[] all = new Row[total];
+    int at = 0;
+    for (Row[] hits : perQuery) {
+      System.arraycopy(hits, 0, all, at, hits.length);
+      at += hits.length;
+    }
+    char sep = separator(all);
     StringBuilder head = new StringBuilder();
     head.append(sep);
-    for (Object[] hits : perQuery) {
-      head.append(hits == null ? 0 : hits.length).append(sep);
+    for (Row[] hits : perQuery) {
+      head.append(hits.length).append(sep);
     }
     StringBuilder rawHits = new StringBuilder();
+    int size = head.length() + 4 * total;
     for (int i = 0; i < total; i++) {
-      if (cols.handedBack[i]) {
+      Row r = all[i];
+      if (r.handedBack) {
         rawHits.append(rawHits.length() > 0 ? "," : "").append(i);
       }
+      size += r.docid.length() + r.score.length() + r.title.length() + r.text.length();
     }
-    int size = head.length() + rawHits.length() + 4 * total;
-    for (int i = 0; i < total; i++) {
-      size += cols.docids[i].length() + cols.scores[i].length() + cols.titles[i].length() + cols.texts[i].length();
-    }
+    size += rawHits.length();
     char[] buf = new char[size];
     int p = head.length();
     head.getChars(0, p, buf, 0);
-    for (String[] col : new String[][] {cols.docids, cols.scores}) {
-      for (String f : col) {
-        f.getChars(0, f.length(), buf, p);
-        p += f.length();
-        buf[p++] = sep;
-      }
+    for (Row r : all) {
+      r.docid.getChars(0, r.docid.length(), buf, p);
+      p += r.docid.length();
+      buf[p++] = sep;
     }
-    for (Piece[] col : new Piece[][] {cols.titles, cols.texts}) {
-      for (Piece f : col) {
-        f.src.getChars(f.from, f.to, buf, p);
-        p += f.length();
-        buf[p++] = sep;
-      }
+    for (Row r : all) {
+      r.score.getChars(0, r.score.length(), buf, p);
+      p += r.score.length();
+      buf[p++] = sep;
+    }
+    for (Row r : all) {
+      p = r.title.copyTo(buf, p);
+      buf[p++] = sep;
+    }
+    for (Row r : all) {
+      p = r.text.copyTo(buf, p);
+      buf[p++] = sep;
     }
     rawHits.getChars(0, rawHits.length(), buf, p);
     return new String(buf);
   }
 
-  /** The four output columns of every hit, read and parsed on up to {@code threads} threads. */
-  private static final class Columns {
-    final Object[] hits;
-    final String[] docids;
-    final String[] scores;
-    final Piece[] titles;
-    final Piece[] texts;
-    final boolean[] handedBack;  // stored documents left for Python's parse (the title holds them)
-    private Field docidF;
-    private Field scoreF;
-    private Field docF;
-    private volatile Throwable failure;
-
-    Columns(Object[] hits) {
-      this.hits = hits;
-      int n = hits.length;
-      docids = new String[n];
-      scores = new String[n];
-      titles = new Piece[n];
-      texts = new Piece[n];
-      handedBack = new boolean[n];
-    }
-
-    void fill(int threads) throws Throwable {
-      if (hits.length == 0) {
-        return;
-      }
-      Class<?> c = hits[0].getClass();
-      docidF = c.getField("docid");
-      scoreF = c.getField("score");
-      docF = c.getField("lucene_document");
-      int workers = Math.max(1, Math.min(threads, hits.length / 256));
-      Thread[] started = new Thread[workers - 1];
-      for (int w = 1; w < workers; w++) {
-        int lo = hits.length * w / workers;
-        int hi = hits.length * (w + 1) / workers;
-        started[w - 1] = new Thread(() -> range(lo, hi));
-        started[w - 1].start();
-      }
-      range(0, hits.length / workers);
-      for (Thread t : started) {
-        t.join();
-      }
-      if (failure != null) {
-        throw failure;
-      }
-    }
-
-    private void range(int lo, int hi) {
-      try {
-        Method get = null;
-        for (int i = lo; i < hi; i++) {
-          Object h = hits[i];
-          String docid = (String) docidF.get(h);
-          docids[i] = docid == null ? "" : docid;
-          scores[i] = Double.toString(scoreF.getFloat(h));
-          titles[i] = new Piece();
-          texts[i] = new Piece();
-          Object doc = docF.get(h);
-          if (doc == null) {
-            continue;
-          }
-          if (get == null) {
-            get = doc.getClass().getMethod("get", String.class);
-          }
-          String raw = (String) get.invoke(doc, RAW);
-          if (raw == null || raw.isEmpty()) {
-            continue;
-          }
-          Doc parsed = RawDoc.parse(raw);
-          if (parsed == null) {
-            titles[i].set(raw, 0, raw.length());
-            handedBack[i] = true;
-          } else {
-            if (parsed.id != null) {
-              docids[i] = parsed.id;
-            }
-            titles[i] = parsed.title;
-            texts[i] = parsed.text;
-          }
-        }
-      } catch (Throwable e) {
-        failure = e;  // rethrown by fill() on the calling thread
-      }
-    }
-  }
-
   /** The first character from U+0001 up that no field contains (never a digit or a comma, which the
    * counts and the list of handed-back hits use). */
-  static char separator(Columns cols) {
+  static char separator(Row[] rows) {
     for (char c = '\u0001'; c < '\ud800'; c++) {
-      if (c == ',' || (c >= '0' && c <= '9') || used(c, cols)) {
+      if (c == ',' || (c >= '0' && c <= '9') || used(c, rows)) {
         continue;
       }
       return c;
@@ -214,10 +301,9 @@ public final class BatchHits {
     throw new IllegalStateException("no free separator character");
   }
 
-  private static boolean used(char c, Columns cols) {
-    for (int i = 0; i < cols.hits.length; i++) {
-      if (cols.docids[i].indexOf(c) >= 0 || cols.scores[i].indexOf(c) >= 0 || cols.titles[i].contains(c)
-          || cols.texts[i].contains(c)) {
+  private static boolean used(char c, Row[] rows) {
+    for (Row r : rows) {
+      if (r.docid.indexOf(c) >= 0 || r.score.indexOf(c) >= 0 || r.title.contains(c) || r.text.contains(c)) {
         return true;
       }
     }
@@ -261,6 +347,9 @@ public final class BatchHits {
     private final String s;
     private int pos;
     private boolean escaped;  // whether the last string read had an escape
+    private boolean controlEscaped;  // whether the last string read had an escape of a control character
+    private int nextQuote = -1;  // the first quote at or after the last runEnd (the length if none)
+    private int nextBackslash = -1;  // likewise for a backslash
     private final int[] kinds = new int[4];
     private final int[] starts = new int[4];  // opening quote of each used string
     private final int[] ends = new int[4];  // closing quote
@@ -268,6 +357,26 @@ public final class BatchHits {
 
     private RawDoc(String s) {
       this.s = s;
+    }
+
+    /** The first quote, backslash or control character at or after {@code from} (the length if none). */
+    private int runEnd(int from) {
+      String t = s;
+      if (nextQuote < from) {
+        nextQuote = t.indexOf('"', from);  // vectorised by the JIT, unlike a loop over charAt
+        nextQuote = nextQuote < 0 ? t.length() : nextQuote;
+      }
+      if (nextBackslash < from) {
+        nextBackslash = t.indexOf('\\', from);
+        nextBackslash = nextBackslash < 0 ? t.length() : nextBackslash;
+      }
+      int end = Math.min(nextQuote, nextBackslash);
+      for (int i = from; i < end; i++) {
+        if (t.charAt(i) < 0x20) {
+          return i;
+        }
+      }
+      return end;
     }
 
     static Doc parse(String raw) {
@@ -330,14 +439,18 @@ public final class BatchHits {
         b--;
       }
       d.title.set(c.src, a, b);
+      d.title.noControl = c.noControl;
       if (firstEnd < c.to) {
         d.text.set(c.src, firstEnd + 1, c.to);
+        d.text.noControl = c.noControl;
       }
       return d;
     }
 
     private String stringAt(int slot) {
-      pos = starts[slot];
+      pos = starts[slot];  // backwards: runEnd's cached positions may be past an earlier quote
+      nextQuote = -1;
+      nextBackslash = -1;
       return string(true);
     }
 
@@ -345,9 +458,12 @@ public final class BatchHits {
     private void piece(int slot, Piece out) {
       if (plain[slot]) {
         out.set(s, starts[slot] + 1, ends[slot]);
+        out.noControl = true;  // an unescaped JSON string has none: the reader refuses them raw
       } else {
+        controlEscaped = false;
         String v = stringAt(slot);
         out.set(v, 0, v.length());
+        out.noControl = !controlEscaped;  // only an escape can put one in
       }
     }
 
@@ -527,18 +643,9 @@ public final class BatchHits {
       expect('"');
       StringBuilder sb = null;
       int start = pos;
-      String t = s;  // locals, so that the JIT keeps the plain-run loop in registers
-      int n = t.length();
+      String t = s;
       while (true) {
-        int i = pos;
-        while (i < n) {
-          char c = t.charAt(i);
-          if (c == '"' || c == '\\' || c < 0x20) {
-            break;
-          }
-          i++;
-        }
-        pos = i;
+        pos = runEnd(pos);
         char c = peek();
         if (c == '"') {
           pos++;
@@ -586,6 +693,7 @@ public final class BatchHits {
           }
           default: throw bad();
         }
+        controlEscaped |= e < 0x20;
         if (build) {
           sb.append(e);
           if (low != 0) {
@@ -625,11 +733,13 @@ public final class BatchHits {
     String src = "";
     int from;
     int to;
+    boolean noControl;  // known to hold no character below U+0020
 
     void set(String src, int from, int to) {
       this.src = src;
       this.from = from;
       this.to = to;
+      this.noControl = false;
     }
 
     int length() {
@@ -637,8 +747,16 @@ public final class BatchHits {
     }
 
     boolean contains(char c) {
+      if (noControl && c < 0x20) {
+        return false;
+      }
       int i = src.indexOf(c, from);
       return i >= 0 && i < to;
+    }
+
+    int copyTo(char[] buf, int at) {
+      src.getChars(from, to, buf, at);
+      return at + to - from;
     }
 
     @Override
