@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -138,21 +138,41 @@ def clean_query(query: str) -> str:
     return " ".join(words[:MAX_QUERY_WORDS])
 
 
-def decode_hits(encoded: str, n_queries: int) -> list[list[Hit]]:
-    """Hits from ``BatchHits``' one-string encoding (described in ``java/BatchHits.java``)."""
+@dataclass
+class SentDocs:
+    """The documents a batch has received from ``BatchHits`` so far, by their number in the batch."""
+
+    docids: list[str] = field(default_factory=list)
+    titles: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+
+
+def decode_hits(encoded: str, n_queries: int, docs: SentDocs | None = None) -> list[list[Hit]]:
+    """Hits from one ``BatchHits`` chunk (the encoding is described in ``java/BatchHits.java``);
+    ``docs`` carries the documents of earlier chunks of the same batch."""
+    docs = SentDocs() if docs is None else docs
     fields = encoded.split(encoded[0])  # fields[0] is the empty text before the leading separator
     counts = [int(c) for c in fields[1:n_queries + 1]]
     n = sum(counts)
-    if len(fields) != n_queries + 4 * n + 2:
-        raise RetrieverError(f"BatchHits answered {len(fields) - 1} fields where {n_queries + 4 * n + 1} were expected")
     p = n_queries + 1
-    hits = list(map(Hit, fields[p:p + n], map(float, fields[p + n:p + 2 * n]), fields[p + 2 * n:p + 3 * n],
-                    fields[p + 3 * n:p + 4 * n]))
+    new, odd = divmod(len(fields) - p - 2 * n - 1, 3)
+    if odd or new < 0:
+        raise RetrieverError(f"BatchHits answered {len(fields) - 1} fields, which no {n_queries} queries with "
+                             f"{n} hits make")
+    first, q = len(docs.titles), p + 2 * n
+    docs.docids += fields[q:q + new]
+    docs.titles += fields[q + new:q + 2 * new]
+    docs.texts += fields[q + 2 * new:q + 3 * new]
     if fields[-1]:  # stored documents only Python's json may read: the per-hit path's parse
         for i in map(int, fields[-1].split(",")):
-            raw_id, hits[i].title, hits[i].text = parse_raw(hits[i].title)
+            raw_id, docs.titles[i], docs.texts[i] = parse_raw(docs.titles[i])
             if raw_id is not None:
-                hits[i].docid = raw_id
+                docs.docids[i] = raw_id
+    numbers = list(map(int, fields[p + n:q]))
+    if numbers and max(numbers) >= first + new:
+        raise RetrieverError("BatchHits named a document it has not sent")
+    hits = list(map(Hit, map(docs.docids.__getitem__, numbers), map(float, fields[p:p + n]),
+                    map(docs.titles.__getitem__, numbers), map(docs.texts.__getitem__, numbers)))
     out, at = [], 0
     for c in counts:
         out.append(hits[at:at + c])
@@ -276,11 +296,12 @@ class LuceneRetriever:
         Python decodes the earlier ones."""
         chunk = stream_chunk(len(cleaned))
         out: list[list[Hit]] = []
+        docs = SentDocs()
         try:
             pending = self._batch.start(self._searcher, cleaned, k, threads, chunk)
             try:
                 for lo in range(0, len(cleaned), chunk):
-                    out.extend(decode_hits(pending.next(), min(chunk, len(cleaned) - lo)))
+                    out.extend(decode_hits(pending.next(), min(chunk, len(cleaned) - lo), docs))
             finally:
                 pending.close()
         except self._jnius.JavaException as exc:

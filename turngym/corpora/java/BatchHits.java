@@ -4,6 +4,8 @@ import java.lang.reflect.Field;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.util.Arrays;
+import java.util.HashMap;
+import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
@@ -20,14 +22,17 @@ import java.util.concurrent.atomic.AtomicInteger;
  *
  * <p>Encoding of a chunk: the first character is a separator that occurs in no field; the rest,
  * split on it, is n hit counts (one per query of the chunk, in order), then for the H hits of those
- * queries in order H docids, H scores, H titles, H texts, and last one field listing
- * (comma-separated) the hits whose stored document only Python may read: not a JSON object, a used
- * field that is not a string, an escape that Python keeps as a lone surrogate, and so on. For those
- * the title field holds the raw stored document and the text field is empty; for all others title
- * and text are exactly what turngym's Python {@code parse_raw} gives. The docid is the document's
- * own "id" string where it has one, else Anserini's docid. A score is the Java float widened to
- * double and printed by {@link Double#toString(double)}, which Python's {@code float()} reads back
- * to the same double.
+ * queries in order H scores and H document numbers, then the docid, title and text of each of the
+ * D documents first seen in this chunk (D docids, D titles, then D texts), and last one field listing
+ * (comma-separated) those of the D documents that only Python may read: not a JSON object, a used
+ * field that is not a string, an escape that Python keeps as a lone surrogate, and so on. Documents
+ * are numbered 0, 1, ... in the order they are first sent within a batch; a hit names its document
+ * by that number, so a passage found by several queries of a batch crosses JNI once. For a document
+ * left to Python the title field holds the raw stored document and the text field is empty; for all
+ * others title and text are exactly what turngym's Python {@code parse_raw} gives. The docid is the
+ * document's own "id" string where it has one, else Anserini's docid. A score is the Java float
+ * widened to double and printed by {@link Double#toString(double)}, which Python's {@code float()}
+ * reads back to the same double.
  */
 public final class BatchHits {
   private static final String RAW = "raw";
@@ -45,7 +50,7 @@ public final class BatchHits {
 
   /** Anserini's single-query {@code search(query, k)}, on the calling thread. */
   public static String searchOne(Object searcher, String query, int k) throws Throwable {
-    return encode(new Row[][] {new Reader(searcher, k).search(query)});
+    return encode(new Row[][] {new Reader(searcher, k).search(query)}, new Sent());
   }
 
   private static Object invoke(Method m, Object target, Object... args) throws Throwable {
@@ -64,6 +69,10 @@ public final class BatchHits {
     private final AtomicInteger[] left;  // per chunk, queries not yet searched
     private final String[] ready;  // per chunk, its encoding until handed over
     private final AtomicInteger claim = new AtomicInteger();
+    private final boolean[] searched;  // per chunk, every query searched
+    private final Sent sent = new Sent();  // touched only by the one thread that holds `encoding`
+    private int encodedUpTo;  // chunks before it are encoded (or being encoded)
+    private boolean encoding;
     private int cursor;
     private Throwable failure;
     private volatile boolean closed;
@@ -78,6 +87,7 @@ public final class BatchHits {
       int chunks = (n + chunk - 1) / chunk;
       rows = new Row[n][];
       ready = new String[chunks];
+      searched = new boolean[chunks];
       left = new AtomicInteger[chunks];
       for (int c = 0; c < chunks; c++) {
         left[c] = new AtomicInteger(Math.min(n, (c + 1) * chunk) - c * chunk);
@@ -124,17 +134,36 @@ public final class BatchHits {
       }
     }
 
-    /** Searches query i; the worker that completes a chunk also encodes it. */
+    /** Searches query i; the worker that completes a chunk also encodes it, and any searched chunks
+     * after it, in chunk order (a document is numbered where it is first sent). */
     private void process(int i, Reader reader) throws Throwable {
       rows[i] = reader.search(queries[i]);
       int c = i / chunk;
-      if (left[c].decrementAndGet() == 0) {  // every other query of the chunk is searched and visible here
-        int lo = c * chunk;
+      if (left[c].decrementAndGet() > 0) {
+        return;
+      }
+      synchronized (this) {  // every other query of the chunk is searched and visible from here on
+        searched[c] = true;
+        if (encoding) {
+          return;  // the thread encoding now will reach this chunk
+        }
+        encoding = true;
+      }
+      while (true) {
+        int next;
+        synchronized (this) {
+          if (encodedUpTo >= ready.length || !searched[encodedUpTo] || closed) {
+            encoding = false;
+            return;
+          }
+          next = encodedUpTo++;
+        }
+        int lo = next * chunk;
         int hi = Math.min(queries.length, lo + chunk);
-        String encoded = encode(Arrays.copyOfRange(rows, lo, hi));
+        String encoded = encode(Arrays.copyOfRange(rows, lo, hi), sent);
         Arrays.fill(rows, lo, hi, null);
         synchronized (this) {
-          ready[c] = encoded;
+          ready[next] = encoded;
           notifyAll();
         }
       }
@@ -168,6 +197,7 @@ public final class BatchHits {
     private final Method search;
     private final Object[] args;
     private Field docidF;
+    private Field luceneIdF;  // null where the hit class has none
     private Field scoreF;
     private Field docF;
     private Method get;
@@ -197,11 +227,17 @@ public final class BatchHits {
         docidF = c.getField("docid");
         scoreF = c.getField("score");
         docF = c.getField("lucene_document");
+        try {
+          luceneIdF = c.getField("lucene_docid");
+        } catch (NoSuchFieldException e) {
+          luceneIdF = null;  // every hit then sends its document
+        }
       }
       Row r = new Row();
+      r.luceneId = luceneIdF == null ? -1 : luceneIdF.getInt(h);
+      r.score = Double.toString(scoreF.getFloat(h));
       String docid = (String) docidF.get(h);
       r.docid = docid == null ? "" : docid;
-      r.score = Double.toString(scoreF.getFloat(h));
       Object doc = docF.get(h);
       if (doc == null) {
         return r;
@@ -228,8 +264,9 @@ public final class BatchHits {
     }
   }
 
-  /** One hit's four output fields. */
+  /** One hit's fields. */
   private static final class Row {
+    int luceneId;  // Lucene's number for the document; -1 where unknown
     String docid = "";
     String score = "";
     Piece title = new Piece();
@@ -237,7 +274,13 @@ public final class BatchHits {
     boolean handedBack;  // a stored document left for Python's parse (the title holds it)
   }
 
-  private static String encode(Row[][] perQuery) {
+  /** The documents a batch has sent so far: Lucene's number to the batch's document number. */
+  private static final class Sent {
+    final Map<Integer, Integer> numbers = new HashMap<>();
+    int count;
+  }
+
+  private static String encode(Row[][] perQuery, Sent sent) {
     int total = 0;
     for (Row[] hits : perQuery) {
       total += hits.length;
@@ -248,52 +291,65 @@ public final class BatchHits {
       System.arraycopy(hits, 0, all, at, hits.length);
       at += hits.length;
     }
-    char sep = separator(all);
+    int[] numbers = new int[total];
+    Row[] fresh = new Row[total];  // the documents this chunk sends first
+    int d = 0;
+    for (int i = 0; i < total; i++) {
+      Row r = all[i];
+      Integer known = r.luceneId < 0 ? null : sent.numbers.get(r.luceneId);
+      if (known == null) {
+        known = sent.count++;
+        if (r.luceneId >= 0) {
+          sent.numbers.put(r.luceneId, known);
+        }
+        fresh[d++] = r;
+      }
+      numbers[i] = known;
+    }
+    char sep = separator(all, fresh, d);
     StringBuilder head = new StringBuilder();
     head.append(sep);
     for (Row[] hits : perQuery) {
       head.append(hits.length).append(sep);
     }
-    StringBuilder rawHits = new StringBuilder();
-    int size = head.length() + 4 * total;
-    for (int i = 0; i < total; i++) {
-      Row r = all[i];
-      if (r.handedBack) {
-        rawHits.append(rawHits.length() > 0 ? "," : "").append(i);
-      }
-      size += r.docid.length() + r.score.length() + r.title.length() + r.text.length();
+    for (Row r : all) {
+      head.append(r.score).append(sep);
     }
-    size += rawHits.length();
+    for (int n : numbers) {
+      head.append(n).append(sep);
+    }
+    for (int j = 0; j < d; j++) {
+      head.append(fresh[j].docid).append(sep);
+    }
+    StringBuilder rawDocs = new StringBuilder();
+    int size = head.length() + 2 * d;
+    for (int j = 0; j < d; j++) {
+      if (fresh[j].handedBack) {
+        rawDocs.append(rawDocs.length() > 0 ? "," : "").append(sent.count - d + j);
+      }
+      size += fresh[j].title.length() + fresh[j].text.length();
+    }
+    size += rawDocs.length();
     char[] buf = new char[size];
     int p = head.length();
     head.getChars(0, p, buf, 0);
-    for (Row r : all) {
-      r.docid.getChars(0, r.docid.length(), buf, p);
-      p += r.docid.length();
+    for (int j = 0; j < d; j++) {
+      p = fresh[j].title.copyTo(buf, p);
       buf[p++] = sep;
     }
-    for (Row r : all) {
-      r.score.getChars(0, r.score.length(), buf, p);
-      p += r.score.length();
+    for (int j = 0; j < d; j++) {
+      p = fresh[j].text.copyTo(buf, p);
       buf[p++] = sep;
     }
-    for (Row r : all) {
-      p = r.title.copyTo(buf, p);
-      buf[p++] = sep;
-    }
-    for (Row r : all) {
-      p = r.text.copyTo(buf, p);
-      buf[p++] = sep;
-    }
-    rawHits.getChars(0, rawHits.length(), buf, p);
+    rawDocs.getChars(0, rawDocs.length(), buf, p);
     return new String(buf);
   }
 
-  /** The first character from U+0001 up that no field contains (never a digit or a comma, which the
-   * counts and the list of handed-back hits use). */
-  static char separator(Row[] rows) {
+  /** The first character from U+0001 up that no sent field contains (never a digit or a comma, which
+   * the counts, document numbers and the list of documents left to Python use). */
+  static char separator(Row[] all, Row[] fresh, int d) {
     for (char c = '\u0001'; c < '\ud800'; c++) {
-      if (c == ',' || (c >= '0' && c <= '9') || used(c, rows)) {
+      if (c == ',' || (c >= '0' && c <= '9') || used(c, all, fresh, d)) {
         continue;
       }
       return c;
@@ -301,9 +357,14 @@ public final class BatchHits {
     throw new IllegalStateException("no free separator character");
   }
 
-  private static boolean used(char c, Row[] rows) {
-    for (Row r : rows) {
-      if (r.docid.indexOf(c) >= 0 || r.score.indexOf(c) >= 0 || r.title.contains(c) || r.text.contains(c)) {
+  private static boolean used(char c, Row[] all, Row[] fresh, int d) {
+    for (Row r : all) {
+      if (r.score.indexOf(c) >= 0) {
+        return true;
+      }
+    }
+    for (int j = 0; j < d; j++) {
+      if (fresh[j].docid.indexOf(c) >= 0 || fresh[j].title.contains(c) || fresh[j].text.contains(c)) {
         return true;
       }
     }
