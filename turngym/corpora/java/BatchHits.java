@@ -245,33 +245,39 @@ public final class BatchHits {
       if (get == null) {
         get = doc.getClass().getMethod("get", String.class);
       }
-      String raw = (String) get.invoke(doc, RAW);
-      if (raw == null || raw.isEmpty()) {
-        return r;
-      }
-      Doc parsed = RawDoc.parse(raw);
-      if (parsed == null) {
-        r.title.set(raw, 0, raw.length());
-        r.handedBack = true;
-      } else {
-        if (parsed.id != null) {
-          r.docid = parsed.id;
-        }
-        r.title = parsed.title;
-        r.text = parsed.text;
-      }
+      r.raw = (String) get.invoke(doc, RAW);
       return r;
     }
   }
 
-  /** One hit's fields. */
+  /** One hit's fields; its stored document is read only where the batch sends it (see {@link #read}). */
   private static final class Row {
     int luceneId;  // Lucene's number for the document; -1 where unknown
     String docid = "";
     String score = "";
+    String raw;  // the stored document, until read
     Piece title = new Piece();
     Piece text = new Piece();
     boolean handedBack;  // a stored document left for Python's parse (the title holds it)
+
+    /** Title, text and the document's own id from the stored document. */
+    void read() {
+      if (raw == null || raw.isEmpty()) {
+        return;
+      }
+      Doc parsed = RawDoc.parse(raw);
+      if (parsed == null) {
+        title.set(raw, 0, raw.length());
+        handedBack = true;
+      } else {
+        if (parsed.id != null) {
+          docid = parsed.id;
+        }
+        title = parsed.title;
+        text = parsed.text;
+      }
+      raw = null;
+    }
   }
 
   /** The documents a batch has sent so far: Lucene's number to the batch's document number. */
@@ -302,6 +308,7 @@ public final class BatchHits {
         if (r.luceneId >= 0) {
           sent.numbers.put(r.luceneId, known);
         }
+        r.read();  // once per document and batch
         fresh[d++] = r;
       }
       numbers[i] = known;
