@@ -5,11 +5,13 @@
   (steadier on a shared machine);
 - service throughput: queries per second through `/retrieve` from concurrent loopback clients.
 Usage: python benchmarks/retrieval.py [--queries 2000] [--threads 2] [--repeats 5] [--index DIR] [--fetch auto]
+       [--distinct-hits]
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import tempfile
 import threading
@@ -20,9 +22,25 @@ from pathlib import Path
 import httpx
 
 from turngym.corpora.corpus import default_passages, write_collection
-from turngym.corpora.datasets import load_dataset
+from turngym.corpora.datasets import QA_DATASETS, load_dataset
 from turngym.corpora.lucene import LuceneRetriever, build_index, jvm
 from turngym.corpora.service import RetrievalServer
+
+
+def distinct_hit_queries(retriever: LuceneRetriever, n: int, threads: int) -> list[str]:
+    """Up to n questions (NQ first, then the other bundled QA sets) whose top-3 passages no other
+    chosen question finds: the workload where no passage repeats within a batch."""
+    pool = [it["question"] for name in QA_DATASETS for it in load_dataset(name).items]
+    seen: set[str] = set()
+    chosen = []
+    for q, hits in zip(pool, retriever.batch_search(pool, 3, threads), strict=True):
+        ids = {h.docid for h in hits}
+        if len(ids) == 3 and not ids & seen:
+            chosen.append(q)
+            seen |= ids
+            if len(chosen) == n:
+                break
+    return chosen
 
 
 def main() -> None:
@@ -31,6 +49,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--index", default=None, help="reuse this index of the default corpus (skips the build figure)")
+    ap.add_argument("--distinct-hits", action="store_true",
+                    help="questions whose top-3 passages are all different (no passage repeats in the batch)")
     ap.add_argument("--fetch", default="auto", choices=["auto", "batch", "per-hit"],
                     help="how turngym's retriever reads hits (per-hit: the path without turngym's Java class)")
     args = ap.parse_args()
@@ -44,8 +64,14 @@ def main() -> None:
         index_s = build_index(tmp / "collection", tmp / "index", threads=args.threads)
         print(f"default corpus: {n} passages; collection {collect_s:.1f} s + Anserini index {index_s:.1f} s")
 
-    queries = [it["question"] for it in load_dataset("nq").items[: args.queries]]
     retriever = LuceneRetriever(tmp / "index", fetch=args.fetch)
+    if args.distinct_hits:
+        queries = distinct_hit_queries(retriever, args.queries, args.threads)
+    else:
+        queries = [it["question"] for it in load_dataset("nq").items[: args.queries]]
+    repeated = sum(len(h) for h in retriever.batch_search(queries, 3, args.threads))
+    repeated -= len({h.docid for hits in retriever.batch_search(queries, 3, args.threads) for h in hits})
+    print(f"{len(queries)} queries; {repeated} of their top-3 hits repeat a passage found by an earlier query")
     raw = retriever.raw_searcher()
     jlist = jvm().autoclass("java.util.ArrayList")
     jq, jid = jlist(), jlist()
@@ -68,12 +94,18 @@ def main() -> None:
         res = raw.batch_search(jq, jid, 3, args.threads)
         _ = [[(h.docid, h.score, h.lucene_document.get("raw")) for h in res.get(str(i))] for i in range(len(queries))]
 
-    for _ in range(args.repeats):  # interleaved arms
-        timed("bare", lambda: raw.batch_search(jq, jid, 3, args.threads))  # hits stay in Java: the bare Anserini cost
-        timed("read", read_hits)
-        timed("ours", lambda: retriever.batch_search(queries, 3, args.threads))  # hits as turngym Hit records
+    arms = {"bare": lambda: raw.batch_search(jq, jid, 3, args.threads),  # hits stay in Java: the bare Anserini cost
+            "read": read_hits,
+            "ours": lambda: retriever.batch_search(queries, 3, args.threads)}  # hits as turngym Hit records
+    order = random.Random(0)
+    for _ in range(args.repeats):  # interleaved arms, in a fresh order each repeat (no arm always follows another)
+        names = list(arms)
+        order.shuffle(names)
+        for name in names:
+            timed(name, arms[name])
     q = {name: len(queries) / statistics.median(v) for name, v in wall.items()}
-    print(f"batch search, {len(queries)} NQ queries, top-3, {args.threads} threads, fetch={retriever.fetch!r}: "
+    kind = "distinct-hit" if args.distinct_hits else "NQ"
+    print(f"batch search, {len(queries)} {kind} queries, top-3, {args.threads} threads, fetch={retriever.fetch!r}: "
           f"turngym {q['ours']:.0f} q/s; raw SimpleSearcher.batch_search {q['bare']:.0f} q/s (hits left in Java), "
           f"{q['read']:.0f} q/s (docid/score/raw read into Python)")
     print(f"ratio vs hits left in Java: {q['ours'] / q['bare']:.2f}x; vs hits read into Python: {q['ours'] / q['read']:.2f}x")

