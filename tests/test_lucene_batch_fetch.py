@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,8 @@ DOCS = [
     {"id": "a8", "contents": "\"\"\"Quoted\"\"\"\ntheta star\nsecond line"},
     {"id": "a9", "contents": "\"Escapes\"\niota star \u2028 line sep \u0085 nel \U0001f642 / slash"},
     {"id": "a10", "contents": "\"Ctrl\"\nomega star", "title": "Ctrl \u0001 title", "text": "omega star \u0002\u0003 x"},
+    {"id": "a11", "contents": "\"Every character\"\nexhaust star " + "".join(map(chr, range(1, 0xD800)))
+     + "".join(map(chr, range(0xE000, 0x10000))) + " \U0001f642"},  # no character is left free in this one
 ] + [{"id": f"f{i}", "contents": f"\"Filler {i}\"\nstar filler number {i} kappa"} for i in range(30)]
 
 QUERIES = ["alpha star", "beta star", "gamma star", "delta star", "epsilon star", "zeta star", "eta star",
@@ -89,6 +92,7 @@ def test_batch_fetch_equals_per_hit_on_json_documents(json_index, k):
         assert by_id["7"][2] == "Numeric id" and by_id["a5"][2] == "None" and by_id["a6"][3] == "42"
         assert by_id["a8"][2:] == ('""Quoted""', "theta star\nsecond line")  # one enclosing pair removed
         assert by_id["a10"][2:] == ("Ctrl \u0001 title", "omega star \u0002\u0003 x")  # not mistaken for separators
+        assert by_id["a11"][3] == DOCS[-31]["contents"].partition("\n")[2]
         assert all(isinstance(h[1], float) for h in by_id.values())
 
 
@@ -144,13 +148,39 @@ def test_a_query_anserini_refuses_is_one_error_and_the_retriever_goes_on(json_in
     assert as_tuples(fast.batch_search(QUERIES, k=3, threads=2)) == as_tuples(slow.batch_search(QUERIES, k=3))
 
 
+def batchhits_threads():
+    threads = jvm().autoclass("java.lang.Thread").getAllStackTraces().keySet().toArray()
+    return [t for t in threads if t.getName().startswith("turngym-batchhits-")]
+
+
 def test_a_batch_given_up_on_stops_its_workers(json_index, batch_hits):
     fast = LuceneRetriever(json_index / "index", fetch="batch")
-    pending = batch_hits.start(fast.raw_searcher(), ["alpha star"] * 500, 3, 2, 10)
+    pending = batch_hits.start(fast.raw_searcher(), ["alpha star"] * 20_000, 3, 2, 10)
     first = pending.next()
-    pending.close()  # Python walked away after one chunk: no hang, no error, the searcher still serves
+    assert batchhits_threads()  # still searching
+    pending.close()  # Python walked away after one chunk: the workers stop, the searcher still serves
     assert [hits[0].docid for hits in decode_hits(first, 10)] == ["a1"] * 10
+    deadline = time.monotonic() + 30
+    while batchhits_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not batchhits_threads()
+    with pytest.raises(jvm().JavaException, match="closed"):
+        pending.next()  # refuses, never hangs
     assert [h.docid for h in fast.batch_search(["alpha star"], k=1)[0]] == ["a1"]
+
+
+@pytest.mark.parametrize("fetch", ["batch", "per-hit"])
+def test_bad_k_and_unusable_queries_get_one_clear_message(json_index, fetch):
+    r = LuceneRetriever(json_index / "index", fetch=fetch)
+    for k in (0, -1, True, 1.5, "3", None):
+        with pytest.raises(ValueError, match="k \\(hits per query\\) must be a whole number >= 1"):
+            r.batch_search(["alpha star"], k=k)
+        with pytest.raises(ValueError, match="k \\(hits per query\\)"):
+            r.search("alpha star", k=k)
+    with pytest.raises(ValueError, match="lone surrogate"):
+        r.search("alpha \ud800 star")
+    got = r.batch_search(["alpha \ud800 star", "alpha star", "\udfff"], k=1)
+    assert [[h.docid for h in hits] for hits in got] == [[], ["a1"], []]
 
 
 # ----------------------------------------------------------------------------- the Java JSON reader

@@ -19,7 +19,9 @@ from __future__ import annotations
 import glob
 import json
 import logging
+import operator
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -34,6 +36,9 @@ FETCH_MODES = ("auto", "batch", "per-hit")
 log = logging.getLogger(__name__)
 _WARNED_PER_HIT = False
 MAX_QUERY_WORDS = 256  # Lucene's BooleanQuery refuses more than 1,024 clauses
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SEP, _ESC = "\x01", "\x02"  # BatchHits' field separator and, in its escaped form, escape character
+_ESCAPED = re.compile("\x02([\x02\x03])")
 # Java's notes that carry nothing for the user: SLF4J's "Connected with provider" (its errors still
 # print) and Lucene's "please update Apache Lucene" (see java_logging.properties).
 QUIET_JVM_OPTIONS = ("-Dslf4j.internal.verbosity=ERROR",
@@ -132,13 +137,27 @@ def parse_raw(raw: str | None) -> tuple[str | None, str, str]:
 
 
 def clean_query(query: str) -> str:
-    """Whitespace-collapsed and capped at MAX_QUERY_WORDS words (raises on an empty query)."""
+    """Whitespace-collapsed and capped at MAX_QUERY_WORDS words (raises on an empty query and on a
+    lone surrogate, which no Java string can carry)."""
     if not isinstance(query, str):
         raise ValueError(f"query must be text, got {type(query).__name__}")
     words = query.split()
     if not words:
         raise ValueError("empty search query")
+    if not query.isascii() and _SURROGATE.search(query):
+        raise ValueError("search query holds a lone surrogate (U+D800..U+DFFF), which is not text")
     return " ".join(words[:MAX_QUERY_WORDS])
+
+
+def top_k(k: Any) -> int:
+    """k as an int >= 1 (one clear message otherwise, before Java sees it)."""
+    try:
+        value = operator.index(k)
+    except TypeError:
+        value = 0
+    if isinstance(k, bool) or value < 1:
+        raise ValueError(f"k (hits per query) must be a whole number >= 1, got {k!r}")
+    return value
 
 
 @dataclass
@@ -150,11 +169,18 @@ class SentDocs:
     texts: list[str] = field(default_factory=list)
 
 
+def _unescaped(fields: list[str]) -> list[str]:
+    """Fields of the escaped form as sent (``java/BatchHits.java``)."""
+    return [_ESCAPED.sub(lambda m: _ESC if m.group(1) == _ESC else _SEP, f) if _ESC in f else f for f in fields]
+
+
 def decode_hits(encoded: str, n_queries: int, docs: SentDocs | None = None) -> list[list[Hit]]:
     """Hits from one ``BatchHits`` chunk (the encoding is described in ``java/BatchHits.java``);
     ``docs`` carries the documents of earlier chunks of the same batch."""
     docs = SentDocs() if docs is None else docs
-    fields = encoded.split(encoded[0])  # fields[0] is the empty text before the leading separator
+    fields = encoded.split(_SEP)
+    if fields[0] not in ("", _ESC):
+        raise RetrieverError(f"BatchHits answered a chunk that starts with {fields[0][:20]!r}")
     counts = [int(c) for c in fields[1:n_queries + 1]]
     n = sum(counts)
     p = n_queries + 1
@@ -163,9 +189,12 @@ def decode_hits(encoded: str, n_queries: int, docs: SentDocs | None = None) -> l
         raise RetrieverError(f"BatchHits answered {len(fields) - 1} fields, which no {n_queries} queries with "
                              f"{n} hits make")
     first, q = len(docs.titles), p + 2 * n
-    docs.docids += fields[q:q + new]
-    docs.titles += fields[q + new:q + 2 * new]
-    docs.texts += fields[q + 2 * new:q + 3 * new]
+    sent = fields[q:q + 3 * new]
+    if fields[0] == _ESC:
+        sent = _unescaped(sent)
+    docs.docids += sent[:new]
+    docs.titles += sent[new:2 * new]
+    docs.texts += sent[2 * new:]
     if fields[-1]:  # stored documents only Python's json may read: the per-hit path's parse
         for i in map(int, fields[-1].split(",")):
             raw_id, docs.titles[i], docs.texts[i] = parse_raw(docs.titles[i])
@@ -260,7 +289,7 @@ class LuceneRetriever:
 
     def search(self, query: str, k: int = 3) -> list[Hit]:
         self._check_process()
-        q = clean_query(query)
+        q, k = clean_query(query), top_k(k)
         try:
             if self._batch is not None:
                 return decode_hits(self._batch.searchOne(self._searcher, q, int(k)), 1)[0]
@@ -269,12 +298,14 @@ class LuceneRetriever:
             raise RetrieverError(f"search failed for {q[:80]!r}: {exc}") from None
 
     def batch_search(self, queries: Sequence[str], k: int = 3, threads: int = 1) -> list[list[Hit]]:
-        """Anserini's search of every query, ``threads`` at a time; an empty query gets no hits.
+        """Anserini's search of every query, ``threads`` at a time.
 
         With ``BatchHits`` each query is Anserini's ``SimpleSearcher.search(query, k)``, the search
         Anserini's own ``batch_search`` runs per query, on ``threads`` worker threads (Anserini 1.7's
-        ``batch_search``, used by ``fetch="per-hit"``, ignores ``threads`` and uses every processor)."""
+        ``batch_search``, used by ``fetch="per-hit"``, ignores ``threads`` and uses every processor).
+        A query ``clean_query`` refuses (empty, or holding a lone surrogate) gets no hits."""
         self._check_process()
+        k = top_k(k)
         cleaned = []
         for q in queries:
             try:
@@ -304,15 +335,16 @@ class LuceneRetriever:
         chunk = stream_chunk(len(cleaned))
         out: list[list[Hit]] = []
         docs = SentDocs()
+        pending = None
         try:
             pending = self._batch.start(self._searcher, cleaned, k, threads, chunk)
-            try:
-                for lo in range(0, len(cleaned), chunk):
-                    out.extend(decode_hits(pending.next(), min(chunk, len(cleaned) - lo), docs))
-            finally:
-                pending.close()
+            for lo in range(0, len(cleaned), chunk):
+                out.extend(decode_hits(pending.next(), min(chunk, len(cleaned) - lo), docs))
         except self._jnius.JavaException as exc:
             raise RetrieverError(f"batch search failed: {exc}") from None
+        finally:
+            if pending is not None:
+                pending.close()  # stops the workers if Python stopped reading early
         return out
 
     def raw_searcher(self) -> Any:

@@ -6,6 +6,7 @@ import java.lang.reflect.Method;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.concurrent.CancellationException;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
@@ -20,8 +21,11 @@ import java.util.concurrent.atomic.AtomicInteger;
  * <p>Anserini and Lucene are reached by reflection, so this file compiles against the JDK alone
  * (any javac with {@code --release 11}) whatever Java version the Anserini jar was built for.
  *
- * <p>Encoding of a chunk: the first character is a separator that occurs in no field; the rest,
- * split on it, is n hit counts (one per query of the chunk, in order), then for the H hits of those
+ * <p>Encoding of a chunk: fields separated by U+0001. The first field is empty, or U+0002 where some
+ * docid, title or text holds a U+0001: then, inside those fields, U+0002 U+0003 stands for U+0001
+ * and U+0002 U+0002 for U+0002 (in a JSON document only an escaped control character puts one
+ * there, so the form is rare; with it any text can be sent). The fields after it are
+ * n hit counts (one per query of the chunk, in order), then for the H hits of those
  * queries in order H scores and H document numbers, then the docid, title and text of each of the
  * D documents first seen in this chunk (D docids, D titles, then D texts), and last one field listing
  * (comma-separated) those of the D documents that only Python may read: not a JSON object, a used
@@ -36,6 +40,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  */
 public final class BatchHits {
   private static final String RAW = "raw";
+  private static final char SEP = '\u0001';  // between fields
+  private static final char ESC = '\u0002';  // escapes SEP and itself inside fields, in the escaped form
 
   private BatchHits() {}
 
@@ -169,7 +175,8 @@ public final class BatchHits {
       }
     }
 
-    /** The next chunk's encoding (waits for it), or null after the last; a worker's error is rethrown. */
+    /** The next chunk's encoding (waits for it), or null after the last; a worker's error, or the
+     * batch's closing, is thrown. */
     public synchronized String next() throws Throwable {
       if (cursor >= ready.length) {
         return null;
@@ -177,7 +184,7 @@ public final class BatchHits {
       while (ready[cursor] == null && failure == null) {
         wait();
       }
-      if (ready[cursor] == null) {
+      if (failure != null) {
         throw failure;
       }
       String encoded = ready[cursor];
@@ -185,9 +192,15 @@ public final class BatchHits {
       return encoded;
     }
 
-    /** Stops the workers after the queries they hold (Python gave up on the rest). */
-    public void close() {
+    /** Stops the workers after the queries they hold (Python gave up on the rest); next() throws
+     * from now on, also where it is waiting. */
+    public synchronized void close() {
       closed = true;
+      if (failure == null) {
+        failure = new CancellationException("this batch search was closed");
+      }
+      Arrays.fill(ready, null);
+      notifyAll();
     }
   }
 
@@ -313,69 +326,77 @@ public final class BatchHits {
       }
       numbers[i] = known;
     }
-    char sep = separator(all, fresh, d);
+    boolean escape = false;  // whether a sent field holds the separator (rare: an escaped control character)
+    for (int j = 0; j < d && !escape; j++) {
+      escape = fresh[j].docid.indexOf(SEP) >= 0 || fresh[j].title.contains(SEP) || fresh[j].text.contains(SEP);
+    }
     StringBuilder head = new StringBuilder();
-    head.append(sep);
+    if (escape) {
+      head.append(ESC);  // the first field, empty in the plain form, marks the escaped form
+    }
+    head.append(SEP);
     for (Row[] hits : perQuery) {
-      head.append(hits.length).append(sep);
+      head.append(hits.length).append(SEP);
     }
     for (Row r : all) {
-      head.append(r.score).append(sep);
+      head.append(r.score).append(SEP);
     }
     for (int n : numbers) {
-      head.append(n).append(sep);
-    }
-    for (int j = 0; j < d; j++) {
-      head.append(fresh[j].docid).append(sep);
+      head.append(n).append(SEP);
     }
     StringBuilder rawDocs = new StringBuilder();
-    int size = head.length() + 2 * d;
     for (int j = 0; j < d; j++) {
       if (fresh[j].handedBack) {
         rawDocs.append(rawDocs.length() > 0 ? "," : "").append(sent.count - d + j);
       }
+    }
+    if (escape) {
+      for (int j = 0; j < d; j++) {
+        escaped(head, fresh[j].docid, 0, fresh[j].docid.length()).append(SEP);
+      }
+      for (int j = 0; j < d; j++) {
+        escaped(head, fresh[j].title.src, fresh[j].title.from, fresh[j].title.to).append(SEP);
+      }
+      for (int j = 0; j < d; j++) {
+        escaped(head, fresh[j].text.src, fresh[j].text.from, fresh[j].text.to).append(SEP);
+      }
+      return head.append(rawDocs).toString();
+    }
+    for (int j = 0; j < d; j++) {
+      head.append(fresh[j].docid).append(SEP);
+    }
+    int size = head.length() + 2 * d + rawDocs.length();
+    for (int j = 0; j < d; j++) {
       size += fresh[j].title.length() + fresh[j].text.length();
     }
-    size += rawDocs.length();
     char[] buf = new char[size];
     int p = head.length();
     head.getChars(0, p, buf, 0);
     for (int j = 0; j < d; j++) {
       p = fresh[j].title.copyTo(buf, p);
-      buf[p++] = sep;
+      buf[p++] = SEP;
     }
     for (int j = 0; j < d; j++) {
       p = fresh[j].text.copyTo(buf, p);
-      buf[p++] = sep;
+      buf[p++] = SEP;
     }
     rawDocs.getChars(0, rawDocs.length(), buf, p);
     return new String(buf);
   }
 
-  /** The first character from U+0001 up that no sent field contains (never a digit or a comma, which
-   * the counts, document numbers and the list of documents left to Python use). */
-  static char separator(Row[] all, Row[] fresh, int d) {
-    for (char c = '\u0001'; c < '\ud800'; c++) {
-      if (c == ',' || (c >= '0' && c <= '9') || used(c, all, fresh, d)) {
-        continue;
-      }
-      return c;
-    }
-    throw new IllegalStateException("no free separator character");
-  }
-
-  private static boolean used(char c, Row[] all, Row[] fresh, int d) {
-    for (Row r : all) {
-      if (r.score.indexOf(c) >= 0) {
-        return true;
+  /** src[from, to) with ESC written as ESC ESC and SEP as ESC U+0003. */
+  private static StringBuilder escaped(StringBuilder out, String src, int from, int to) {
+    for (int i = from; i < to; i++) {
+      char c = src.charAt(i);
+      if (c == SEP) {
+        out.append(ESC).append('\u0003');
+      } else if (c == ESC) {
+        out.append(ESC).append(ESC);
+      } else {
+        out.append(c);
       }
     }
-    for (int j = 0; j < d; j++) {
-      if (fresh[j].docid.indexOf(c) >= 0 || fresh[j].title.contains(c) || fresh[j].text.contains(c)) {
-        return true;
-      }
-    }
-    return false;
+    return out;
   }
 
   /** Every BMP character that Python's {@code str.isspace()} accepts (for tests). */
