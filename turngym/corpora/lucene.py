@@ -235,8 +235,8 @@ def _warn_per_hit(reason: str) -> None:
     global _WARNED_PER_HIT
     if not _WARNED_PER_HIT:
         _WARNED_PER_HIT = True
-        log.warning("turngym Lucene retrieval reads hits one JNI call at a time (fetch='per-hit', about 0.75x "
-                    "Anserini's own batch search instead of about 0.93x) because %s", reason)
+        log.warning("turngym Lucene retrieval reads hits one JNI call at a time (fetch='per-hit', about 0.6x "
+                    "Anserini's own batch search instead of about 0.94x) because %s", reason)
 
 
 class LuceneRetriever:
