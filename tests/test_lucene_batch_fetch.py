@@ -155,7 +155,7 @@ def batchhits_threads():
 
 def test_a_batch_given_up_on_stops_its_workers(json_index, batch_hits):
     fast = LuceneRetriever(json_index / "index", fetch="batch")
-    pending = batch_hits.start(fast.raw_searcher(), ["alpha star"] * 20_000, 3, 2, 10)
+    pending = batch_hits.start(fast.raw_searcher(), ["alpha star"] * 200_000, 3, 2, 10)
     first = pending.next()
     assert batchhits_threads()  # still searching
     pending.close()  # Python walked away after one chunk: the workers stop, the searcher still serves
@@ -167,6 +167,28 @@ def test_a_batch_given_up_on_stops_its_workers(json_index, batch_hits):
     with pytest.raises(jvm().JavaException, match="closed"):
         pending.next()  # refuses, never hangs
     assert [h.docid for h in fast.batch_search(["alpha star"], k=1)[0]] == ["a1"]
+
+
+def test_an_error_while_decoding_closes_the_batch(json_index, monkeypatch):
+    """Python stops reading after an error: the retriever closes the batch, so Java stops searching."""
+    import turngym.corpora.lucene as lucene
+
+    fast = LuceneRetriever(json_index / "index", fetch="batch")
+    calls = []
+
+    def failing(*args):
+        calls.append(1)
+        raise RuntimeError("decoding failed")
+
+    monkeypatch.setattr(lucene, "decode_hits", failing)
+    monkeypatch.setattr(lucene, "stream_chunk", lambda n: 10)  # the first chunk comes at once
+    with pytest.raises(RuntimeError, match="decoding failed"):
+        fast.batch_search(["alpha star"] * 200_000, k=3, threads=2)
+    assert calls == [1]
+    deadline = time.monotonic() + 30
+    while batchhits_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not batchhits_threads()
 
 
 @pytest.mark.parametrize("fetch", ["batch", "per-hit"])
