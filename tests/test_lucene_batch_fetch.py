@@ -205,6 +205,46 @@ def test_bad_k_and_unusable_queries_get_one_clear_message(json_index, fetch):
     assert [[h.docid for h in hits] for hits in got] == [[], ["a1"], []]
 
 
+SIGNAL_OWNER = """
+import ctypes, faulthandler
+from turngym.corpora.lucene import LuceneRetriever
+
+class SigAction(ctypes.Structure):  # glibc's struct sigaction starts with the handler
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int),
+                ("restorer", ctypes.c_void_p)]
+
+class DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p),
+                ("saddr", ctypes.c_void_p)]
+
+libc = ctypes.CDLL(None)
+
+def owner():  # the shared object whose function handles SIGSEGV now
+    action, info = SigAction(), DlInfo()
+    assert libc.sigaction(11, None, ctypes.byref(action)) == 0
+    libc.dladdr(ctypes.c_void_p(action.handler), ctypes.byref(info))
+    return (info.fname or b"?").decode().rsplit("/", 1)[-1]
+
+r = LuceneRetriever(INDEX)
+before = owner()
+faulthandler.enable()  # as pytest, absl or torch elastic may do once turngym has started the JVM
+after = owner()
+print(before, after, faulthandler.is_enabled(), len(r.batch_search(["alpha star"] * 500, k=3, threads=2)))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads glibc's sigaction")
+def test_a_faulthandler_enabled_after_the_jvm_leaves_the_jvm_its_signal_handler(json_index):
+    """The JVM raises SIGSEGV on purpose; had faulthandler taken the signal, such a process dies within
+    seconds of searching. turngym turns faulthandler on before it starts the JVM, so a later enable()
+    changes nothing."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"} | {"PYTHONPATH": str(ROOT)}
+    code = SIGNAL_OWNER.replace("INDEX", repr(str(json_index / "index")))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["libjvm.so", "libjvm.so", "True", "500"]
+
+
 # ----------------------------------------------------------------------------- the Java JSON reader
 
 RAW_CASES = [

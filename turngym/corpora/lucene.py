@@ -87,10 +87,34 @@ def jvm() -> Any:
                 helper = helper_status()
                 jnius_config.set_classpath(anserini_jar(), *([helper.classpath] if helper.classpath else []))
                 _HELPER_ON_CLASSPATH = helper.classpath is not None
+                _fault_handler_before_the_jvm()
             _JVM_PID = os.getpid()
         import jnius
 
         return jnius
+
+
+def _fault_handler_before_the_jvm() -> None:
+    """Turn Python's faulthandler on before the JVM starts, so that the JVM's own SIGSEGV handler is
+    installed over it (and passes it real crashes).
+
+    The JVM raises SIGSEGV on purpose in normal work. A ``faulthandler.enable()`` made after the JVM
+    starts (pytest, absl and torch elastic all call it) would take that signal and kill the process
+    within seconds. Once faulthandler is on, a later ``enable()`` changes nothing; ``disable()`` still
+    removes the JVM's handler (README: the JVM and Python's faulthandler)."""
+    import faulthandler
+    import sys
+
+    if faulthandler.is_enabled():
+        return
+    for target in (sys.stderr, sys.__stderr__):
+        try:
+            faulthandler.enable(file=target)
+            return
+        except (AttributeError, OSError, RuntimeError, ValueError):  # no usable stderr (None, or no fileno)
+            continue
+    log.warning("could not turn on Python's faulthandler before the JVM (no usable stderr); a later "
+                "faulthandler.enable() would take the JVM's signal handler")
 
 
 @dataclass(slots=True)  # no per-hit __dict__: a batch makes thousands
