@@ -1,4 +1,4 @@
-"""The one-JNI-call batch fetch (turngym's ``BatchHits`` Java class) must give exactly the hits of
+"""The streamed batch fetch (turngym's ``BatchHits`` Java class, one JNI call per chunk of queries) must give exactly the hits of
 the per-hit path (Anserini's objects read one by one): ids, float scores, titles and texts, on
 real Lucene indexes holding title/text documents, Search-R1 ``contents`` documents, documents
 whose used fields are not strings, non-JSON stored documents (a TREC collection) and no stored
