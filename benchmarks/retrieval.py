@@ -69,8 +69,8 @@ def main() -> None:
         queries = distinct_hit_queries(retriever, args.queries, args.threads)
     else:
         queries = [it["question"] for it in load_dataset("nq").items[: args.queries]]
-    repeated = sum(len(h) for h in retriever.batch_search(queries, 3, args.threads))
-    repeated -= len({h.docid for hits in retriever.batch_search(queries, 3, args.threads) for h in hits})
+    found = [h.docid for hits in retriever.batch_search(queries, 3, args.threads) for h in hits]
+    repeated = len(found) - len(set(found))
     print(f"{len(queries)} queries; {repeated} of their top-3 hits repeat a passage found by an earlier query")
     raw = retriever.raw_searcher()
     jlist = jvm().autoclass("java.util.ArrayList")

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from turngym.corpora.corpus import _key, default_passages, write_collection
-from turngym.corpora.lucene import LuceneRetriever, build_index, jvm, parse_raw, split_contents
+from turngym.corpora.lucene import LuceneRetriever, build_index, parse_raw, split_contents
 
 EDGE_PASSAGES = [
     {"id": "q1", "title": '"Weird Al" Yankovic', "text": "weird al parody musician accordion"},
@@ -21,14 +21,6 @@ EDGE_PASSAGES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def batch_hits():
-    return jvm().autoclass("turngym.lucene.BatchHits")
-
-
-def java_parse(batch_hits, raw):
-    got = batch_hits.parseRaw(raw)
-    return None if got is None else (got[0], got[1], got[2])
 
 
 @pytest.mark.parametrize("contents, want", [
@@ -40,11 +32,11 @@ def java_parse(batch_hits, raw):
     ('"\nx', ('"', "x")),
     ('"T"', ("T", "")),
 ])
-def test_split_contents_removes_one_enclosing_pair(batch_hits, contents, want):
+def test_split_contents_removes_one_enclosing_pair(java_parse, contents, want):
     assert split_contents(contents) == want
     raw = json.dumps({"id": "d", "contents": contents})
     assert parse_raw(raw) == ("d", *want)
-    assert java_parse(batch_hits, raw) == ("d", *want)
+    assert java_parse(raw) == ("d", *want)
 
 
 def written(passages, tmp_path):
@@ -58,7 +50,7 @@ def contents_only(d):
     return {"id": d["id"], "contents": d["contents"]}
 
 
-def test_written_documents_read_back_in_both_layouts(tmp_path, batch_hits):
+def test_written_documents_read_back_in_both_layouts(tmp_path, java_parse):
     docs = written(EDGE_PASSAGES, tmp_path)
     for p, d in zip(EDGE_PASSAGES, docs, strict=True):
         assert d == {"id": p["id"], "contents": f"\"{p['title']}\"\n{p['text']}", "title": p["title"], "text": p["text"]}
@@ -66,10 +58,10 @@ def test_written_documents_read_back_in_both_layouts(tmp_path, batch_hits):
         for doc in layouts:
             raw = json.dumps(doc, ensure_ascii=False)
             assert parse_raw(raw) == (p["id"], p["title"], p["text"])
-            assert java_parse(batch_hits, raw) == (p["id"], p["title"], p["text"])
+            assert java_parse(raw) == (p["id"], p["title"], p["text"])
 
 
-def test_every_default_passage_reads_back_the_same(tmp_path, batch_hits):
+def test_every_default_passage_reads_back_the_same(tmp_path, java_parse):
     """Every passage of the default corpus gives the same (title, text) from either layout."""
     passages, seen = [], set()
     for p in default_passages():  # deduplicated as write_collection does, so the two lists align
@@ -82,7 +74,7 @@ def test_every_default_passage_reads_back_the_same(tmp_path, batch_hits):
         for doc in (d, contents_only(d)):
             raw = json.dumps(doc, ensure_ascii=False)
             assert parse_raw(raw) == want
-            assert java_parse(batch_hits, raw) == want
+            assert java_parse(raw) == want
 
 
 @pytest.fixture(scope="module")

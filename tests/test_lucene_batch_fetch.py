@@ -270,15 +270,6 @@ RAW_CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def batch_hits():
-    jvm()
-    return jvm().autoclass("turngym.lucene.BatchHits")
-
-
-def java_parse(batch_hits, raw):
-    got = batch_hits.parseRaw(raw)
-    return None if got is None else (got[0], got[1], got[2])
 
 
 def python_parse(raw):
@@ -289,19 +280,19 @@ def python_parse(raw):
 
 
 @pytest.mark.parametrize("raw", RAW_CASES)
-def test_java_reader_agrees_with_parse_raw_or_hands_back(batch_hits, raw):
-    got = java_parse(batch_hits, raw)
+def test_java_reader_agrees_with_parse_raw_or_hands_back(java_parse, raw):
+    got = java_parse(raw)
     if got is not None:
         assert got == python_parse(raw)
 
 
-def test_java_reader_answers_the_common_shapes_itself(batch_hits):
+def test_java_reader_answers_the_common_shapes_itself(java_parse):
     """The fast path is taken for the documents Anserini stores (pretty-printed by Jackson)."""
     for raw in RAW_CASES[:5] + [r for r in RAW_CASES if "ĢĢ" in r or "quoted" in r] + [
             json.dumps({"id": "x", "contents": "\"T\"\nb", "title": "T", "text": "b"}, indent=2)]:
-        assert java_parse(batch_hits, raw) == parse_raw(raw)
+        assert java_parse(raw) == parse_raw(raw)
     for raw in ['{"id": 3, "contents": "c"}', '{"contents": "\\ud800 lone"}', "[1, 2]", "not json at all"]:
-        assert java_parse(batch_hits, raw) is None
+        assert java_parse(raw) is None
 
 
 def test_java_spaces_are_pythons(batch_hits):
@@ -319,10 +310,10 @@ DOC_KEYS = st.sampled_from(["id", "title", "text", "contents", "other", "tïtle"
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(DOC_KEYS, st.one_of(st.text(), JSON_VALUES)), max_size=6), st.booleans(),
        st.sampled_from([None, 2]))
-def test_java_reader_property(batch_hits, items, ascii_only, indent):
+def test_java_reader_property(java_parse, items, ascii_only, indent):
     body = ", ".join(f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=ascii_only, indent=indent)}" for k, v in items)
     raw = "{" + body + "}"
-    got = java_parse(batch_hits, raw)
+    got = java_parse(raw)
     if got is not None:
         assert got == python_parse(raw)
     elif all(isinstance(v, str) and "\ud800" > max(v, default="") for k, v in items if k in ("id", "title", "text", "contents")):

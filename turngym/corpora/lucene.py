@@ -16,12 +16,14 @@ be built.
 
 from __future__ import annotations
 
+import faulthandler
 import glob
 import json
 import logging
 import operator
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -36,7 +38,7 @@ FETCH_MODES = ("auto", "batch", "per-hit")
 log = logging.getLogger(__name__)
 _WARNED_PER_HIT = False
 MAX_QUERY_WORDS = 256  # Lucene's BooleanQuery refuses more than 1,024 clauses
-_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE = re.compile("[\ud800-\udfff]")  # a surrogate code point: no Java string or JSON text carries one alone
 _SEP, _ESC = "\x01", "\x02"  # BatchHits' field separator and, in its escaped form, escape character
 _ESCAPED = re.compile("\x02([\x02\x03])")
 # Java's notes that carry nothing for the user: SLF4J's "Connected with provider" (its errors still
@@ -102,9 +104,6 @@ def _fault_handler_before_the_jvm() -> None:
     starts (pytest, absl and torch elastic all call it) would take that signal and kill the process
     within seconds. Once faulthandler is on, a later ``enable()`` changes nothing; ``disable()`` still
     removes the JVM's handler (README: the JVM and Python's faulthandler)."""
-    import faulthandler
-    import sys
-
     if faulthandler.is_enabled():
         return
     for target in (sys.stderr, sys.__stderr__):
@@ -168,7 +167,7 @@ def clean_query(query: str) -> str:
     words = query.split()
     if not words:
         raise ValueError("empty search query")
-    if not query.isascii() and _SURROGATE.search(query):
+    if not query.isascii() and SURROGATE.search(query):
         raise ValueError("search query holds a lone surrogate (U+D800..U+DFFF), which is not text")
     return " ".join(words[:MAX_QUERY_WORDS])
 
@@ -316,8 +315,8 @@ class LuceneRetriever:
         q, k = clean_query(query), top_k(k)
         try:
             if self._batch is not None:
-                return decode_hits(self._batch.searchOne(self._searcher, q, int(k)), 1)[0]
-            return self._hits(self._searcher.search(q, int(k)))
+                return decode_hits(self._batch.searchOne(self._searcher, q, k), 1)[0]
+            return self._hits(self._searcher.search(q, k))
         except self._jnius.JavaException as exc:
             raise RetrieverError(f"search failed for {q[:80]!r}: {exc}") from None
 
@@ -339,7 +338,7 @@ class LuceneRetriever:
         if not any(cleaned):
             return [[] for _ in queries]
         if self._batch is not None:
-            return self._streamed(cleaned, int(k), int(threads))
+            return self._streamed(cleaned, k, int(threads))
         ids = [str(i) for i in range(len(cleaned))]
         jlist = self._jnius.autoclass("java.util.ArrayList")
         jq, jid = jlist(), jlist()
@@ -348,7 +347,7 @@ class LuceneRetriever:
                 jq.add(q)
                 jid.add(i)
         try:
-            results = self._searcher.batch_search(jq, jid, int(k), int(threads))
+            results = self._searcher.batch_search(jq, jid, k, int(threads))
         except self._jnius.JavaException as exc:
             raise RetrieverError(f"batch search failed: {exc}") from None
         return [self._hits(results.get(i)) for i in ids]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import socket
 import threading
 import time
@@ -25,14 +24,13 @@ from typing import Any
 
 import httpx
 
-from turngym.corpora.lucene import Hit, LuceneRetriever, RetrieverError, parse_raw
+from turngym.corpora.lucene import SURROGATE, Hit, LuceneRetriever, RetrieverError, parse_raw
 
 MAX_QUERIES_PER_REQUEST = 4096
 MAX_TOPK = 1000
 MAX_HITS_PER_REQUEST = 50_000  # queries × topk; 500 × 1000 would build ~2 GB of hits in one request
 CHUNK_HITS = 2_000  # a large batch is searched in pieces of about this many hits, so others interleave
 MAX_BODY_BYTES = 16 * 1024 * 1024
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -120,7 +118,7 @@ def parse_request(body: bytes, max_hits: int) -> tuple[list[str], int, bool]:
     if len(queries) > MAX_QUERIES_PER_REQUEST:
         raise BadRequest(413, f"at most {MAX_QUERIES_PER_REQUEST} queries per request, got {len(queries)}")
     for i, q in enumerate(queries):
-        if m := _SURROGATE.search(q):
+        if m := SURROGATE.search(q):
             raise BadRequest(400, f"query {i} contains a lone surrogate (U+{ord(m.group()):04X}), which is not text")
     topk = obj.get("topk", 3)
     if isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= MAX_TOPK:

@@ -586,16 +586,10 @@ public final class BatchHits {
 
     /** An object starting at '{'; at the top level the four keys are recorded (last one wins). */
     private void object(int depth, boolean top) {
-      if (depth > MAX_DEPTH) {
-        throw bad();
-      }
-      expect('{');
-      ws();
-      if (peek() == '}') {
-        pos++;
+      if (!opens('{', '}', depth)) {
         return;
       }
-      while (true) {
+      do {
         ws();
         String key = string(true);
         ws();
@@ -618,16 +612,7 @@ public final class BatchHits {
             kinds[slot] = OTHER;
           }
         }
-        ws();
-        char c = peek();
-        pos++;
-        if (c == '}') {
-          return;
-        }
-        if (c != ',') {
-          throw bad();
-        }
-      }
+      } while (more('}'));
     }
 
     private static int slot(String key) {
@@ -640,28 +625,41 @@ public final class BatchHits {
     }
 
     private void array(int depth) {
+      if (!opens('[', ']', depth)) {
+        return;
+      }
+      do {
+        ws();
+        value(depth + 1);
+      } while (more(']'));
+    }
+
+    /** Reads the opening bracket; false where the container is empty (its closing bracket read too). */
+    private boolean opens(char open, char close, int depth) {
       if (depth > MAX_DEPTH) {
         throw bad();
       }
-      expect('[');
+      expect(open);
       ws();
-      if (peek() == ']') {
+      if (peek() == close) {
         pos++;
-        return;
+        return false;
       }
-      while (true) {
-        ws();
-        value(depth + 1);
-        ws();
-        char c = peek();
-        pos++;
-        if (c == ']') {
-          return;
-        }
-        if (c != ',') {
-          throw bad();
-        }
+      return true;
+    }
+
+    /** After a member: true at a comma (another follows), false at the closing bracket. */
+    private boolean more(char close) {
+      ws();
+      char c = peek();
+      pos++;
+      if (c == close) {
+        return false;
       }
+      if (c != ',') {
+        throw bad();
+      }
+      return true;
     }
 
     private void value(int depth) {
