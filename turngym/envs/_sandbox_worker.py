@@ -442,7 +442,8 @@ def main():
     conf = _Confinement(cfg)
     try:
         conf.apply()
-        out_fd, err_fd = (os.open(".", os.O_TMPFILE | os.O_RDWR, 0o600) for _ in range(2))
+        # capture in memory (memfd), not in the working folder: a cell that fills its tmpfs cannot break it
+        out_fd, err_fd = (os.memfd_create(name, 0) for name in ("cell-stdout", "cell-stderr"))
         interp = _Interpreter(cfg, (cmd_fd, res_fd), out_fd, err_fd, conf)
     except Exception as exc:  # report and stop: never run code half-confined
         _send(res_fd, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import re
 import sysconfig
 import time
@@ -122,6 +123,9 @@ class TextEnv(gym.Env):
     stop: tuple[str, ...] = ()
     prefills: bool = False  # True when reply_prefill may return text (set per instance by an env option)
     reward_needs: RewardNeeds | None = None  # every env declares it (the contract checker requires it)
+    # the outcome field that is the task's score: ``env.step`` returns it as the reward of the step
+    # that ends the episode (None: the env's per-step rewards already are the task, e.g. Digits-v0)
+    outcome_metric: str | None = "correct"
     # task fields that hold labels: kept in the Episode record for graders, never put in ``info``
     gold_keys: tuple[str, ...] = ("answers", "answer", "golden_answers", "final_answer", "solution", "ground_truth")
 
@@ -289,6 +293,7 @@ class TextEnv(gym.Env):
             turn.observation = None
             ep.terminated, ep.truncated = terminated, truncated
             ep.outcome = self._safe_grade(ep)
+            turn.reward += self.outcome_reward(ep.outcome)
             self.on_close_episode()
         obs = "" if turn.observation is None else turn.observation
         return obs, turn.reward, terminated, truncated, self._info()
@@ -305,6 +310,19 @@ class TextEnv(gym.Env):
         ep.meta["truncation"] = reason
         ep.outcome = self._safe_grade(ep)
         self.on_close_episode()
+
+    def outcome_reward(self, outcome: dict[str, Any]) -> float:
+        """The Gymnasium reward for the task: ``outcome[outcome_metric]`` as a number (correct → 1.0),
+        0.0 where the env declares none or no verdict was reached (``outcome["graded"]`` is False,
+        which ``info["outcome"]`` shows)."""
+        if self.outcome_metric is None or outcome.get("graded") is False:
+            return 0.0
+        value = outcome.get(self.outcome_metric, 0.0)
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            return 0.0
+        return value if math.isfinite(value) else 0.0
 
     def _safe_grade(self, ep: Episode) -> dict[str, Any]:
         """``grade``, or the env's failing verdict plus the error if grading raised on this output."""

@@ -23,6 +23,7 @@ def digit_share(text: str) -> float:
 class DigitsEnv(TextEnv):
     env_name = "turngym/Digits-v0"
     dataset_name = "digits"
+    outcome_metric = None  # its per-turn rewards (digit shares) already are the task
     observation_role = None
     reward_needs = RewardNeeds(answer_kind="none", answer_cue="answer_tag")  # no final answer, no tools
 

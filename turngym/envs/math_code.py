@@ -16,7 +16,7 @@ from turngym.envs.base import ActionResult, TextEnv
 from turngym.envs.parsing import parse_code_blocks
 from turngym.envs.sandbox import SandboxLimits, SandboxPool, SandboxSession
 from turngym.episode import RewardNeeds
-from turngym.grading.math_answers import extract_boxed, grade_answer
+from turngym.grading.math_answers import default_grader, extract_boxed, grade_answer
 
 CHAT_SYSTEM = (
     "Solve the math problem step by step. You may run Python: write code in a ```python block and "
@@ -63,6 +63,7 @@ class MathCodeEnv(TextEnv):
         self._pool = sandbox
         self.grading_timeout_s = grading_timeout_s
         self._session: SandboxSession | None = None
+        default_grader().warm()  # a grader process is ready before the first answer (in the background)
 
     @property
     def manifest(self):
@@ -131,5 +132,5 @@ class MathCodeEnv(TextEnv):
             if turn.metrics.get("code_blocks"):
                 out = str(turn.metrics.get("output", ""))
                 turn.metrics["feeds_answer"] = bool(turn.metrics.get("exec_ok") and answer and answer in out)
-        return {"correct": verdict.correct, "grading": verdict.reason,
+        return {"correct": verdict.correct, "graded": verdict.graded, "grading": verdict.reason,
                 "answered": episode.final_answer is not None}

@@ -37,13 +37,13 @@ import sys
 import threading
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
 
 from turngym.envs import sandbox_isolation as iso
+from turngym.procs import spawn
 
 WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
 
@@ -147,21 +147,6 @@ class ProtocolError(ValueError):
     """A frame from the worker that is not what the protocol allows."""
 
 
-_SPAWNERS: dict[int, ThreadPoolExecutor] = {}
-_SPAWNERS_LOCK = threading.Lock()
-
-
-def _spawn(args: list[str], **kwargs) -> subprocess.Popen:
-    """Start a worker from one long-lived thread per process: the kernel's parent-death signal
-    (bwrap --die-with-parent, the worker's own) fires when the *thread* that started it ends,
-    and pool refills run on short-lived threads."""
-    with _SPAWNERS_LOCK:
-        ex = _SPAWNERS.get(os.getpid())
-        if ex is None:
-            ex = _SPAWNERS[os.getpid()] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turngym-sandbox-spawn")
-    return ex.submit(subprocess.Popen, args, **kwargs).result()
-
-
 class _Worker:
     def __init__(self, limits: SandboxLimits, preload: tuple[str, ...], isolation: Isolation):
         self.limits = limits
@@ -175,12 +160,15 @@ class _Worker:
         sandboxed = isolation.bwrap is not None
         state = iso.host_state()
         self.workdir = iso.SANDBOX_WORKDIR if sandboxed else state.workdir()
-        if not sandboxed and os.geteuid() == 0:
+        if os.geteuid() == 0:  # never host root: this worker's own throwaway uid
             self._uid = iso.UidClaim()
-            os.chown(self.workdir, self._uid.uid, self._uid.uid)
+            if not sandboxed:
+                os.chown(self.workdir, self._uid.uid, self._uid.uid)
         uid = self._uid.uid if self._uid else None
+        self.host_uid = os.geteuid() if uid is None else uid
         cfg = {
-            "workdir": self.workdir, "isolation": isolation.level, "uid": uid, "gid": uid,
+            "workdir": self.workdir, "isolation": isolation.level, "uid": None if sandboxed else uid,
+            "gid": None if sandboxed else uid,
             "preload": list(preload),
             "limits": {
                 "memory_bytes": limits.memory_bytes, "file_bytes": limits.file_bytes,
@@ -191,6 +179,13 @@ class _Worker:
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.workdir,
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "MPLBACKEND": "Agg"}
+        prefix, staged = [], {}
+        if sandboxed:
+            try:
+                prefix, staged = iso.identity_prefix(uid)
+            except RuntimeError:
+                self._release()
+                raise
         cmd_r, self._cmd_w = os.pipe()
         os.set_blocking(self._cmd_w, False)  # a stopped supervisor must not stall the host (see _send)
         self._res_r, res_w = os.pipe()
@@ -202,7 +197,7 @@ class _Worker:
             filter_fd = iso.seccomp_fd()
             if filter_fd is not None:
                 pass_fds.append(filter_fd)
-            args = iso.bwrap_command(isolation.bwrap, limits.disk_bytes, filter_fd) + args
+            args = prefix + iso.bwrap_command(isolation.bwrap, limits.disk_bytes, filter_fd, staged=staged) + args
             cwd = None
         if isolation.cgroups is not None:
             self.cgroup = iso.WorkerCgroup(isolation.cgroups, f"turngym-{os.getpid()}-{os.urandom(6).hex()}",
@@ -214,7 +209,7 @@ class _Worker:
             args = ["/bin/sh", "-c", f'{join} && shift {len(self.cgroup.procs_files)} && exec "$@"', "sh",
                     *self.cgroup.procs_files, *args]
         try:
-            self.proc = _spawn(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            self.proc = spawn(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                env=env, pass_fds=tuple(pass_fds), start_new_session=True, cwd=cwd)
         except BaseException:
             self._release()
@@ -472,8 +467,9 @@ class SandboxSession:
         return result
 
     def describe(self) -> dict:
-        """The isolation level this session's interpreter runs under (for ``episode.meta``)."""
-        return self.pool.chosen.describe()
+        """The isolation level this session's interpreter runs under and its host uid (for ``episode.meta``)."""
+        uid = self._worker.host_uid if self._worker is not None else None
+        return {**self.pool.chosen.describe(), "host_uid": uid}
 
     @property
     def capabilities(self) -> dict:

@@ -17,13 +17,17 @@ Levels, strongest first (recorded in every MathCode episode's ``meta["sandbox"]`
   root a network namespace, private ``/tmp`` and a throwaway uid). Chosen only with a loud
   warning.
 
-Identity: under bubblewrap each worker is its own user and PID namespace (and cgroup); the
-host kills a worker by killing its namespace's init and its cgroup, never by uid, so no kill
-reaches another session. Run as root, bubblewrap maps the sandbox's uid 1000 to the host's
-uid 0 with no capabilities: the ways a same-uid process could reach the host (signals, /proc,
-ptrace, sockets, keyrings, IPC, writable files) are cut by the namespaces and the read-only
-mounts, which the probes in tests/test_sandbox_isolation.py check. At the ``rlimits-only``
-level as root each live worker holds a uid no other live worker has (``UidClaim``).
+Identity: the interpreter never runs as host uid 0. Under bubblewrap each worker is its own
+user and PID namespace (and cgroup), and bubblewrap itself runs as the user who started
+turngym; started by root, it runs instead as a throwaway unprivileged host uid held by that
+worker alone (``UidClaim``), dropped to with util-linux ``setpriv`` (no groups, no capabilities)
+after the worker joined its cgroup. Interpreter trees that uid could not reach (a pyenv under
+``/root``) are first bind-mounted read-only onto a world-readable staging folder inside a private
+mount namespace (util-linux ``unshare`` and ``mount``), so nothing on the host changes. ``/proc/sys``
+is read-only inside. A machine where this cannot run refuses bubblewrap (see ``bwrap_probe``)
+rather than map the sandbox to root. At the ``rlimits-only`` level as root each worker drops to
+such a uid before any cell runs. The host kills a worker by killing its namespace's init and its
+cgroup, never by uid, so no kill reaches another session.
 """
 
 from __future__ import annotations
@@ -162,11 +166,14 @@ def seccomp_fd() -> int | None:
     return fd
 
 
-def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None, python: str = sys.executable) -> list[str]:
+def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None, python: str = sys.executable,
+                  staged: dict[str, str] | None = None) -> list[str]:
     """The ``bwrap`` prefix for one worker of interpreter ``python``: namespaces, a read-only
     system, private tmpfs mounts, the turngym package hidden, and the seccomp filter read from
-    descriptor ``seccomp`` (which the caller passes on)."""
+    descriptor ``seccomp`` (which the caller passes on). ``staged`` maps an interpreter tree to
+    the folder it is bound from (see :func:`identity_prefix`)."""
     view = interpreter_view(python)
+    staged = staged or {}
     args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--die-with-parent", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
@@ -179,12 +186,15 @@ def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None, pytho
         if os.path.exists(etc):
             args += ["--ro-bind", etc, etc]
     size = str(int(disk_bytes))
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+    args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+    if os.path.exists("/proc/sysrq-trigger"):
+        args += ["--ro-bind", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
+    args += ["--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
              "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", SANDBOX_WORKDIR]
     # after the tmpfs mounts (bwrap mounts in order): an interpreter or venv under /tmp stays visible
     for tree in view.trees:
         if not tree.startswith(("/usr/", "/lib")):
-            args += ["--ro-bind", tree, tree]
+            args += ["--ro-bind", staged.get(tree, tree), tree]
     for pkg in view.hidden:  # an empty read-only folder over it (bwrap mounts in order: after the binds)
         args += ["--size", "4096", "--perms", "0555", "--tmpfs", pkg, "--remount-ro", pkg]
     args += ["--remount-ro", "/", "--chdir", SANDBOX_WORKDIR]
@@ -195,20 +205,119 @@ def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None, pytho
 
 @functools.cache
 def bwrap_probe(bwrap: str) -> str | None:
-    """None when bubblewrap can start the interpreter here, else why not."""
+    """None when bubblewrap can start the interpreter here as an unprivileged host uid, else why not."""
     fd = seccomp_fd()
-    cmd = bwrap_command(bwrap, 1 << 20, fd) + [sys.executable, "-I", "-c", "import os; print(os.getuid())"]
+    claim = UidClaim() if os.geteuid() == 0 else None
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL, check=False,
-                             pass_fds=() if fd is None else (fd,))
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        prefix, staged = identity_prefix(claim.uid if claim else None)
+        code = "import os,time; print(os.getuid(), flush=True); time.sleep(30)"
+        cmd = prefix + bwrap_command(bwrap, 1 << 20, fd, staged=staged) + [sys.executable, "-I", "-c", code]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                                pass_fds=() if fd is None else (fd,), start_new_session=True)
+    except (OSError, RuntimeError) as exc:
         return f"{type(exc).__name__}: {exc}"
     finally:
         if fd is not None:
             os.close(fd)
-    if out.returncode != 0 or out.stdout.strip() != str(SANDBOX_UID):
-        return (out.stderr.strip() or f"exit status {out.returncode}").splitlines()[-1]
+    try:
+        line = proc.stdout.readline().strip() if proc.stdout else ""
+        # the sandbox's own processes, seen from the host: none may be root
+        uids = {p.uids().real for p in _tree(proc.pid)}
+    finally:
+        _kill_tree(proc)
+        if claim is not None:
+            claim.release()
+    if line != str(SANDBOX_UID):
+        return ((proc.stderr.read() if proc.stderr else "").strip() or f"exit status {proc.returncode}").splitlines()[-1]
+    if 0 in uids or not uids:
+        return "the sandbox would run as host uid 0 (refused: a sandbox never runs as host root)"
     return None
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    for p in _tree(proc.pid):
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    proc.wait()
+    for f in (proc.stdout, proc.stderr):
+        if f is not None:
+            f.close()
+
+
+# ---------------------------------------------------------------- identity (started by root)
+
+STAGE_SCRIPT = """set -e
+root=$1; shift
+mount -t tmpfs -o size=64k,mode=0755 turngym-view "$root"
+i=0
+while [ "$1" != "--" ]; do
+  mkdir "$root/$i"; mount --bind "$1" "$root/$i"; mount -o remount,bind,ro "$root/$i"
+  i=$((i+1)); shift
+done
+shift
+exec "$@"
+"""
+
+
+def stage_folder() -> Path:
+    """A root-owned, world-readable empty folder: the mount point of the staging tmpfs, which
+    exists only inside each worker's private mount namespace."""
+    path = Path(tempfile.gettempdir()) / "turngym-sandbox-view"
+    path.mkdir(mode=0o755, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise RuntimeError(f"{path} is not a root-owned folder that only root can write; remove it and retry")
+    os.chmod(path, 0o755)
+    return path
+
+
+def hidden_from_others(path: str) -> bool:
+    """True when a folder on the way to ``path`` cannot be searched by other users (e.g. /root)."""
+    parts = Path(path).parts
+    for i in range(2, len(parts) + 1):
+        try:
+            if not os.stat(Path(*parts[:i])).st_mode & 0o001:
+                return True
+        except OSError:
+            return True
+    return False
+
+
+def identity_prefix(uid: int | None, python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
+    """The command that starts bwrap as host uid ``uid`` (None: as whoever runs this, never root),
+    and the staged source of each interpreter tree that uid could not reach.
+
+    Root only: a private mount namespace where those trees are bound read-only under
+    :func:`stage_folder`, then ``setpriv`` to ``uid`` with no groups and no capabilities."""
+    if uid is None:
+        if os.geteuid() == 0:
+            raise RuntimeError("refusing to start a sandbox as host root: no unprivileged uid was given")
+        return [], {}
+    if uid == 0:
+        raise RuntimeError("refusing to start a sandbox as host uid 0")
+    tools = {t: shutil.which(t) for t in ("unshare", "mount", "setpriv")}
+    for tool, path in tools.items():
+        if path is None:
+            raise RuntimeError(f"util-linux {tool} is missing (needed to run the sandbox as an unprivileged uid)")
+    drop = [tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--"]
+    hidden = [t for t in interpreter_view(python).trees if hidden_from_others(t)]
+    if not hidden:
+        return drop, {}
+    root = str(stage_folder())
+    staged = {t: f"{root}/{i}" for i, t in enumerate(hidden)}
+    return [tools["unshare"], "--mount", "--propagation", "private", "--", "/bin/sh", "-c", STAGE_SCRIPT, "sh", root,
+            *hidden, "--", *drop], staged
 
 
 # ---------------------------------------------------------------- cgroups

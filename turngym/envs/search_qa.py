@@ -118,6 +118,7 @@ class SearchQAEnv(TextEnv):
     env_name = "turngym/SearchQA-v0"
     observation_role = None
     stop = ("</search>", "</answer>")
+    outcome_metric = "em"  # Search-R1's reward: exact match
     reward_needs = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag", tool_error_metrics=("retrieval_error",))
 
     def __init__(self, dataset: str = "nq", split: str | None = None, retriever: Any = None, topk: int = 3,

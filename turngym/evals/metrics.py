@@ -151,6 +151,10 @@ def _score(ep: Episode, key: str) -> float:
 def outcome_metrics(episodes: Sequence[Episode], k: int = 1) -> dict[str, Any]:
     """Accuracy-style metrics for whatever outcome fields the episodes carry."""
     out: dict[str, Any] = {}
+    ungraded = sum(e.outcome.get("graded") is False for e in episodes)
+    if ungraded:  # no verdict (grader timeout or crash): counted, and left out of every rate
+        out["ungraded"] = ungraded
+        episodes = [e for e in episodes if e.outcome.get("graded") is not False]
     if not episodes:
         return out
     keys = set().union(*(e.outcome.keys() for e in episodes))

@@ -1,17 +1,27 @@
-"""Final-answer extraction (``\\boxed{}``) and grading with math-verify, safe in any thread.
+"""Final-answer extraction (``\\boxed{}``) and grading with math-verify that cannot stall or lie.
 
-math-verify's own timeouts use signals, which only work on the main thread. Here its
-timeouts are switched off and each verification runs in a daemon thread that the
-caller waits on for at most ``timeout_s``; inputs are also length-capped, so a
-pathological answer cannot stall a rollout worker.
+math-verify runs in grader processes (:class:`GraderPool`) with an address-space cap; one that
+passes its time budget or dies is killed and replaced, and the answer is tried once more on a
+fresh grader. Answers that are obviously unbounded (power towers, huge exponents or factorials)
+are refused before any symbolic work. A refusal, a second timeout or a crash is never
+"incorrect": the :class:`Verdict` says ``graded=False`` with the reason, and rewards and metrics
+treat the outcome as missing. The time budget starts when a warm grader takes the request, so
+a cold start (importing sympy under load) is never a timeout.
 """
 
 from __future__ import annotations
 
-import logging
+import json
+import os
 import re
+import select
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass
+
+from turngym.procs import spawn
 
 MAX_ANSWER_CHARS = 1000
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -43,22 +53,178 @@ def has_boxed(text: str) -> bool:
 class Verdict:
     correct: bool
     reason: str = ""
+    graded: bool = True  # False: no verdict was reached (refused, timed out, grader crashed); never "incorrect"
 
 
-def _wrap(ans: str) -> str:
-    ans = ans.strip()
-    return ans if ans.startswith("$") else f"${ans}$"
+MAX_EXPONENT = 100_000  # 2^100000 has 30,103 digits: still cheap; anything larger is refused
+MAX_FACTORIAL = 10_000
+_POWER = re.compile(r"\^|\*\*")
+_FACTORIAL = re.compile(r"(\d+)\s*!")
+_CHAINED_POWER = re.compile(r"(?:\^|\*\*)\s*[\w.\\]+\s*(?:\^|\*\*)")  # a^b^c, 10**10**10
 
 
-def _verify(gold: str, pred: str) -> bool:
-    from math_verify import parse, verify
+def _exponent(text: str, start: int) -> str:
+    """The exponent that begins at ``start``: a balanced ``{...}`` group or one token."""
+    i = start
+    while i < len(text) and text[i] == " ":
+        i += 1
+    if i < len(text) and text[i] == "{":
+        depth, j = 1, i + 1
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        return text[i + 1: j - 1]
+    if i < len(text) and text[i] == "(":
+        depth, j = 1, i + 1
+        while j < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+        return text[i + 1: j - 1]
+    m = re.match(r"-?\d+|\\?[A-Za-z]+|.", text[i:])
+    return m.group(0) if m else ""
 
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    g = parse(_wrap(gold), parsing_timeout=None)
-    p = parse(_wrap(pred), parsing_timeout=None)
-    if not g or not p:
-        return False
-    return bool(verify(g, p, timeout_seconds=None))
+
+def unbounded_reason(answer: str) -> str | None:
+    """Why ``answer`` would make symbolic grading unbounded (time or memory), or None. Cheap."""
+    if _CHAINED_POWER.search(answer):
+        return "a power tower (an exponent that is itself a power)"
+    for m in _POWER.finditer(answer):
+        exp = _exponent(answer, m.end())
+        if _POWER.search(exp):
+            return "a power tower (an exponent that is itself a power)"
+        digits = exp.replace(" ", "").lstrip("+-")
+        if digits.isdigit() and int(digits) > MAX_EXPONENT:
+            return f"an exponent above {MAX_EXPONENT:,}"
+    for m in _FACTORIAL.finditer(answer):
+        if int(m.group(1)) > MAX_FACTORIAL:
+            return f"a factorial above {MAX_FACTORIAL:,}!"
+    return None
+
+
+class GraderError(RuntimeError):
+    """A grader process timed out, died or could not start: no verdict."""
+
+
+class _Grader:
+    """One warm grader process (see ``_grader_worker``)."""
+
+    def __init__(self, memory_bytes: int, startup_s: float):
+        args = [sys.executable, "-I", "-m", "turngym.grading._grader_worker", str(memory_bytes)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        self.proc = spawn(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        self._buf = b""
+        msg = self._read(startup_s)
+        if msg.get("ready") is not True:
+            self.kill()
+            raise GraderError(f"the grader did not start: {msg}")
+
+    def ask(self, golds: list[str], pred: str, timeout_s: float) -> dict:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps({"golds": golds, "pred": pred}) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError as exc:
+            raise GraderError(f"the grader is gone ({exc})") from None
+        return self._read(timeout_s)
+
+    def _read(self, timeout_s: float) -> dict:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise GraderError(f"grading timed out after {timeout_s:g} s")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                code = self.proc.wait()
+                raise GraderError(f"the grader died (exit status {code})")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise GraderError("the grader wrote something that is not JSON") from None
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except (OSError, AttributeError):
+                pass
+
+
+class GraderPool:
+    """Warm math-verify grader processes, one per concurrent caller, replaced when they fail.
+
+    ``memory_bytes``: the address-space cap of each grader; ``startup_s``: how long a grader
+    may take to start (not part of any answer's time budget).
+    """
+
+    def __init__(self, memory_bytes: int = 2 << 30, startup_s: float = 120.0):
+        self.memory_bytes, self.startup_s = memory_bytes, startup_s
+        self._idle: list[_Grader] = []
+        self._lock = threading.Lock()
+        self.restarts = 0
+
+    def warm(self, wait: bool = False) -> None:
+        """Start one grader ahead of the first answer (in the background unless ``wait``)."""
+        def start() -> None:
+            try:
+                g = _Grader(self.memory_bytes, self.startup_s)
+            except GraderError:
+                return  # the first request will try again and say why
+            with self._lock:
+                self._idle.append(g)
+
+        if wait:
+            start()
+        else:
+            threading.Thread(target=start, daemon=True, name="turngym-grader-warm").start()
+
+    def _take(self) -> _Grader:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return _Grader(self.memory_bytes, self.startup_s)
+
+    def verify(self, golds: list[str], pred: str, timeout_s: float) -> dict:
+        """One request on a warm grader; a grader that fails is killed (never reused) and GraderError raised."""
+        grader = self._take()
+        try:
+            reply = grader.ask(golds, pred, timeout_s)
+        except GraderError:
+            grader.kill()
+            with self._lock:
+                self.restarts += 1
+            raise
+        with self._lock:
+            self._idle.append(grader)
+        return reply
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for g in idle:
+            g.kill()
+
+
+_POOLS: dict[int, GraderPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def default_grader() -> GraderPool:
+    """This process's grader pool (a forked child gets its own)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(os.getpid())
+        if pool is None:
+            pool = _POOLS[os.getpid()] = GraderPool()
+        return pool
 
 
 def _normalise(s: str) -> str:
@@ -67,30 +233,35 @@ def _normalise(s: str) -> str:
     return re.sub(r"\s+|\\[,;! ]|\$|\\left|\\right", "", s).rstrip(".")
 
 
-def grade_answer(pred: str | None, golds: list[str], timeout_s: float = 5.0) -> Verdict:
-    """Is ``pred`` equivalent to any gold answer? Thread-safe; bounded by ``timeout_s``."""
+def grade_answer(pred: str | None, golds: list[str], timeout_s: float = 5.0, grader: GraderPool | None = None) -> Verdict:
+    """Is ``pred`` equivalent to any gold answer? Thread-safe. ``timeout_s`` bounds each try on a
+    warm grader; after a timeout or crash the answer is tried once more on a fresh grader, and
+    if that fails too the verdict is ``graded=False`` (no verdict), never incorrect."""
     if pred is None:
         return Verdict(False, "no boxed answer")
     if not pred.strip():
         return Verdict(False, "empty boxed answer")
     if len(pred) > MAX_ANSWER_CHARS:
         return Verdict(False, f"answer longer than {MAX_ANSWER_CHARS} characters")
+    golds = [str(g) for g in golds]
     for gold in golds:
-        if _normalise(pred) == _normalise(str(gold)):
+        if _normalise(pred) == _normalise(gold):
             return Verdict(True, "normalised match")
-    result: dict[str, object] = {}
-
-    def run() -> None:
+    why = unbounded_reason(pred) or next((f"gold: {r}" for g in golds if (r := unbounded_reason(g))), None)
+    if why:
+        return Verdict(False, f"refused before grading: {why}", graded=False)
+    grader = grader or default_grader()
+    failures = []
+    for _ in range(2):
         try:
-            result["ok"] = any(_verify(str(gold), pred) for gold in golds)
-        except Exception as exc:  # noqa: BLE001 - an unparsable answer is simply wrong
-            result["error"] = f"{type(exc).__name__}: {exc}"
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
-        return Verdict(False, f"grading timed out after {timeout_s:g} s")
-    if "error" in result:
-        return Verdict(False, f"grading error: {result['error']}")
-    return Verdict(bool(result.get("ok")), "math-verify")
+            reply = grader.verify(golds, pred, timeout_s)
+        except GraderError as exc:
+            failures.append(str(exc))
+            continue
+        if "ok" in reply:
+            return Verdict(bool(reply["ok"]), "math-verify")
+        if reply.get("resource"):
+            failures.append(f"the grader ran out of {'memory' if reply['error'] == 'MemoryError' else 'recursion'}")
+            continue
+        return Verdict(False, f"grading error: {reply.get('error')}")
+    return Verdict(False, "not graded: " + "; then ".join(failures), graded=False)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turngym.episode import Episode, EpisodeGroup
-from turngym.rewards.base import GroupScores, final_turn_rewards, outcome_score
+from turngym.rewards.base import GroupScores, final_turn_rewards, impute_missing, outcome_score
 from turngym.rewards.equivalence import Clustering, cluster_answers, make_equivalence
 
 
@@ -25,8 +25,10 @@ class OutcomeReward:
     def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
         if not episodes:
             raise ValueError("score_group needs at least one episode")
-        return GroupScores([self.score_episode(e) for e in episodes],
-                           {"outcome": [outcome_score(e, self.metric) for e in episodes]})
+        raw = [outcome_score(e, self.metric) for e in episodes]
+        scores = impute_missing(raw)
+        return GroupScores([final_turn_rewards(e, v) for e, v in zip(episodes, scores, strict=True)],
+                           {"outcome": raw, "ungraded": sum(not math.isfinite(v) for v in raw)})
 
 
 def cluster_group(episodes: Sequence[Episode], equivalence: Any) -> Clustering:

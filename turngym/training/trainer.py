@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -329,7 +330,9 @@ class TurnGRPOTrainer(GRPOTrainer):
             for key, value in dynamics().items():
                 metrics[f"turngym/{key}"].append(value)
         metrics["turngym/turns_per_episode"].append(sum(len(e.turns) for e in everyone) / max(1, len(everyone)))
-        metrics["turngym/outcome"].append(sum(outcome_score(e) for e in everyone) / max(1, len(everyone)))
+        graded = [v for v in (outcome_score(e) for e in everyone) if math.isfinite(v)]
+        metrics["turngym/outcome"].append(sum(graded) / max(1, len(graded)))
+        metrics["turngym/ungraded"].append(float(len(everyone) - len(graded)))
         return out
 
     def _entropy_enhanced(self, out: dict[str, Any], table: torch.Tensor) -> torch.Tensor:

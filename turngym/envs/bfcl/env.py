@@ -50,6 +50,7 @@ class BFCLEnv(TextEnv):
 
     env_name = "turngym/BFCL-v0"
     observation_role = "user"
+    outcome_metric = "bfcl_valid"  # bfcl-eval's verdict
     reward_needs = CALL_ANSWERS
 
     def __init__(self, category: str = "multi_turn_base", tool_format: str = "prompting",
