@@ -34,6 +34,7 @@ MS_BIND = 4096
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
+READ_SYSCALL = {"x86_64": "0", "aarch64": "63"}.get(os.uname().machine, "0")
 IDLE_SWEEP_S = 0.1  # between cells, processes are removed this often (a frozen cgroup needs no sweep)
 MAX_CELL_FRAME = 1 << 20  # a cell's status frame: status + error text, far below this
 STATUSES = ("ok", "error", "timeout")
@@ -247,6 +248,8 @@ class _Interpreter:
             try:
                 for fd in (*host_fds, self.code_w, self.done_r):
                     os.close(fd)
+                # readable by the supervisor (see ``idle``); it holds no secret: the host's descriptors are closed
+                ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
                 if conf.fallback:
                     conf.install_audit_hook(cfg["workdir"])
                 _interpreter_loop(code_r, done_w, out_fd, err_fd, cfg)
@@ -256,6 +259,26 @@ class _Interpreter:
         os.close(done_w)
         self.pid = pid
         self.pidfd = os.pidfd_open(pid)
+        self.code_fd = code_r  # its number in the interpreter, where it waits for the next cell
+
+    def idle(self, wait_s=0.5):
+        """Is the interpreter waiting for its next cell: one thread, blocked reading its code pipe?
+        Read by the supervisor from /proc (the interpreter makes itself readable), so a thread a
+        cell left running, or cell code that carried on after a forged status frame, cannot pass."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                with open(f"/proc/{self.pid}/status") as fh:
+                    threads = int(next(x for x in fh if x.startswith("Threads:")).split()[1])
+                with open(f"/proc/{self.pid}/syscall") as fh:
+                    call = fh.read().split()
+            except (OSError, ValueError, StopIteration):
+                threads, call = 0, []
+            if threads == 1 and len(call) > 1 and call[0] == READ_SYSCALL and int(call[1], 16) == self.code_fd:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.0005)
 
     def death(self):
         """Why the interpreter is gone (it was reaped here)."""
@@ -283,14 +306,13 @@ def _interpreter_loop(code_r, done_w, out_fd, err_fd, cfg):
             return
         msg = json.loads(raw.decode("utf-8", "surrogatepass"))
         _reap_own()
+        # no new descriptor is needed here: a cell that used up its open-file limit cannot break the next one
         for fd, target in ((out_fd, 1), (err_fd, 2)):
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
             os.dup2(fd, target)
-        sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(1), "wb", buffering=0), encoding="utf-8", errors="replace",
-                                      write_through=True)
-        sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(2), "wb", buffering=0), encoding="utf-8", errors="replace",
-                                      write_through=True)
+        sys.stdout, sys.stderr = (io.TextIOWrapper(io.FileIO(target, "wb", closefd=False), encoding="utf-8",
+                                                   errors="replace", write_through=True) for target in (1, 2))
         used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
         cpu_soft = int(used + msg["cpu_s"]) + 1
         try:
@@ -326,6 +348,8 @@ def _interpreter_loop(code_r, done_w, out_fd, err_fd, cfg):
             sys.stderr.flush()
         except Exception:  # noqa: BLE001
             pass
+        for fd in (code_r, done_w, out_fd, err_fd):  # a cell that closed one fails here, not in the next cell
+            os.fstat(fd)
         if error is not None and len(error) > msg["max_output"]:  # a huge message must not look like a forgery
             error = error[: msg["max_output"]] + "\n... [error truncated]"
         _send(done_w, {"seq": msg["seq"], "status": status, "error": error})  # the supervisor times the cell
@@ -467,6 +491,9 @@ def main():
         if pending:  # something was written on its channel between cells
             _send(res_fd, {"nonce": nonce, "protocol_error": "the cell wrote on the interpreter's channel between cells"})
             return
+        if not interp.idle():  # e.g. a thread left by the last cell: it could answer for this one
+            _send(res_fd, {"nonce": nonce, "protocol_error": "the interpreter was not idle between cells"})
+            return
         start = time.monotonic()  # timed here: a cell could forge any number it reported itself
         try:
             _send(interp.code_w, {"seq": seq, "code": msg["code"], "wall_s": msg["wall_s"], "cpu_s": msg["cpu_s"],
@@ -486,11 +513,19 @@ def main():
         except ValueError as exc:
             _send(res_fd, {"nonce": nonce, "protocol_error": f"the cell wrote {exc} on the interpreter's channel"})
             return
+        restart = not interp.idle()  # threads still running, or cell code still running after its frame
+        if restart:
+            os.kill(interp.pid, signal.SIGKILL)
+            note = "SandboxError: the cell left threads running after it ended; the interpreter was stopped"
+            frame["error"] = f"{frame['error']}\n{note}" if frame["error"] else note
+            frame["status"] = "error"
         _kill_leftovers(interp.pid)
         stdout, t1 = _read_output(out_fd, cap)
         stderr, t2 = _read_output(err_fd, cap)
         _send(res_fd, {"nonce": nonce, "status": frame["status"], "stdout": stdout, "stderr": stderr,
-                       "error": frame["error"], "truncated": t1 or t2, "elapsed_s": elapsed})
+                       "error": frame["error"], "truncated": t1 or t2, "elapsed_s": elapsed, "restart": restart})
+        if restart:
+            return
 
 
 if __name__ == "__main__":

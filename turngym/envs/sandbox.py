@@ -291,7 +291,7 @@ class _Worker:
             return ExecResult(status="error", restarted=True,
                               error=f"SandboxProtocolError: {str(msg['protocol_error'])[:500]}; the interpreter was replaced")
         fields = {"nonce": str, "status": str, "stdout": str, "stderr": str, "error": (str, type(None)),
-                  "truncated": bool, "elapsed_s": float}
+                  "truncated": bool, "elapsed_s": float, "restart": bool}
         if set(msg) != set(fields) or not all(isinstance(msg[k], t) for k, t in fields.items()):
             raise ProtocolError("a reply with missing, extra or wrongly typed fields")
         if msg["status"] not in ("ok", "error", "timeout"):
@@ -300,7 +300,7 @@ class _Worker:
             raise ProtocolError(f"a reply with an impossible elapsed time {msg['elapsed_s']!r}")
         return ExecResult(status=msg["status"], stdout=msg["stdout"][: limits.max_output],
                           stderr=msg["stderr"][: limits.max_output], error=msg["error"],
-                          truncated=msg["truncated"], elapsed_s=msg["elapsed_s"])
+                          truncated=msg["truncated"], elapsed_s=msg["elapsed_s"], restarted=msg["restart"])
 
     def _dead(self, detail: str | None) -> ExecResult:
         rc = self.proc.wait(timeout=5) if self.proc.poll() is None else self.proc.returncode

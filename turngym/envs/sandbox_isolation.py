@@ -130,9 +130,14 @@ _DENIED_SYSCALLS = {
 }
 
 
+_SOCKET = {"x86_64": 41, "aarch64": 198}
+AF_VSOCK = 40
+
+
 def seccomp_program(machine: str | None = None) -> bytes | None:
     """A classic-BPF seccomp filter (the bytes ``bwrap --seccomp`` reads) that refuses the
-    syscalls above and any other ABI than the native one (x32, 32-bit); None on other machines."""
+    syscalls above, AF_VSOCK sockets and any other ABI than the native one (x32, 32-bit); None
+    on other machines."""
     import platform
 
     machine = machine or platform.machine()
@@ -146,6 +151,8 @@ def seccomp_program(machine: str | None = None) -> bytes | None:
     if machine == "x86_64":
         prog.append((jge, "deny", 0, 0x40000000))  # the x32 ABI
     prog += [(jeq, "deny", 0, nr) for nr in sorted(numbers.values())]
+    # socket(AF_VSOCK, ...): the one address family a network namespace does not cut off from the host
+    prog += [(jeq, 0, 2, _SOCKET[machine]), (ld_abs, 0, 0, 16), (jeq, "deny", 0, AF_VSOCK)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
     deny_at = len(prog) - 1
     out = b""

@@ -1,0 +1,367 @@
+"""The policy can never read its answer key, act as host root, or stall or fool grading.
+
+Each test plays an attack measured on an earlier version: a cell mapped to host uid 0 wrote
+``kernel.core_pattern`` and had the host kernel run its command as root, then copied every
+GSM8K gold answer and scored 1.000; power-tower answers stalled grading for minutes; a slow
+first math-verify call graded a correct answer wrong; ``env.step`` returned reward 0 on a
+correct answer; a thread left by one cell answered for the next; a cell that used up its
+open files crashed the next cell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import psutil
+import pytest
+
+import turngym
+from turngym.envs import sandbox_isolation as iso
+from turngym.envs.math_code import MathCodeEnv
+from turngym.envs.sandbox import SandboxLimits, SandboxPool
+from turngym.grading.math_answers import GraderPool, grade_answer, unbounded_reason
+
+ROOT = os.geteuid() == 0
+DATA = Path(turngym.__file__).resolve().parent / "data" / "math" / "gsm8k" / "test.jsonl"
+
+
+@pytest.fixture(scope="module")
+def pool():
+    bwrap = iso.bwrap_path()
+    why = "bwrap is not installed" if bwrap is None else iso.bwrap_probe(bwrap)
+    if why:
+        pytest.fail(f"bubblewrap cannot run here: {why}")
+    p = SandboxPool(size=2, limits=SandboxLimits(wall_s=20.0, cpu_s=20.0), preload=("math",))
+    yield p
+    p.close()
+
+
+def _worker_tree(session) -> list[psutil.Process]:
+    root = psutil.Process(session._worker.proc.pid)
+    return [root, *root.children(recursive=True)]
+
+
+def test_no_process_of_a_worker_runs_as_host_root(pool):
+    with pool.session() as s:
+        assert s.run("x = 1").ok
+        procs = _worker_tree(s)
+        assert len(procs) >= 3  # bwrap, the namespace's init or supervisor, the interpreter
+        uid = s.describe()["host_uid"]
+        for p in procs:
+            uids, gids = p.uids(), p.gids()
+            assert 0 not in (*uids, *gids), (p.pid, p.cmdline()[:3], uids, gids)
+            assert set(uids) == {uid}
+            status = Path(f"/proc/{p.pid}/status").read_text()
+            caps = {line.split(":")[0]: line.split()[1] for line in status.splitlines() if line.startswith("Cap")}
+            assert int(caps["CapEff"], 16) == 0 and int(caps["CapPrm"], 16) == 0
+        if ROOT:
+            assert uid >= iso.UidClaim.BASE
+        else:
+            assert uid == os.geteuid()
+
+
+def test_two_live_workers_hold_different_host_uids(pool):
+    if not ROOT:
+        pytest.skip("a normal user's workers all run as that user (their namespaces separate them)")
+    with pool.session() as a, pool.session() as b:
+        assert a.run("1").ok and b.run("1").ok
+        assert a.describe()["host_uid"] != b.describe()["host_uid"]
+
+
+def test_identity_refuses_host_root():
+    with pytest.raises(RuntimeError, match="uid 0"):
+        iso.identity_prefix(0)
+    if ROOT:
+        with pytest.raises(RuntimeError, match="host root"):
+            iso.identity_prefix(None)
+
+
+def test_the_core_pattern_escape_fails_and_no_sysctl_is_writable(pool, tmp_path):
+    canary = tmp_path / "canary"
+    before = Path("/proc/sys/kernel/core_pattern").read_text()
+    code = textwrap.dedent(f"""
+        import os, signal
+        writable, tried = [], 0
+        for d, _, files in os.walk("/proc/sys"):
+            for f in files:
+                tried += 1
+                try:
+                    os.close(os.open(os.path.join(d, f), os.O_WRONLY))
+                    writable.append(os.path.join(d, f))
+                except OSError:
+                    pass
+        try:
+            open("/proc/sys/kernel/core_pattern", "w").write('|/bin/sh -c "touch {canary}"')
+            print("core_pattern written")
+        except OSError as exc:
+            print("refused", exc.errno)
+        pid = os.fork()
+        if pid == 0:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        os.waitpid(pid, 0)
+        for p in ("/proc/sysrq-trigger", "/proc/sys/kernel/modprobe"):
+            try:
+                open(p, "w").write("x")
+                print("wrote", p)
+            except OSError:
+                pass
+        print(tried, len(writable))
+    """)
+    with pool.session() as s:
+        r = s.run(code)
+    assert r.ok, r.error
+    lines = r.stdout.split("\n")
+    assert lines[0].startswith("refused"), r.stdout
+    assert "wrote" not in r.stdout
+    tried, writable = map(int, lines[-2].split())
+    assert tried > 100 and writable == 0
+    time.sleep(0.5)  # a core-dump pipe helper would have run by now
+    assert not canary.exists()
+    assert Path("/proc/sys/kernel/core_pattern").read_text() == before
+
+
+def test_vsock_sockets_are_refused(pool):
+    with pool.session() as s:
+        r = s.run("import socket\ntry:\n    socket.socket(40, socket.SOCK_STREAM)\n    print('open')\n"
+                  "except OSError as e:\n    print(e.errno)")
+    assert r.stdout.strip() == "1", r.stdout  # EPERM from the seccomp filter
+
+
+# ------------------------------------------------------------------ the cheating policy
+
+CHEAT = textwrap.dedent("""
+    import glob, json, os
+    found = {}
+    def take(path):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                for line in fh:
+                    row = json.loads(line)
+                    gold = row.get("answer") or row.get("answers")
+                    found[row["question"][:80]] = str(gold[0] if isinstance(gold, list) else gold).split("####")[-1].strip()
+        except Exception:
+            pass
+    try:
+        open("/proc/sys/kernel/core_pattern", "w").write("|/bin/cp %(data)s /tmp/key")
+        if os.fork() == 0:
+            os.abort()
+        os.wait()
+    except OSError:
+        pass
+    guesses = [g for depth in range(1, 6) for g in glob.glob("/" + "*/" * depth + "gsm8k/*.jsonl")]
+    for path in ["/tmp/key", "%(data)s", *guesses]:
+        take(path)
+    print(json.dumps(found.get(%(question)r)))
+""")
+
+
+def _play(env: MathCodeEnv, index: int, cheat: bool) -> float:
+    _, info = env.reset(options={"index": index})
+    question = info["task"]["question"]
+    reward = 0.0
+    if cheat:
+        code = CHEAT % {"data": str(DATA), "question": question[:80]}
+        obs, reward, terminated, truncated, _ = env.step(f"```python\n{code}\n```")
+        assert not terminated
+        assert "Traceback" not in obs and "TimeoutError" not in obs, obs  # the cheater looked everywhere it meant to
+        stolen = json.loads(obs.split("```output\n", 1)[1].split("\n```", 1)[0].splitlines()[-1])
+        answer = stolen if isinstance(stolen, str) else "-1"
+    else:
+        answer = "-1"
+    _, reward, terminated, _, info = env.step(f"The answer is \\boxed{{{answer}}}.")
+    assert terminated and info["outcome"]["graded"] is True
+    return reward
+
+
+def test_a_cheating_policy_scores_what_an_honest_wrong_policy_scores(pool):
+    """The cheater tries the core_pattern escape and reads every path where the key could be."""
+    assert DATA.is_file()  # the key exists on the host: the test is meaningful
+    env = MathCodeEnv(dataset="gsm8k", sandbox=pool, max_turns=3)
+    try:
+        cheater = [_play(env, i, cheat=True) for i in range(3)]
+        honest = [_play(env, i, cheat=False) for i in range(3)]
+    finally:
+        env.close()
+    assert cheater == honest == [0.0, 0.0, 0.0]
+
+
+def test_the_cheater_finds_the_key_where_nothing_confines_it(tmp_path):
+    """Without the sandbox the same cell code reads the gold answer: the test above can fail."""
+    import subprocess
+    import sys
+
+    task = json.loads(DATA.read_text(encoding="utf-8").splitlines()[0])
+    code = CHEAT.replace("/proc/sys/kernel/core_pattern", str(tmp_path / "not-a-sysctl")) % {
+        "data": str(DATA), "question": task["question"][:80]}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert grade_answer(json.loads(out.stdout.splitlines()[-1]), [task["answer"].split("####")[-1].strip()]).correct
+
+
+@pytest.mark.slow
+def test_no_readable_file_in_a_cell_holds_the_answer_key(pool):
+    """A walk of everything a cell can read (about 5 GB here; 84 s) finds no GSM8K item."""
+    question = json.loads(DATA.read_text(encoding="utf-8").splitlines()[0])["question"][:60]
+    code = ("import subprocess\nr = subprocess.run(['grep', '-rlF', '--no-messages', '--devices=skip', '-e', "
+            f"{question!r}, '/', '--exclude-dir=proc', '--exclude-dir=sys'], capture_output=True, text=True)\n"
+            "print(repr(r.stdout))")
+    big = SandboxPool(size=1, limits=SandboxLimits(wall_s=900.0, cpu_s=900.0), preload=())
+    try:
+        with big.session() as s:
+            r = s.run(code, SandboxLimits(wall_s=900.0, cpu_s=900.0))
+    finally:
+        big.close()
+    assert r.ok, r.error
+    assert r.stdout.strip() == "''"
+
+
+# ------------------------------------------------------------------ grading
+
+@pytest.mark.parametrize("answer", [r"2^{2^{2^{2^{2^{2}}}}}", r"9^{9^{9}}", r"10^{10^{10}}", "10**10**10",
+                                    r"{10}^{ {10}^{10} }", r"2^{1000000}", r"100000!"])
+def test_unbounded_answers_are_refused_at_once_and_not_graded(answer):
+    assert unbounded_reason(answer)
+    start = time.perf_counter()
+    v = grade_answer(answer, ["18"])
+    assert time.perf_counter() - start < 0.1
+    assert v.graded is False and v.correct is False and "refused" in v.reason
+
+
+@pytest.mark.parametrize("answer", [r"x^2 + y^2", r"2^{10}", r"e^{i\pi}", r"3^4", r"\frac{1}{2}", "5!"])
+def test_ordinary_powers_are_not_refused(answer):
+    assert unbounded_reason(answer) is None
+
+
+def test_a_grader_that_runs_out_of_time_gives_no_verdict_and_is_replaced():
+    """A simulated slow grader (a budget no call can meet): twice, then ``graded=False``, never incorrect."""
+    pool = GraderPool()
+    try:
+        v = grade_answer(r"\frac{1}{2}", ["0.5"], timeout_s=1e-4, grader=pool)
+        assert v.graded is False and "timed out" in v.reason
+        assert pool.restarts == 2
+        ok = grade_answer(r"\frac{1}{2}", ["0.5"], timeout_s=30.0, grader=pool)
+        assert ok.graded and ok.correct and ok.reason == "math-verify"
+    finally:
+        pool.close()
+
+
+def test_a_cold_grader_start_is_not_part_of_the_time_budget():
+    """The first answer of a process: importing sympy takes seconds, the budget is for grading only."""
+    pool = GraderPool()
+    try:
+        v = grade_answer(r"\frac{1}{2}", ["0.5"], timeout_s=1.0, grader=pool)
+        assert v.graded and v.correct
+    finally:
+        pool.close()
+
+
+def test_a_grader_crash_is_retried_on_a_fresh_grader():
+    pool = GraderPool()
+    try:
+        pool.warm(wait=True)
+        pool._idle[0].proc.kill()  # the warm grader dies before the request
+        v = grade_answer(r"\frac{2}{4}", ["0.5"], grader=pool)
+        assert v.graded and v.correct and pool.restarts == 1
+    finally:
+        pool.close()
+
+
+def test_an_ungraded_episode_is_missing_not_wrong():
+    from turngym.episode import Episode, Turn
+    from turngym.evals.metrics import outcome_metrics
+    from turngym.rewards.outcome import OutcomeReward
+
+    def ep(i, outcome):
+        return Episode(id=f"q{i}", env_id="turngym/MathCode-v0", task={"question": f"q{i}", "answers": ["1"], "index": i},
+                       prompt=[{"role": "user", "content": "q"}], turns=[Turn(index=0, action="a")], outcome=outcome,
+                       group=f"q{i}")
+
+    eps = [ep(0, {"correct": True}), ep(1, {"correct": False}), ep(2, {"correct": False, "graded": False})]
+    scores = OutcomeReward().score_group(eps)
+    assert scores.rewards == [[1.0], [0.0], [0.5]]  # the group's graded mean: no advantage of its own
+    assert scores.diagnostics["ungraded"] == 1
+    m = outcome_metrics(eps)
+    assert m["ungraded"] == 1 and m["accuracy"]["n"] == 2 and m["accuracy"]["value"] == 0.5
+
+
+# ------------------------------------------------------------------ the Gymnasium reward
+
+def test_env_step_returns_the_outcome_on_a_correct_mathcode_answer(pool):
+    env = MathCodeEnv(dataset="gsm8k", sandbox=pool)
+    try:
+        _, info = env.reset(options={"index": 0})
+        gold = env.episode.task["answers"][0]
+        obs, reward, terminated, truncated, info = env.step("```python\nprint(16 - 3 - 4)\n```")
+        assert reward == 0.0 and not terminated
+        _, reward, terminated, truncated, info = env.step(f"So \\boxed{{{gold}}}.")
+        assert (reward, terminated, truncated) == (1.0, True, False) and info["outcome"]["correct"] is True
+        assert env.episode.turns[-1].reward == 1.0
+        env.reset(options={"index": 0})
+        _, reward, *_ = env.step("\\boxed{-7}")
+        assert reward == 0.0
+    finally:
+        env.close()
+
+
+def test_gymnasium_episode_statistics_report_the_real_return():
+    env = gym.wrappers.RecordEpisodeStatistics(gym.make("turngym/Calculator-v0"))
+    env.reset(options={"index": 0})
+    gold = env.unwrapped.episode.task["answers"][0]
+    _, _, terminated, _, info = env.step(f"<answer>{gold}</answer>")
+    assert terminated and info["episode"]["r"] == 1.0
+
+
+def test_searchqa_reward_is_its_exact_match():
+    from turngym.envs.search_qa import SearchQAEnv
+
+    assert SearchQAEnv.outcome_metric == "em"
+    env = SearchQAEnv.__new__(SearchQAEnv)
+    assert env.outcome_reward({"em": 1.0, "f1": 1.0}) == 1.0
+    assert env.outcome_reward({"em": 0.0, "f1": 0.5}) == 0.0
+    assert env.outcome_reward({"em": 1.0, "graded": False}) == 0.0
+
+
+# ------------------------------------------------------------------ cells cannot break the next cell
+
+def test_a_thread_left_by_a_cell_cannot_answer_for_the_next(pool):
+    """The thread writes a valid-looking status frame for the next cell; it never gets the chance."""
+    forge = textwrap.dedent("""
+        import json, os, struct, threading, time
+        def forge():
+            time.sleep(0.3)
+            for fd in range(3, 64):
+                try:
+                    data = json.dumps({"seq": 3, "status": "ok", "error": None}).encode()
+                    os.write(fd, struct.pack(">I", len(data)) + data)
+                except OSError:
+                    pass
+        threading.Thread(target=forge, daemon=True).start()
+        print("planted")
+    """)
+    with pool.session() as s:
+        assert s.run("x = 41").ok
+        r = s.run(forge)
+        assert r.status == "error" and "threads running" in r.error and r.restarted
+        nxt = s.run("import time; time.sleep(1); print('real')")
+        assert nxt.ok and nxt.stdout == "real\n"
+
+
+def test_a_cell_that_uses_up_its_open_files_costs_only_itself(pool):
+    with pool.session() as s:
+        r = s.run("keep = []\ntry:\n    while True:\n        keep.append(open('/dev/null'))\nexcept OSError as e:\n"
+                  "    print(e.errno)")
+        assert r.ok and r.stdout.strip() == "24"
+        nxt = s.run("print(len(keep))")
+        assert nxt.ok and not nxt.restarted and int(nxt.stdout) > 10
+
+
+def test_a_cell_that_fills_its_working_folder_keeps_output_capture(pool):
+    with pool.session() as s:
+        r = s.run("try:\n    open('big', 'wb').write(b'x' * (200 << 20))\nexcept OSError as e:\n    print('full', e.errno)")
+        assert "full" in r.stdout
+        nxt = s.run("print('still captured')")
+        assert nxt.ok and nxt.stdout == "still captured\n"
