@@ -327,15 +327,17 @@ def test_searchqa_reward_is_its_exact_match():
 
 # ------------------------------------------------------------------ cells cannot break the next cell
 
-def test_a_thread_left_by_a_cell_cannot_answer_for_the_next(pool):
-    """The thread writes a valid-looking status frame for the next cell; it never gets the chance."""
-    forge = textwrap.dedent("""
+@pytest.mark.parametrize("delay", [0.3, 2.0])
+def test_a_thread_left_by_a_cell_cannot_answer_for_the_next(pool, delay):
+    """The thread writes a valid-looking status frame for the next cell (at once, or later); the
+    cell that left it ends its interpreter instead."""
+    forge = textwrap.dedent(f"""
         import json, os, struct, threading, time
         def forge():
-            time.sleep(0.3)
+            time.sleep({delay})
             for fd in range(3, 64):
                 try:
-                    data = json.dumps({"seq": 3, "status": "ok", "error": None}).encode()
+                    data = json.dumps({{"seq": 3, "status": "ok", "error": None}}).encode()
                     os.write(fd, struct.pack(">I", len(data)) + data)
                 except OSError:
                     pass

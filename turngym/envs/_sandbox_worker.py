@@ -513,7 +513,8 @@ def main():
         except ValueError as exc:
             _send(res_fd, {"nonce": nonce, "protocol_error": f"the cell wrote {exc} on the interpreter's channel"})
             return
-        restart = not interp.idle()  # threads still running, or cell code still running after its frame
+        # threads still running, or cell code still running after its frame, or more written on the channel
+        restart = not interp.idle() or bool(select.select([interp.done_r], [], [], 0)[0])
         if restart:
             os.kill(interp.pid, signal.SIGKILL)
             note = "SandboxError: the cell left threads running after it ended; the interpreter was stopped"
