@@ -67,17 +67,17 @@ def test_rloo_by_hand():
     for a, w in zip(out, want, strict=True):
         close(a, [w] * len(a))
     assert rloo([[0.3, 0.2], [0.5]]) == [[0.0, 0.0], [0.0]]  # equal totals
-    assert rloo([[0.25, 0.5]]) == [[0.75, 0.75]]  # a group of one keeps its raw total, as verl
+    assert rloo([[0.25, 0.5]]) == [[0.0, 0.0]]  # a group of one: no baseline, 0 (TRL; verl keeps the total)
     assert rloo([[1.0], []]) == [[1.0], []]  # an empty episode has total 0
     assert rloo([]) == []
 
 
-def test_rloo_equals_verl_formula():
-    # verl: R_i * n/(n-1) - mean * n/(n-1)
+def test_rloo_equals_the_verl_and_trl_formulas():
     totals = [0.0, 1.0, 1.0, 0.0, 1.0]
-    n, mean = len(totals), sum(totals) / len(totals)
-    out = rloo([[x] for x in totals])
-    close([a[0] for a in out], [r * n / (n - 1) - mean * n / (n - 1) for r in totals])
+    n, mean, total = len(totals), sum(totals) / len(totals), sum(totals)
+    out = [a[0] for a in rloo([[x] for x in totals])]
+    close(out, [r * n / (n - 1) - mean * n / (n - 1) for r in totals])  # verl: rescaled centring
+    close(out, [r - (total - r) / (n - 1) for r in totals])  # TRL: reward minus the others' mean, no std
 
 
 # ------------------------------------------------------------------ gigpo

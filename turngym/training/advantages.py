@@ -163,16 +163,17 @@ def turn_loo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6, scale: str
 
 
 def rloo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:
-    """REINFORCE leave-one-out on episode totals, on every turn (verl's ``compute_rloo_outcome_advantage``).
+    """REINFORCE leave-one-out on episode totals, on every turn (TRL's ``RLOOTrainer`` and verl's
+    ``compute_rloo_outcome_advantage``).
 
-    R_i = Σ_t r_{i,t}; A_i = R_i − mean_{j≠i} R_j, not divided by a std. A group of one keeps its raw
-    total, as verl does (no baseline is available; the term stays unbiased). ``gamma`` and ``eps`` are
-    unused (verl's RLOO takes an epsilon it does not use either).
+    R_i = Σ_t r_{i,t}; A_i = R_i − mean_{j≠i} R_j, not divided by a std (TRL's ``normalize_advantages``
+    defaults to False; verl has no std). A group of one gets 0, as TRL (verl keeps the raw total there).
+    ``gamma`` and ``eps`` are unused (verl's RLOO takes an epsilon it does not use either).
     """
     check_finite(rewards)
     totals = [sum(ep) for ep in rewards]
     n, total = len(totals), sum(totals)
-    adv = [r - (total - r) / (n - 1) for r in totals] if n > 1 else totals
+    adv = [r - (total - r) / (n - 1) for r in totals] if n > 1 else [0.0] * n
     return [[a] * len(ep) for a, ep in zip(adv, rewards, strict=True)]
 
 
