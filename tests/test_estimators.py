@@ -27,10 +27,10 @@ def test_turn_loo_by_hand_with_different_lengths():
     # turn 0: all three run; turn 1: ep0 and ep2; turn 2: ep2 alone (baseline 0)
     centred = [[1 - (1 + 2.5) / 2, 1 - 2.0], [1 - (1 + 2.5) / 2], [2.5 - (1 + 1) / 2, 2.0 - 1.0, 2.0 - 0.0]]
     sigma = statistics.stdev([x for row in g for x in row]) + 1e-6
-    out = turn_loo(GROUP)
+    out = turn_loo(GROUP, scale="std")
     for got, want in zip(out, centred, strict=True):
         close(got, [w / sigma for w in want])
-    for got, want in zip(turn_loo(GROUP, scale="none"), centred, strict=True):
+    for got, want in zip(turn_loo(GROUP), centred, strict=True):
         close(got, want)
 
 
@@ -39,7 +39,7 @@ def test_turn_loo_discount_and_baseline_at_the_same_turn():
     gamma = 0.5
     g0, g1 = [1 + 0.5 * 2, 2.0], [0 + 0.5 * 4, 4.0]  # [2, 2], [2, 4]
     want = [[g0[0] - g1[0], g0[1] - g1[1]], [g1[0] - g0[0], g1[1] - g0[1]]]
-    for got, w in zip(turn_loo(r, gamma=gamma, scale="none"), want, strict=True):
+    for got, w in zip(turn_loo(r, gamma=gamma), want, strict=True):
         close(got, w)
 
 
@@ -47,9 +47,9 @@ def test_turn_loo_equal_rewards_single_and_empty_episodes():
     assert turn_loo([[1.0, 1.0], [1.0, 1.0]]) == [[0.0, 0.0], [0.0, 0.0]]
     # a single episode: no other episode runs, baseline 0 -> its returns-to-go over their std
     sigma = statistics.stdev([3.0, 2.0]) + 1e-6
-    close(turn_loo([[1.0, 2.0]])[0], [3.0 / sigma, 2.0 / sigma])
+    close(turn_loo([[1.0, 2.0]], scale="std")[0], [3.0 / sigma, 2.0 / sigma])
     # an empty episode runs at no turn: it is no one's baseline and gets no advantage
-    out = turn_loo([[1.0], [], [3.0]], scale="none")
+    out = turn_loo([[1.0], [], [3.0]])
     assert out == [[-2.0], [], [2.0]]
     assert turn_loo([]) == []
     with pytest.raises(ValueError, match="scale"):
@@ -134,7 +134,7 @@ def test_turn_is_biased_by_length_and_turn_loo_is_not():
     s = statistics.stdev([1.0, 0.0, 0.0, 1.0]) + 1e-6
     a = get_estimator("turn")(r)
     close([a[0][0], a[1][0]], [(0.5 - 0.5 - 0.5) / s, 0.5 / s])
-    assert turn_loo(r) == [[0.0, 0.0, 0.0], [0.0]]
+    assert turn_loo(r) == turn_loo(r, scale="std") == [[0.0, 0.0, 0.0], [0.0]]
 
 
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))

@@ -11,7 +11,7 @@ turn t's action tokens only.
 - ``egpo``: ``grpo``'s advantage, to which the trainer adds FunRL/EGPO's clipped entropy term
   min(alpha·H, |A|/kappa) on every action token (:func:`entropy_enhanced`).
 - ``turn_loo``: each turn's return-to-go minus the mean return-to-go, at the same turn, of the
-  group's other episodes still running; one scale per group. Unbiased with per-turn rewards and
+  group's other episodes still running (optionally one std per group). Unbiased with per-turn rewards and
   varying lengths, where ``turn`` and ``igpo_separate`` are not (docs/estimators.md).
 - ``rloo``: the episode's total minus the mean total of the group's other episodes (verl's RLOO).
 - ``gigpo``: GiGPO's episode term plus ω times its step term (returns-to-go of turns that share
@@ -135,16 +135,17 @@ def _group_scale(values: Sequence[float], eps: float) -> float:
     return (1.0 if std < 1e-6 else std) + eps
 
 
-def turn_loo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6, scale: str = "std") -> list[list[float]]:
+def turn_loo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6, scale: str = "none") -> list[list[float]]:
     """Unbiased turn-level advantage: return-to-go minus a leave-one-out baseline, one scale per group.
 
     ``rewards``: per episode i, T_i per-turn rewards r_{i,t}; returns the same shape.
     G_{i,t} = Σ_{k≥t} γ^{k−t} r_{i,k};  R_t = {j ≠ i : T_j > t} (the other episodes still running at t);
     b_{i,t} = mean_{j∈R_t} G_{j,t}, or 0 when R_t is empty (plain REINFORCE on that turn);
-    A_{i,t} = (G_{i,t} − b_{i,t}) / σ, σ = the unbiased std of every G_{j,t} of the group plus ``eps``
-    (``scale="std"``; a std below 1e-6 counts as 1) or 1 (``scale="none"``).
+    A_{i,t} = (G_{i,t} − b_{i,t}) / σ with σ = 1 (``scale="none"``, the default: exactly unbiased, in reward
+    units like ``rloo``) or the unbiased std of every G_{j,t} of the group plus ``eps`` (``scale="std"``; a std
+    below 1e-6 counts as 1; σ depends on episode i itself, a small bias in small groups).
     b_{i,t} is a function of the other, independent episodes only, so E[∇log π(a_{i,t}|s_{i,t})·b_{i,t}] = 0
-    and the expected gradient is the policy gradient's direction (derivation: docs/estimators.md).
+    and the expected gradient is the policy gradient (derivation: docs/estimators.md).
     """
     check_finite(rewards)
     if scale not in ("std", "none"):
@@ -227,7 +228,7 @@ def gigpo(rewards: Rewards, gamma: float = GIGPO_GAMMA, eps: float = 1e-6, state
 
 # ------------------------------------------------------------------ EGPO (FunRL)
 # Options an estimator takes beyond gamma/eps (YAML ``estimator:`` keys).
-ESTIMATOR_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}}
+ESTIMATOR_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}}  # turn_loo's scale, gigpo's omega/mode: direct calls only
 EGPO_ALPHA = 0.4  # entropy weight (FunRL/EGPO paper)
 EGPO_KAPPA = 2.0  # clip: the entropy term never exceeds |A|/kappa, so it cannot flip A's sign
 
