@@ -21,6 +21,9 @@ CONFIGS = {
     "turngym/SearchQA-v0": [{"dataset": "hotpotqa"}, {"dataset": "nq", "prompt_style": "base"}],
     "turngym/BFCL-v0": [{"category": "simple_python"}, {"category": "multi_turn_base"},
                         {"category": "multi_turn_base", "tool_format": "native"}, {"category": "irrelevance"}],
+    "turngym/DelayedEffect-v0": [{}],
+    "turngym/Recovery-v0": [{}],
+    "turngym/VariableHorizon-v0": [{}, {"continue_rewards": [0.4, -0.3, 0.6, -0.2]}],
 }
 
 

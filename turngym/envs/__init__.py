@@ -10,6 +10,10 @@ ENTRY_POINTS = {
     "turngym/MathCode-v0": "turngym.envs.math_code:MathCodeEnv",
     "turngym/SearchQA-v0": "turngym.envs.search_qa:SearchQAEnv",
     "turngym/BFCL-v0": "turngym.envs.bfcl.env:BFCLEnv",
+    # exact credit oracles (small MDPs with exact advantages, turngym.oracles)
+    "turngym/DelayedEffect-v0": "turngym.oracles.envs:DelayedEffectEnv",
+    "turngym/Recovery-v0": "turngym.oracles.envs:RecoveryEnv",
+    "turngym/VariableHorizon-v0": "turngym.oracles.envs:VariableHorizonEnv",
 }
 
 

@@ -24,7 +24,26 @@ def env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def cmd_exact_creditbench(args: argparse.Namespace) -> int:
+    """``--oracle exact``: estimators' expected gradients against the exact policy gradient (turngym.oracles)."""
+    from turngym.oracles.exact import run_exact
+
+    try:
+        sizes = tuple(int(b) for b in args.batch_sizes.split(",") if b.strip())
+        summary = run_exact(batch_sizes=sizes, batches=args.seeds, group_size=args.group_size, seed=args.seed,
+                            out_dir=args.out)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    for r in summary["rows"]:
+        cos = "–" if r["cosine"] is None else f"{r['cosine']:.4f}"
+        print(f"{r['setting']:23s} {r['estimator']:14s} B={r['batch_size']:<5d} cos {cos}")
+    print(f"report: {Path(args.out) / 'exact.md'}")
+    return 0
+
+
 def cmd_creditbench(args: argparse.Namespace) -> int:
+    if args.oracle == "exact":
+        return cmd_exact_creditbench(args)
     from turngym.evals.ablate import make_wrappers
     from turngym.evals.creditbench import ENVS, BenchConfig, build, run_creditbench
 
@@ -129,6 +148,11 @@ def add_credit_commands(sub: argparse._SubParsersAction) -> None:
     cb.add_argument("--noise", type=float, default=0.15, help="chance the final answer ignores the evidence")
     cb.add_argument("--index", default="default", help="SearchQA index directory or server URL")
     cb.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals")
+    cb.add_argument("--oracle", choices=("planted", "exact"), default="planted",
+                    help="planted: reward wrappers on scripted episodes; exact: estimators' gradients on small MDPs")
+    cb.add_argument("--batch-sizes", default="4,32,256", help="--oracle exact: episodes per batch")
+    cb.add_argument("--group-size", type=int, default=None, help="--oracle exact: episodes per group (default: the batch)")
+    cb.add_argument("--seeds", type=int, default=200, help="--oracle exact: independent batches per batch size")
     cb.set_defaults(func=cmd_creditbench)
 
     mj = sub.add_parser("main-job", help="evals on every env, reward ablation and creditbench in one process")

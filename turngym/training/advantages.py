@@ -10,6 +10,15 @@ turn t's action tokens only.
   z-scored separately within the group, then summed backwards as in ``turn`` (IGPO).
 - ``egpo``: ``grpo``'s advantage, to which the trainer adds FunRL/EGPO's clipped entropy term
   min(alpha·H, |A|/kappa) on every action token (:func:`entropy_enhanced`).
+- ``turn_loo``: each turn's return-to-go minus the mean return-to-go, at the same turn, of the
+  group's other episodes still running (optionally one std per group). Unbiased with per-turn rewards and
+  varying lengths, where ``turn`` and ``igpo_separate`` are not (docs/estimators.md).
+- ``rloo``: the episode's total minus the mean total of the group's other episodes (verl's RLOO).
+- ``gigpo``: GiGPO's episode term plus ω times its step term (returns-to-go of turns that share
+  an anchor state, centred within that step group), as verl-agent's ``core_gigpo``.
+
+Every estimator refuses a reward that is not finite (``ValueError``): a NaN would otherwise
+spread through the group's normalisation into every advantage of the group.
 
 Normalisation: unbiased std; a std below 1e-6 counts as 1; a group with a single reward gets 0;
 ``eps`` is added to the std. Defaults: ``grpo`` 1e-4 (TRL's, so it reproduces TRL's GRPO
@@ -20,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from turngym.registry import Registry
 
@@ -31,6 +41,9 @@ ESTIMATORS = Registry("advantage estimator", {
     "turn": "turngym.training.advantages:turn",
     "igpo_separate": "turngym.training.advantages:igpo_separate",
     "egpo": "turngym.training.advantages:egpo",
+    "turn_loo": "turngym.training.advantages:turn_loo",
+    "rloo": "turngym.training.advantages:rloo",
+    "gigpo": "turngym.training.advantages:gigpo",
 })
 
 
@@ -71,18 +84,30 @@ def _split(flat: list[float], shape: Rewards) -> list[list[float]]:
     return out
 
 
+def check_finite(rewards: Rewards) -> None:
+    """Raise ``ValueError`` naming the first reward that is NaN or infinite."""
+    for i, ep in enumerate(rewards):
+        for t, r in enumerate(ep):
+            if not math.isfinite(r):
+                raise ValueError(f"reward {r!r} of episode {i}, turn {t} is not finite; an advantage estimator "
+                                 "needs finite rewards (map NaN to a value in the reward first)")
+
+
 def grpo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-4) -> list[list[float]]:
+    check_finite(rewards)
     totals = [sum(ep) for ep in rewards]
     z = zscore(totals, eps)
     return [[z_i] * len(ep) for z_i, ep in zip(z, rewards, strict=True)]
 
 
 def turn(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:
+    check_finite(rewards)
     flat = [r for ep in rewards for r in ep]
     return [discounted(ep, gamma) for ep in _split(zscore(flat, eps), rewards)]
 
 
 def igpo_separate(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:
+    check_finite(rewards)
     outcome = zscore([ep[-1] for ep in rewards if ep], eps)
     process = zscore([r for ep in rewards for r in ep[:-1]], eps)
     out, oi, pi = [], 0, 0
@@ -97,9 +122,113 @@ def igpo_separate(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> li
     return out
 
 
+# ------------------------------------------------------------------ unbiased turn level, RLOO, GiGPO
+
+
+def _group_scale(values: Sequence[float], eps: float) -> float:
+    """Unbiased std of ``values`` plus ``eps``; 1 when fewer than two values or a std below 1e-6."""
+    n = len(values)
+    if n <= 1:
+        return 1.0
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return (1.0 if std < 1e-6 else std) + eps
+
+
+def turn_loo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6, scale: str = "none") -> list[list[float]]:
+    """Unbiased turn-level advantage: return-to-go minus a leave-one-out baseline, one scale per group.
+
+    ``rewards``: per episode i, T_i per-turn rewards r_{i,t}; returns the same shape.
+    G_{i,t} = Σ_{k≥t} γ^{k−t} r_{i,k};  R_t = {j ≠ i : T_j > t} (the other episodes still running at t);
+    b_{i,t} = mean_{j∈R_t} G_{j,t}, or 0 when R_t is empty (plain REINFORCE on that turn);
+    A_{i,t} = (G_{i,t} − b_{i,t}) / σ with σ = 1 (``scale="none"``, the default: exactly unbiased, in reward
+    units like ``rloo``) or the unbiased std of every G_{j,t} of the group plus ``eps`` (``scale="std"``; a std
+    below 1e-6 counts as 1; σ depends on episode i itself, a small bias in small groups).
+    b_{i,t} is a function of the other, independent episodes only, so E[∇log π(a_{i,t}|s_{i,t})·b_{i,t}] = 0
+    and the expected gradient is the policy gradient (derivation: docs/estimators.md).
+    """
+    check_finite(rewards)
+    if scale not in ("std", "none"):
+        raise ValueError(f"turn_loo: scale must be 'std' or 'none', got {scale!r}")
+    returns = [discounted(ep, gamma) for ep in rewards]
+    horizon = max((len(g) for g in returns), default=0)
+    sums, counts = [0.0] * horizon, [0] * horizon
+    for g in returns:
+        for t, x in enumerate(g):
+            sums[t] += x
+            counts[t] += 1
+    centred = [[x - ((sums[t] - x) / (counts[t] - 1) if counts[t] > 1 else 0.0) for t, x in enumerate(g)]
+               for g in returns]
+    sigma = _group_scale([x for g in returns for x in g], eps) if scale == "std" else 1.0
+    return [[a / sigma for a in row] for row in centred]
+
+
+def rloo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:
+    """REINFORCE leave-one-out on episode totals, on every turn (TRL's ``RLOOTrainer`` and verl's
+    ``compute_rloo_outcome_advantage``).
+
+    R_i = Σ_t r_{i,t}; A_i = R_i − mean_{j≠i} R_j, not divided by a std (TRL's ``normalize_advantages``
+    defaults to False; verl has no std). A group of one gets 0, as TRL (verl keeps the raw total there).
+    ``gamma`` and ``eps`` are unused (verl's RLOO takes an epsilon it does not use either).
+    """
+    check_finite(rewards)
+    totals = [sum(ep) for ep in rewards]
+    n, total = len(totals), sum(totals)
+    adv = [r - (total - r) / (n - 1) for r in totals] if n > 1 else [0.0] * n
+    return [[a] * len(ep) for a, ep in zip(adv, rewards, strict=True)]
+
+
+GIGPO_GAMMA = 0.95  # verl-agent's GiGPO scripts: algorithm.gamma=0.95
+GIGPO_OMEGA = 1.0  # algorithm.gigpo.step_advantage_w
+GIGPO_MODES = ("mean_norm", "mean_std_norm")  # algorithm.gigpo.mode; the scripts use mean_norm
+
+
+def _centre(values: Sequence[float], mode: str, eps: float, single_mean: float | None) -> list[float]:
+    """verl-agent's group normalisation: x − mean (``mean_norm``) or (x − mean)/(std + eps); a lone value
+    has std 1 and mean ``single_mean`` (0 for the episode term, the value itself for the step term)."""
+    n = len(values)
+    if n == 1:
+        mean, std = (values[0] if single_mean is None else single_mean), 1.0
+    else:
+        mean = sum(values) / n
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return [v - mean if mode == "mean_norm" else (v - mean) / (std + eps) for v in values]
+
+
+def gigpo(rewards: Rewards, gamma: float = GIGPO_GAMMA, eps: float = 1e-6, states: Sequence[Sequence[Any]] | None = None,
+          omega: float = GIGPO_OMEGA, mode: str = "mean_norm") -> list[list[float]]:
+    """GiGPO (verl-agent ``gigpo/core_gigpo.py``): A_{i,t} = A^E_i + ω·A^S_{i,t}.
+
+    ``rewards``: per episode, its per-turn rewards; ``states``: the same shape, a hashable anchor-state key
+    per turn (None: every turn its own state, so A^S = 0 and GiGPO is its episode term).
+    Episode term: R_i = Σ_t r_{i,t} is put on each of the episode's T_i turns and centred (``mean_norm``) or
+    z-scored (``mean_std_norm``) over all the group's turns, so a long episode weighs more in the mean
+    (verl-agent's ``compute_mean_std_cross_steps=True``). Step term: G_{i,t} = Σ_{k≥t} γ^{k−t} r_{i,k},
+    centred (or z-scored) within the turns of the group that share s_{i,t}; a state seen once gets 0.
+    """
+    check_finite(rewards)
+    if mode not in GIGPO_MODES:
+        raise ValueError(f"gigpo: mode must be one of {GIGPO_MODES}, got {mode!r}")
+    if states is not None and [len(s) for s in states] != [len(ep) for ep in rewards]:
+        raise ValueError("gigpo: states must have the shape of rewards (one state key per turn)")
+    turns = [(i, t) for i, ep in enumerate(rewards) for t in range(len(ep))]
+    totals = [sum(ep) for ep in rewards]
+    episode = _split(_centre([totals[i] for i, _ in turns], mode, eps, 0.0) if turns else [], rewards)
+    returns = [discounted(ep, gamma) for ep in rewards]
+    step = [[0.0] * len(ep) for ep in rewards]
+    if states is not None:
+        groups: dict[Any, list[tuple[int, int]]] = {}
+        for i, t in turns:
+            groups.setdefault(states[i][t], []).append((i, t))
+        for members in groups.values():
+            for (i, t), a in zip(members, _centre([returns[i][t] for i, t in members], mode, eps, None), strict=True):
+                step[i][t] = a
+    return [[e + omega * s for e, s in zip(er, sr, strict=True)] for er, sr in zip(episode, step, strict=True)]
+
+
 # ------------------------------------------------------------------ EGPO (FunRL)
 # Options an estimator takes beyond gamma/eps (YAML ``estimator:`` keys).
-ESTIMATOR_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}}
+ESTIMATOR_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}}  # turn_loo's scale, gigpo's omega/mode: direct calls only
 EGPO_ALPHA = 0.4  # entropy weight (FunRL/EGPO paper)
 EGPO_KAPPA = 2.0  # clip: the entropy term never exceeds |A|/kappa, so it cannot flip A's sign
 
