@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import turngym  # noqa: F401 - registers the envs
-from turngym.oracles import envs
-from turngym.oracles.exact import evaluate, markdown, run_exact, settings
+from turngym.envs import credit_mdps as envs
+from turngym.evals.exact_oracle import evaluate, markdown, run_exact, settings
 from turngym.oracles.mdp import enumerate_trajectories, sample, solve
 
 SETTINGS = {s.name: s for s in settings()}

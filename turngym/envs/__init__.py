@@ -11,9 +11,9 @@ ENTRY_POINTS = {
     "turngym/SearchQA-v0": "turngym.envs.search_qa:SearchQAEnv",
     "turngym/BFCL-v0": "turngym.envs.bfcl.env:BFCLEnv",
     # exact credit oracles (small MDPs with exact advantages, turngym.oracles)
-    "turngym/DelayedEffect-v0": "turngym.oracles.envs:DelayedEffectEnv",
-    "turngym/Recovery-v0": "turngym.oracles.envs:RecoveryEnv",
-    "turngym/VariableHorizon-v0": "turngym.oracles.envs:VariableHorizonEnv",
+    "turngym/DelayedEffect-v0": "turngym.envs.credit_mdps:DelayedEffectEnv",
+    "turngym/Recovery-v0": "turngym.envs.credit_mdps:RecoveryEnv",
+    "turngym/VariableHorizon-v0": "turngym.envs.credit_mdps:VariableHorizonEnv",
 }
 
 

@@ -26,7 +26,7 @@ def env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
 
 def cmd_exact_creditbench(args: argparse.Namespace) -> int:
     """``--oracle exact``: estimators' expected gradients against the exact policy gradient (turngym.oracles)."""
-    from turngym.oracles.exact import run_exact
+    from turngym.evals.exact_oracle import run_exact
 
     try:
         sizes = tuple(int(b) for b in args.batch_sizes.split(",") if b.strip())

@@ -1,2 +1,3 @@
-"""Credit oracles: small envs whose true advantages are known (:mod:`turngym.oracles.mdp`,
-:mod:`turngym.oracles.envs`) and the gradient-validity benchmark on them (:mod:`turngym.oracles.exact`)."""
+"""Credit oracles: small MDPs whose true advantages are known by dynamic programming
+(:mod:`turngym.oracles.mdp`). Their text envs are :mod:`turngym.envs.credit_mdps`; the
+gradient-validity benchmark on them is :mod:`turngym.evals.exact_oracle`."""

@@ -1,6 +1,6 @@
 """Gradient validity of advantage estimators against an exact oracle (``turngym creditbench --oracle exact``).
 
-For each setting (a small MDP and a tabular softmax policy, :mod:`turngym.oracles.envs`) the exact policy
+For each setting (a small MDP and a tabular softmax policy, :mod:`turngym.envs.credit_mdps`) the exact policy
 gradient g is known (:func:`turngym.oracles.mdp.solve`). An estimator's expected gradient ĝ is measured
 by sampling ``batches`` independent batches of B episodes, splitting each batch into groups of G
 (default: the whole batch is one group), applying the estimator to each group's per-turn rewards and
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from turngym.oracles import envs
+from turngym.envs import credit_mdps as envs
 from turngym.oracles.mdp import ExactValues, TabularMDP, Trajectories, sample, solve
 from turngym.training.advantages import get_estimator
 
