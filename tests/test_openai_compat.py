@@ -143,3 +143,23 @@ def test_restore_stop_only_where_the_text_shows_which_fired():
     assert restore_stop("<answer>b</answer> <search>c", stops) == "<answer>b</answer> <search>c"  # already holds one
     assert restore_stop("no tags", stops) == "no tags"
     assert restore_stop("<search>q", ("\n\n",)) == "<search>q"  # not a closing tag: nothing to infer
+
+
+def test_a_lone_surrogate_in_a_reply_does_not_abort_the_next_turn():
+    """Turn 1's reply holds a lone surrogate (JSON allows the escape); turn 2 sends it back in the
+    history. The request goes out with U+FFFD in its place instead of failing in the JSON encoder."""
+    def reply(path, body, n):
+        return 200, {"choices": [{"message": {"content": "<calc>1+1</calc> \ud800"}, "finish_reason": "stop"}]}
+
+    server = FakeJSONServer(reply)
+    try:
+        pol = OpenAICompatPolicy(model="m", base_url=server.url, server="openai")
+        history = [{"role": "user", "content": "add"}]
+        [first] = pol.generate([GenerationRequest(messages=history)], SamplingParams(max_new_tokens=8))
+        assert "\ud800" in first.text
+        history += [{"role": "assistant", "content": first.text}, {"role": "user", "content": "2"}]
+        [second] = pol.generate([GenerationRequest(messages=history)], SamplingParams(max_new_tokens=8))
+        assert second.text and len(server.requests) == 2
+        assert server.requests[1][1]["messages"][1]["content"] == "<calc>1+1</calc> \ufffd"
+    finally:
+        server.close()

@@ -306,3 +306,24 @@ def test_kept_prefixes_give_the_same_scores_with_one_forward_less(tiny_chat_poli
     small = HFSupportScorer(tiny_chat_policy.model, tok, prefix_cache_tokens=1)  # too small to keep any prefix
     get_reward("siop", scorer=small, tokens="text").score_group(group)
     assert small.stats["prefix_reused"] == 0 and not small._prefixes
+
+
+def test_lone_surrogates_anywhere_in_a_group_score_with_siop_igpo_and_prm(tiny_chat_policy):
+    """Question, gold, query and answers holding lone surrogates (a JSON reply may carry them):
+    every support and judge wrapper scores the group instead of raising TypeError in the tokenizer."""
+    import copy
+    import math
+
+    group = []
+    for k, (calc, answer) in enumerate([("6*7", "42\ud800"), ("6*7", "42"), ("2+2 \udc00", "4"), ("6*7", "41")]):
+        env = CalculatorEnv(max_turns=3)
+        env.reset(seed=k, options={"task": {"question": "What is 6 \ud800 times 7?", "answers": ["42\udfff"]}})
+        env.step(f"<calc>{calc}</calc>")
+        env.step(f"<answer>{answer}</answer>")
+        group.append(copy.deepcopy(env.episode))
+    scorer = HFSupportScorer(tiny_chat_policy.model, tiny_chat_policy.tokenizer)
+    for wrapper in (get_reward("siop", scorer=scorer, tokens="text"), get_reward("igpo", scorer=scorer, tokens="text"),
+                    get_reward("prm", llm=tiny_chat_policy)):
+        rewards = wrapper.score_group(group).rewards
+        assert [len(r) for r in rewards] == [2, 2, 2, 2]
+        assert all(math.isfinite(x) for r in rewards for x in r)

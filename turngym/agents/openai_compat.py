@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from turngym.agents.policy import Generation, GenerationRequest, PolicyError, SamplingParams, trim_at_stop
+from turngym.envs.base import as_encodable_text
 from turngym.envs.parsing import parse_hermes_tool_calls
 
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
@@ -142,7 +143,7 @@ class OpenAICompatPolicy:
         return Generation(text=text, token_ids=ids, logprobs=lps, finish_reason="length" if reason == "length" else "stop")
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._request("POST", path, body)
+        return self._request("POST", path, encodable(body))
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         last = ""
@@ -234,6 +235,18 @@ def hermes_text(tool_calls: list[dict[str, Any]]) -> str:
             pass  # kept as the raw string: the env reports it as malformed
         out.append("<tool_call>" + json.dumps({"name": fn.get("name"), "arguments": args}) + "</tool_call>")
     return "\n".join(out)
+
+
+def encodable(value: Any) -> Any:
+    """``value`` with every string made UTF-8 encodable (lone surrogates, e.g. from a reply the server
+    itself sent back, would make the JSON encoder raise before any request is made)."""
+    if isinstance(value, str):
+        return as_encodable_text(value)
+    if isinstance(value, dict):
+        return {encodable(k): encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encodable(v) for v in value]
+    return value
 
 
 def chat_messages(messages: list[dict[str, str]], with_tools: bool) -> list[dict[str, Any]]:

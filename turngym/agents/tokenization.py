@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from turngym.envs.base import as_encodable_text
+
 _PROBE_USER = "PROBE_USER_7f3a"
 _PROBE_ASSISTANT = "PROBE_ASSISTANT_7f3a"
 
@@ -64,7 +66,8 @@ class ConversationTokenizer:
         return self.encode(self.prompt_text(messages, tools))
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        # a lone surrogate (e.g. from a JSON reply) would make a fast tokenizer raise TypeError
+        return list(self.tokenizer(as_encodable_text(text), add_special_tokens=False)["input_ids"])
 
     # ---------------------------------------------------------------- observations
 

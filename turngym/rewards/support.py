@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from turngym.envs.base import as_encodable_text
 from turngym.episode import Episode, RewardNeeds
 
 PREFIX_MODES = ("before_observation", "after_observation")
@@ -102,8 +103,9 @@ def end_of_turn_text(tokenizer: Any) -> str:
 
 def continuation(tokenizer: Any, pseudo: PseudoAnswer, reference: str, end_of_turn: str = "") -> Continuation:
     """The pseudo-answer for ``reference`` tokenised as one string; the reference's tokens by offsets."""
-    text = pseudo.prefix + reference + pseudo.suffix + (end_of_turn if pseudo.end_of_turn else "")
-    a, b = len(pseudo.prefix), len(pseudo.prefix) + len(reference)
+    prefix, reference = as_encodable_text(pseudo.prefix), as_encodable_text(reference)  # tokenizers refuse lone surrogates
+    text = prefix + reference + as_encodable_text(pseudo.suffix + (end_of_turn if pseudo.end_of_turn else ""))
+    a, b = len(prefix), len(prefix) + len(reference)
     try:
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     except (NotImplementedError, TypeError, ValueError) as exc:

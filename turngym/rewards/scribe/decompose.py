@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any
 
+from turngym.envs.base import as_encodable_text
 from turngym.episode import Episode
 from turngym.rewards.scribe.library import SkillItem
 from turngym.rewards.scribe.prompts import DECOMPOSE_SCHEMA, decompose_prompt
@@ -58,7 +59,8 @@ class TokenCounter:
             return []
         if self.tokenizer is None:
             return [math.ceil(len(t) / CHARS_PER_TOKEN_ESTIMATE) for t in texts]
-        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+        texts = [as_encodable_text(t) for t in texts]  # tokenizers refuse lone surrogates
+        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     def count(self, text: str) -> int:
         return self.count_many([text])[0]

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.agents.policy import GenerationRequest, SamplingParams
+from turngym.envs.base import as_encodable_text
 from turngym.rewards.scribe.constrain import is_local, pick_option
 
 Schema = dict[str, Any]
@@ -297,6 +298,7 @@ class JSONLLM:
         return values
 
     def _generate(self, prompts: Sequence[str], schemas: Sequence[Schema]) -> tuple[list[str], list[str]]:
+        prompts = [as_encodable_text(p) for p in prompts]  # tokenizers and JSON encoders refuse lone surrogates
         """Local models get the opening of the expected JSON after the prompt (rendered with
         their chat template when they have one), and a leading enum field (a score, a
         prototype id) chosen by their own log-probabilities; the opening is put back in
