@@ -451,3 +451,21 @@ def test_memory_prerequisites_out_of_order_are_refused(tmp_path):
     second = next(i for i, x in enumerate(ids) if x.endswith("-customer-1"))
     with pytest.raises(BFCLDataError, match="no memory snapshot for scenario 'customer'"):
         pre.reset(options={"index": second})
+
+
+def test_observations_are_capped_and_the_checker_keeps_the_full_results():
+    """A 100,000-character call comes back in the result text; the agent is shown at most the cap."""
+    from turngym.envs.bfcl.env import MAX_OBSERVATION_CHARS
+
+    env = BFCLEnv(category="multi_turn_base")
+    env.reset(options={"index": 0})
+    obs, *_ = env.step(f"[echo(content='{'y' * 100_000}', file_name='big.txt')]")
+    turn = env.episode.turns[-1]
+    assert 100_000 > len(obs) <= MAX_OBSERVATION_CHARS + 60 and "more characters]" in obs
+    assert turn.metrics["observation_truncated"] is True
+    uncut = BFCLEnv(category="multi_turn_base", max_observation_chars=None)
+    uncut.reset(options={"index": 0})
+    obs, *_ = uncut.step(f"[echo(content='{'y' * 100_000}', file_name='big.txt')]")
+    assert len(obs) > 100_000
+    with pytest.raises(ValueError, match="max_observation_chars"):
+        BFCLEnv(category="multi_turn_base", max_observation_chars=0)

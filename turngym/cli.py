@@ -13,6 +13,17 @@ from typing import Any
 from turngym.evals.commands import env_kwargs as _env_kwargs
 
 
+def _port(text: str) -> int:
+    """A TCP port for argparse: 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {port}")
+    return port
+
+
 def _env_id(name: str) -> str:
     return name if "/" in name else f"turngym/{name}"
 
@@ -22,11 +33,7 @@ def _make_env(args: argparse.Namespace, prompt_style: str | None):
 
     import turngym  # noqa: F401 - registers the envs
 
-    kwargs = _env_kwargs(args.env_arg)
-    if args.dataset:
-        kwargs["dataset"] = args.dataset
-    if args.max_turns is not None:
-        kwargs["max_turns"] = args.max_turns
+    kwargs = _env_kwargs(args.env_arg, args.dataset, args.max_turns)
     if prompt_style and "prompt_style" not in kwargs:
         kwargs["prompt_style"] = prompt_style
     env_id = _env_id(args.env)
@@ -289,11 +296,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from turngym.evals.harness import EvalError, EvalSpec, run_eval
 
     _run_args_ok(args)
-    env_kwargs = _env_kwargs(args.env_arg)
-    if args.dataset:
-        env_kwargs["dataset"] = args.dataset
-    if args.max_turns is not None:
-        env_kwargs["max_turns"] = args.max_turns
+    env_kwargs = _env_kwargs(args.env_arg, args.dataset, args.max_turns)
     spec = EvalSpec(env_id=_env_id(args.env), env_kwargs=env_kwargs, model=args.model, base_url=args.base_url, k=args.k,
                     limit=args.limit, start=args.start, subset_file=args.subset, concurrency=args.concurrency,
                     max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
@@ -448,7 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     srv = sub.add_parser("serve-retriever", help="serve an index over HTTP (Search-R1 /retrieve)")
     srv.add_argument("--index", default="default")
     srv.add_argument("--host", default="127.0.0.1")
-    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--port", type=_port, default=8000)
     srv.add_argument("--threads", type=int, default=2)
     srv.add_argument("--max-hits", type=int, default=50_000, help="cap on queries x topk per request (413 above)")
     srv.set_defaults(func=cmd_serve_retriever)

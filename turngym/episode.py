@@ -355,6 +355,8 @@ def read_episodes(path: str | os.PathLike, strict: bool = False) -> ReadReport:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"episodes file not found: {path}")
+    if not path.is_file():  # a FIFO, a device or a link to one could be read without end
+        raise ValueError(f"{path} is not a regular file; episodes are read from regular files only")
     episodes: list[Episode] = []
     errors: list[EpisodeFileError] = []
     with path.open("rb") as fh:

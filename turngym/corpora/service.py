@@ -127,7 +127,10 @@ def parse_request(body: bytes, max_hits: int) -> tuple[list[str], int, bool]:
         raise BadRequest(413, f"{len(queries)} queries × topk {topk} = {len(queries) * topk} hits exceeds this "
                               f"server's cap of {max_hits} per request; split the batch or lower topk",
                          max_hits_per_request=max_hits)
-    return queries, topk, bool(obj.get("return_scores", False))
+    scores = obj.get("return_scores", False)
+    if not isinstance(scores, bool):  # "false" is a true string: refuse rather than guess
+        raise BadRequest(400, f"'return_scores' must be true or false (JSON booleans), got {scores!r}")
+    return queries, topk, scores
 
 
 def _row_json(hits: list[Hit], with_scores: bool) -> bytes:

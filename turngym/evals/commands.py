@@ -10,8 +10,22 @@ from pathlib import Path
 from typing import Any
 
 
-def env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
-    """``--env-arg key=value`` pairs; a value is read as JSON when it parses, else kept as text."""
+def env_kwargs(pairs: Sequence[str], dataset: str | None = None, max_turns: int | None = None) -> dict[str, Any]:
+    """``--env-arg key=value`` pairs (a value is read as JSON when it parses, else kept as text),
+    with ``--dataset`` and ``--max-turns`` added; the same key given two ways with two values is an
+    error, not a silent override."""
+    out = _pairs(pairs)
+    for key, value in (("dataset", dataset), ("max_turns", max_turns)):
+        if value is None or value == "":
+            continue
+        if key in out and out[key] != value:
+            flag = "--" + key.replace("_", "-")
+            raise SystemExit(f"error: {flag} {value} and --env-arg {key}={out[key]} disagree; give one of them")
+        out[key] = value
+    return out
+
+
+def _pairs(pairs: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for pair in pairs:
         if "=" not in pair:
@@ -105,11 +119,7 @@ def eval_many(args: argparse.Namespace) -> int:
     for part in (p.strip() for p in args.env.split(",") if p.strip()):
         name, _, dataset = part.partition(":")
         env_id = name if "/" in name else f"turngym/{name}"
-        kwargs = env_kwargs(args.env_arg)
-        if dataset:
-            kwargs["dataset"] = dataset
-        if args.max_turns:
-            kwargs["max_turns"] = args.max_turns
+        kwargs = env_kwargs(args.env_arg, dataset or None, args.max_turns)
         runs.append((env_id, kwargs, Path(args.out) / (env_id.split("/")[-1] + (f"-{dataset}" if dataset else ""))))
     try:
         options = server_options(args.base_url, args.server, args.prompt_format)

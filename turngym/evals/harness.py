@@ -150,7 +150,10 @@ def _run_eval_locked(spec: EvalSpec, out: Path, policy: Any, progress: Callable[
         from turngym.agents.loading import load_policy
 
         policy = load_policy(spec.model, base_url=spec.base_url, **spec.server_options())
-    note = store_settings(out / RUN_SETTINGS, spec.settings(), outputs, overwrite)  # the run can start
+    try:
+        note = store_settings(out / RUN_SETTINGS, spec.settings(), outputs, overwrite)  # the run can start
+    except OSError as exc:
+        raise _disk_error(exc, out / "episodes.jsonl") from None
     if note:
         print(note)
     tok = getattr(policy, "tokenizer", None)
@@ -174,18 +177,26 @@ def _run_eval_locked(spec: EvalSpec, out: Path, policy: Any, progress: Callable[
         raise EvalError(f"the model backend failed: {exc}. Episodes already written are kept in {episodes_path}; "
                         "rerun the same command to continue") from None
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise EvalError(f"disk full while writing {episodes_path}; every episode written so far is intact. "
-                            "Free space and rerun the same command to continue") from None
-        raise
+        raise _disk_error(exc, episodes_path) from None
     wall = time.perf_counter() - start
     wanted = {runner.episode_id(base.env_name, str(getattr(base, "dataset_name", "") or ""), t, kk)
               for t in _tasks(indices) for kk in range(spec.k)}
     episodes = [e for e in read_episodes(episodes_path).episodes if e.id in wanted]
     results = summarise(episodes, spec, manifest.subset(indices, base.data.items).to_dict() if manifest else
                         {"dataset": getattr(base, "dataset_name", ""), "indices": indices}, wall)
-    write_results(results, episodes, out)
+    try:
+        write_results(results, episodes, out)
+    except OSError as exc:
+        raise _disk_error(exc, episodes_path) from None
     return results
+
+
+def _disk_error(exc: OSError, episodes_path: Path) -> Exception:
+    """A full disk (or quota) is one clear message; other OS errors are returned as they are."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return exc
+    return EvalError(f"disk full while writing {exc.filename or episodes_path}; every episode written so far is intact "
+                     f"in {episodes_path}. Free space and rerun the same command to continue")
 
 
 def _model_identity(model: str) -> dict[str, Any]:

@@ -46,7 +46,12 @@ class TrainConfig:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"config file not found: {path}")
-        raw = yaml.safe_load(path.read_text()) or {}
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+            raise ValueError(f"{path}: not valid YAML{at}: {getattr(exc, 'problem', None) or exc}") from None
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: the config must be a mapping")
         unknown = set(raw) - KNOWN_KEYS

@@ -44,6 +44,15 @@ from turngym.envs.bfcl.modes import CALL_ANSWERS, Memory, Mode, MultiTurn, Singl
 from turngym.envs.bfcl.upstream import bfcl_project_root
 
 
+# bfcl-eval shows tool results uncut; a backend can return megabytes (e.g. ``cat`` of a file the agent
+# wrote), so what the agent sees and the turn records is capped (None: uncut, as bfcl-eval)
+MAX_OBSERVATION_CHARS = 32_000
+
+
+def cap_text(text: str, cap: int) -> str:
+    return f"{text[:cap]}\n... [truncated: {len(text) - cap:,} more characters]"
+
+
 class BFCLEnv(TextEnv):
     """Data, the current entry, its backend session and the name map; the protocol is ``self.mode``
     and the tool format ``self.format``."""
@@ -55,8 +64,12 @@ class BFCLEnv(TextEnv):
 
     def __init__(self, category: str = "multi_turn_base", tool_format: str = "prompting",
                  data_dir: str | None = None, max_turns: int = 400, render_mode: str | None = None,
-                 dataset: str | None = None, memory_dir: str | None = None):
+                 dataset: str | None = None, memory_dir: str | None = None,
+                 max_observation_chars: int | None = MAX_OBSERVATION_CHARS):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if max_observation_chars is not None and max_observation_chars < 1:
+            raise ValueError(f"max_observation_chars must be >= 1 or None, got {max_observation_chars}")
+        self.max_observation_chars = max_observation_chars
         if dataset is not None:  # the harness's --dataset names the category
             category = dataset
         if tool_format not in TOOL_FORMATS:
@@ -132,7 +145,18 @@ class BFCLEnv(TextEnv):
     # ------------------------------------------------------------------ acting and grading
 
     def act(self, action: str) -> ActionResult:
-        return self.mode.act(action)
+        result = self.mode.act(action)
+        cap = self.max_observation_chars
+        if cap is None:
+            return result
+        # what the agent is shown and the turn records; the checker keeps the backend's full results
+        if result.observation is not None and len(result.observation) > cap:
+            result.observation = cap_text(result.observation, cap)
+            result.metrics["observation_truncated"] = True
+        for call in result.tool_calls:
+            if isinstance(call.get("result"), str) and len(call["result"]) > cap:
+                call["result"] = cap_text(call["result"], cap)
+        return result
 
     def action_error(self, action: str, exc: Exception) -> ActionResult:
         return self.mode.action_error(action, exc) or super().action_error(action, exc)
