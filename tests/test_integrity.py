@@ -367,3 +367,38 @@ def test_a_cell_that_fills_its_working_folder_keeps_output_capture(pool):
         assert "full" in r.stdout
         nxt = s.run("print('still captured')")
         assert nxt.ok and nxt.stdout == "still captured\n"
+
+
+def test_a_host_killed_while_its_workers_are_frozen_leaves_nothing_running(tmp_path):
+    """SIGKILL the host between cells (its workers frozen, so bwrap's die-with-parent cannot act):
+    its watchdog thaws and kills them within seconds, with no later pool start needed."""
+    import signal
+    import subprocess
+    import sys
+
+    host = textwrap.dedent("""
+        import json, sys, time
+        from turngym.envs.sandbox import SandboxPool
+        pool = SandboxPool(size=1)
+        s = pool.session()
+        assert s.run("x = 1").ok
+        root = s._worker.proc.pid
+        print(json.dumps({"root": root, "uid": s.describe()["host_uid"],
+                          "cgroups": [str(d) for d in (s._worker.cgroup.dirs if s._worker.cgroup else [])]}), flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", host], stdout=subprocess.PIPE, text=True)
+    info = json.loads(proc.stdout.readline())
+    worker = psutil.Process(info["root"])
+    tree = [worker, *worker.children(recursive=True)]
+    assert tree and all(p.is_running() for p in tree)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree):
+        time.sleep(0.1)
+    assert not [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(Path(d).exists() for d in info["cgroups"]):
+        time.sleep(0.1)
+    assert not [d for d in info["cgroups"] if Path(d).exists()]

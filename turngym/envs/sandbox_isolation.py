@@ -38,7 +38,6 @@ import functools
 import json
 import os
 import shutil
-import signal
 import stat
 import struct
 import subprocess
@@ -49,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from turngym.envs._sandbox_reaper import recorded_cgroups, remove_cgroup_dirs, remove_state_dir
 
 BUBBLEWRAP_CGROUP = "bubblewrap+cgroup"
 BUBBLEWRAP = "bubblewrap"
@@ -491,43 +492,6 @@ class WorkerCgroup:
         remove_cgroup_dirs(self.dirs)
 
 
-def remove_cgroup_dirs(dirs: list[Path]) -> None:
-    """SIGKILL every process left in these cgroups, then remove them."""
-    for d in dirs:  # frozen tasks (v1) take no signal until thawed
-        for name, value in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
-            if (d / name).exists():
-                try:
-                    (d / name).write_text(value)
-                except OSError:
-                    pass
-    for _ in range(100):
-        left = False
-        for d in dirs:
-            if not d.exists():
-                continue
-            if (d / "cgroup.kill").exists():
-                try:
-                    (d / "cgroup.kill").write_text("1")
-                except OSError:
-                    pass
-            try:
-                pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
-            except (OSError, ValueError):
-                pids = []
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            try:
-                d.rmdir()
-            except OSError:
-                left = True
-        if not left:
-            return
-        time.sleep(0.02)
-
-
 # ---------------------------------------------------------------- per-host state and stale clean-up
 
 
@@ -551,11 +515,12 @@ class HostState:
         self._cgroups = self.dir / "cgroups"
         self._cgroups.mkdir(mode=0o700, exist_ok=True)
         atexit.register(self.remove)  # registered before any pool's close, so it runs after them
+        self._watchdog = _start_watchdog(self.dir)
 
     def remove(self) -> None:
         """At exit: whatever workers are still alive go, with their cgroups and this folder."""
         if os.getpid() == int(self.dir.name.split("-")[1]):
-            _remove_state_dir(self.dir)
+            remove_state_dir(self.dir)
 
     def record_cgroup(self, name: str, dirs: list[Path]) -> None:
         (self._cgroups / name).write_text("".join(f"{d}\n" for d in dirs))
@@ -564,10 +529,19 @@ class HostState:
         (self._cgroups / name).unlink(missing_ok=True)
 
     def recorded_cgroups(self) -> list[Path]:
-        return _recorded_cgroups(self.dir)
+        return recorded_cgroups(self.dir)
 
     def workdir(self) -> str:
         return tempfile.mkdtemp(prefix="work-", dir=self.dir)
+
+
+def _start_watchdog(state_dir: Path) -> subprocess.Popen:
+    """The reaper that removes this host's workers when the host ends, however it ends (see
+    :mod:`turngym.envs._sandbox_reaper`): it holds the read end of a pipe only this process writes to."""
+    source = Path(__file__).with_name("_sandbox_reaper.py").read_text()
+    return subprocess.Popen([sys.executable, "-I", "-S", "-c", source, str(state_dir)], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            close_fds=True)
 
 
 def private_state_root(root: Path = STATE_ROOT) -> Path:
@@ -603,7 +577,7 @@ def clean_stale_state(root: Path = STATE_ROOT) -> list[str]:
         pid, ticks = int(parts[1]), parts[2]
         if str(_start_ticks(pid)) == ticks:
             continue  # its owner still runs
-        removed += _remove_state_dir(entry)
+        removed += remove_state_dir(entry)
     return removed + _remove_unheld_uid_locks(root / "uids")
 
 
@@ -624,34 +598,6 @@ def _remove_unheld_uid_locks(lock_dir: Path) -> list[str]:
         finally:
             os.close(fd)
     return removed
-
-
-def _remove_state_dir(entry: Path) -> list[str]:
-    removed = []
-    dirs = _recorded_cgroups(entry)
-    if dirs:
-        remove_cgroup_dirs([d for d in dirs if d.exists()])
-        removed += [str(d) for d in dirs]
-    _make_writable(entry)
-    shutil.rmtree(entry, ignore_errors=True)
-    return removed + [str(entry)]
-
-
-def _recorded_cgroups(state_dir: Path) -> list[Path]:
-    """The cgroups a host's state folder lists: one file per worker (a single file in older versions)."""
-    where = state_dir / "cgroups"
-    files = sorted(where.iterdir()) if where.is_dir() else [where] if where.exists() else []
-    return [Path(line) for f in files for line in f.read_text().splitlines() if line.strip()]
-
-
-def _make_writable(tree: Path) -> None:
-    """A cell may have left read-only folders; the owner of the tree (root or us) can fix that."""
-    for dirpath, dirnames, _ in os.walk(tree):
-        for d in dirnames:
-            try:
-                os.chmod(os.path.join(dirpath, d), 0o700)
-            except OSError:
-                pass
 
 
 # ---------------------------------------------------------------- fallback identities

@@ -43,7 +43,6 @@ from turngym.envs.bfcl.formats import FORMATS, ToolFormat
 from turngym.envs.bfcl.modes import CALL_ANSWERS, Memory, Mode, MultiTurn, SingleTurn
 from turngym.envs.bfcl.upstream import bfcl_project_root
 
-
 # bfcl-eval shows tool results uncut; a backend can return megabytes (e.g. ``cat`` of a file the agent
 # wrote), so what the agent sees and the turn records is capped (None: uncut, as bfcl-eval)
 MAX_OBSERVATION_CHARS = 32_000
