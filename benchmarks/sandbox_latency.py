@@ -1,8 +1,9 @@
 """Sandbox figures, side by side in one process: warm execution of print(1+1) at the strongest
-isolation level the machine allows (bubblewrap, with a cgroup where possible) vs the
-rlimits-only level (the isolation before bubblewrap) vs a fresh `python -c` subprocess
-(p50/p95; goal: warm cell >= 50x faster than `python -c` at p50), worker start-up time per
-level, executions per second on 2 workers, and env.step overhead without code.
+isolation level the machine allows (bubblewrap, with a cgroup where possible; as root, an
+unprivileged host uid) vs the rlimits-only level (the isolation before bubblewrap) vs the same
+cell through ``MathCodeEnv.step`` (what an agent pays) vs a fresh `python -c` subprocess
+(p50/p95; goal: warm cell through env.step >= 50x faster than `python -c` at p50), worker
+start-up time per level, executions per second on 2 workers, and env.step overhead without code.
 Usage: python benchmarks/sandbox_latency.py [--n 300]
 """
 
@@ -31,18 +32,28 @@ def main() -> None:
     strong = SandboxPool(size=2, isolation="auto")
     weak = SandboxPool(size=1, isolation="rlimits-only")
     print(f"levels: {strong.chosen.level} ({strong.chosen.note}) vs {weak.chosen.level}")
-    times: dict[str, list[float]] = {strong.chosen.level: [], weak.chosen.level: [], "fresh python -c": []}
+    arm_env = "MathCodeEnv.step (" + strong.chosen.level + ")"
+    times: dict[str, list[float]] = {strong.chosen.level: [], weak.chosen.level: [], arm_env: [], "fresh python -c": []}
+    env = MathCodeEnv(dataset="gsm8k", max_turns=10**6, sandbox=strong)
+    env.reset(options={"index": 0})
     with strong.session() as s_new, weak.session() as s_old:
         strong.wait_warm()  # refills start workers in the background: let them finish first
         weak.wait_warm()
         s_new.run("print(0)")
         s_old.run("print(0)")
+        env.step("```python\nprint(0)\n```")
+        print(f"host uid of the cells: {s_new.describe()['host_uid']} ({strong.chosen.level}), "
+              f"{env.episode.meta['sandbox']['host_uid']} (env)")
         for i in range(args.n):  # interleaved, so machine noise hits every arm alike
             for level, s in ((strong.chosen.level, s_new), (weak.chosen.level, s_old)):
                 t = time.perf_counter()
                 r = s.run("print(1+1)")
                 times[level].append((time.perf_counter() - t) * 1000)
                 assert r.stdout == "2\n", r.render()
+            t = time.perf_counter()
+            obs, *_ = env.step("```python\nprint(1+1)\n```")
+            times[arm_env].append((time.perf_counter() - t) * 1000)
+            assert "\n2\n" in obs, obs
             if i % 4 == 0:
                 t = time.perf_counter()
                 subprocess.run([sys.executable, "-c", "print(1+1)"], capture_output=True, check=True)

@@ -265,7 +265,7 @@ class _Interpreter:
         """Is the interpreter waiting for its next cell: one thread, blocked reading its code pipe?
         Read by the supervisor from /proc (the interpreter makes itself readable), so a thread a
         cell left running, or cell code that carried on after a forged status frame, cannot pass."""
-        deadline = time.monotonic() + wait_s
+        deadline, tries = time.monotonic() + wait_s, 0
         while True:
             try:
                 with open(f"/proc/{self.pid}/status") as fh:
@@ -278,7 +278,11 @@ class _Interpreter:
                 return True
             if time.monotonic() > deadline:
                 return False
-            time.sleep(0.0005)
+            tries += 1
+            if tries < 50:
+                os.sched_yield()  # it is usually a few bytecodes away from its read
+            else:
+                time.sleep(0.0002)
 
     def death(self):
         """Why the interpreter is gone (it was reaped here)."""
