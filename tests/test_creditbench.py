@@ -9,7 +9,6 @@ from turngym.evals.credit import (
     credit_score,
     group_advantages,
     labelled_pairs,
-    paired_estimator,
 )
 from turngym.evals.creditbench import (
     BenchConfig,
@@ -45,9 +44,11 @@ def test_auc_and_spearman_on_known_orders():
 
 
 def test_paired_estimators_and_lagged_pairs():
-    assert paired_estimator("outcome") == "grpo" and paired_estimator("siop") == "turn"
-    assert paired_estimator("igpo") == "igpo_separate"
-    adv = group_advantages("outcome", [[0.0, 1.0], [0.0, 0.0]])  # GRPO: the episode's z-score on every turn
+    from turngym.rewards.base import declared_estimator
+
+    assert declared_estimator("outcome") == "grpo" and declared_estimator("siop") == "turn"
+    assert declared_estimator("igpo") == "igpo_separate"
+    adv = group_advantages("grpo", [[0.0, 1.0], [0.0, 0.0]])  # GRPO: the episode's z-score on every turn
     assert adv[0][0] == adv[0][1] > 0 > adv[1][0] == adv[1][1]
     assert labelled_pairs([[1.0, 2.0, 3.0]], [[1, 0, None]]) == [(1.0, 1), (2.0, 0)]
     assert labelled_pairs([[1.0, 2.0, 3.0]], [[1, 0, None]], lag=1) == [(2.0, 1), (3.0, 0)]

@@ -147,6 +147,7 @@ def test_ablation_reports_credit_accuracy_and_correlations(tmp_path):
     class FakeHitReward:
         """A fake per-turn reward that pays exactly the retrieval hits (credit accuracy 1)."""
         name = "fake-hits"
+        estimator = "turn"
 
         def score_group(self, group):
             from turngym.rewards.base import GroupScores

@@ -34,6 +34,7 @@ class FakeTurnReward:
     """A fake reward wrapper: a distinct, known reward on every turn."""
 
     name: str = "fake-turn"
+    estimator = "turn"
 
     def score_group(self, episodes):
         return GroupScores([[0.5 * (i + 1) - t for t in range(len(e.turns))] for i, e in enumerate(episodes)])
@@ -330,6 +331,7 @@ def test_trainer_calls_the_reward_observe_hook_every_step(tmp_path):
 
     class FakeObservingReward:
         name = "fake-observing"
+        estimator = "turn"
 
         def __init__(self):
             self.steps = []
@@ -348,3 +350,55 @@ def test_trainer_calls_the_reward_observe_hook_every_step(tmp_path):
                          estimator="turn")
     tr.train()
     assert [s for s, _ in reward.steps] == [0, 1] and all(n == 4 for _, n in reward.steps)
+
+
+def test_gigpo_gets_the_envs_anchor_states_and_estimator_options_reach_the_estimator(tmp_path, monkeypatch):
+    """GiGPO's step groups come from ``TextEnv.anchor_state`` (turns that saw the same env output share
+    one); ``estimator_options`` of the estimator itself are passed through."""
+    import turngym.training.trainer as trainer_module
+
+    seen = {}
+
+    def spy(rewards, gamma=1.0, eps=1e-6, states=None, omega=1.0, mode="mean_norm"):
+        seen.update(states=states, omega=omega, mode=mode)
+        return get_estimator("gigpo")(rewards, gamma=gamma, eps=eps, states=states, omega=omega, mode=mode)
+
+    monkeypatch.setattr(trainer_module, "get_estimator", lambda name: spy)
+    model, tok = model_and_tokenizer()
+    tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: CalculatorEnv(max_turns=3),
+                         reward=FakeTurnReward(), args=config(tmp_path, max_completion_length=160),
+                         train_dataset=task_dataset(range(4)), estimator="gigpo", stop=(" ",),
+                         estimator_options={"omega": 0.5, "mode": "mean_std_norm"})
+    group = []
+    for k, calc in enumerate(["6*7", "6*7", "2+2", "6*7"]):
+        env = CalculatorEnv(max_turns=3)
+        env.reset(seed=k, options={"task": {"question": "What is 6 times 7?", "answers": ["42"]}})
+        env.step(f"thinking {k} <calc>{calc}</calc>")
+        env.step("<answer>42</answer>")
+        env.episode.group = "q"
+        group.append(copy.deepcopy(env.episode))
+    tr.turn_advantages(group, 4)
+    assert seen["omega"] == 0.5 and seen["mode"] == "mean_std_norm"
+    first, second = zip(*seen["states"], strict=True)
+    assert len(set(first)) == 1  # every rollout starts from the task's prompt
+    assert second[0] == second[1] == second[3] != second[2]  # the same calculation shows the same result
+    with pytest.raises(ValueError, match="takes no options"):
+        TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: CalculatorEnv(max_turns=3),
+                        reward=FakeTurnReward(), args=config(tmp_path), train_dataset=task_dataset(range(4)),
+                        estimator="turn", estimator_options={"omega": 1.0})
+
+
+def test_the_rewards_declared_estimator_is_the_default(tmp_path):
+    from turngym.rewards.base import declared_estimator
+
+    assert (declared_estimator("outcome"), declared_estimator("siop"), declared_estimator("igpo"),
+            declared_estimator("scribe+funrl")) == ("grpo", "turn", "igpo_separate", "turn")
+    model, tok = model_and_tokenizer()
+    for reward, want in ((get_reward("outcome"), "grpo"), (get_reward("funrl"), "turn")):
+        tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: CalculatorEnv(max_turns=2),
+                             reward=reward, args=config(tmp_path), train_dataset=task_dataset(range(4)))
+        assert tr.estimator_name == want
+    tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: CalculatorEnv(max_turns=2),
+                         reward=get_reward("outcome"), args=config(tmp_path), train_dataset=task_dataset(range(4)),
+                         estimator="turn_loo")
+    assert tr.estimator_name == "turn_loo"

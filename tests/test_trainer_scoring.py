@@ -97,6 +97,7 @@ def test_each_process_scores_only_its_own_groups_once(tmp_path, monkeypatch, n_p
         """A fake reward wrapper that counts which groups it scores."""
 
         name = "counting"
+        estimator = "turn"
 
         def __init__(self):
             self.seen = []

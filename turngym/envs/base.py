@@ -9,6 +9,7 @@ agents, the rollout runner and gymnasium's checker.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
 import math
@@ -310,6 +311,14 @@ class TextEnv(gym.Env):
         ep.meta["truncation"] = reason
         ep.outcome = self._safe_grade(ep)
         self.on_close_episode()
+
+    def anchor_state(self, episode: Episode, t: int) -> str:
+        """GiGPO's anchor state of turn ``t``: a key equal for turns that start from the same env state.
+        Default: what the env showed right before the turn (the task's prompt for turn 0, else the
+        previous turn's observation), so two rollouts that ran the same search or the same code share
+        a state whatever they wrote around it. An env with a richer state (e.g. a backend) overrides it."""
+        shown = episode.prompt if t == 0 else episode.turns[t - 1].observation
+        return hashlib.sha1(json.dumps(shown, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
 
     def outcome_reward(self, outcome: dict[str, Any]) -> float:
         """The Gymnasium reward for the task: ``outcome[outcome_metric]`` as a number (correct → 1.0),

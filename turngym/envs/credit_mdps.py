@@ -81,6 +81,7 @@ class OracleTextEnv(TextEnv):
     dataset_name = "oracle"
     observation_role = "user"
     reward_needs = RewardNeeds(answer_kind="none", answer_cue="answer_tag")  # no final answer, no tools
+    outcome_metric = None  # the MDP's per-step rewards are the task (the default anchor state names the node)
     build: Callable[..., TabularMDP]
 
     def __init__(self, render_mode: str | None = None, **mdp_kwargs: Any):

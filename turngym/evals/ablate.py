@@ -129,7 +129,7 @@ def _summary(groups: Sequence[EpisodeGroup], per_turn: dict[str, list[list[float
         flat = [x for r in rows for x in r]
         summary["rewards"][name] = {
             "credit_accuracy": spearman([p[0] for p in pairs], [p[1] for p in pairs]),
-            "credit_accuracy_advantage": _advantage_credit(name, rows, truths, groups),
+            "credit_accuracy_advantage": _advantage_credit(rewards[name].estimator, rows, truths, groups),
             "agreement_with_gold_outcome": spearman(totals, gold),
             "within_group_variance": float(np.mean(variances)) if variances else None,
             "mean_turn_reward": float(np.mean(flat)) if flat else None,
@@ -144,18 +144,18 @@ def _finite_spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     return spearman([p[0] for p in pairs], [p[1] for p in pairs])
 
 
-def _advantage_credit(name: str, rows: list[list[float]], truths: list[list[float | None]],
+def _advantage_credit(estimator: str, rows: list[list[float]], truths: list[list[float | None]],
                       groups: Sequence[EpisodeGroup]) -> dict[str, Any]:
     """Credit accuracy on the paired estimator's per-turn advantages, groups kept whole for the bootstrap."""
-    from turngym.evals.credit import credit_score, group_advantages, labelled_pairs, paired_estimator
+    from turngym.evals.credit import credit_score, group_advantages, labelled_pairs
 
     pairs, start = [], 0
     for g in groups:
-        adv = group_advantages(name, rows[start:start + len(g)])
+        adv = group_advantages(estimator, rows[start:start + len(g)])
         labels = [[None if x is None else int(x) for x in tr] for tr in truths[start:start + len(g)]]
         pairs.append(labelled_pairs(adv, labels))
         start += len(g)
-    return {"estimator": paired_estimator(name), **credit_score(pairs).to_dict()}
+    return {"estimator": estimator, **credit_score(pairs).to_dict()}
 
 
 def _costs(wrapper: Any) -> dict[str, Any]:

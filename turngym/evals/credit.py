@@ -1,7 +1,7 @@
 """Credit accuracy: how well the credit a turn's tokens receive separates useful turns from useless ones.
 
 A wrapper's per-turn rewards become per-turn advantages through the estimator it is paired
-with in training (:data:`PAIRED_ESTIMATOR`): episode-level rewards (outcome, TTRL, EMPO)
+with in training (declared by the reward: its ``estimator``): episode-level rewards (outcome, TTRL, EMPO)
 go through GRPO, which broadcasts the episode's z-scored total to every turn;
 turn-level rewards (SIOP, SCRIBE, funrl) through the ``turn`` estimator (group z-score, then a
 discounted backward sum); IGPO through ``igpo_separate`` (outcome and process rewards
@@ -34,17 +34,9 @@ def turn_truth(ep: Episode) -> list[float | None]:
     return out
 
 
-PAIRED_ESTIMATOR = {"outcome": "grpo", "ttrl": "grpo", "empo": "grpo", "funrl": "turn",
-                    "siop": "turn", "igpo": "igpo_separate", "scribe": "turn"}
-
-
-def paired_estimator(wrapper_name: str) -> str:
-    return PAIRED_ESTIMATOR.get(wrapper_name, "turn")
-
-
-def group_advantages(wrapper_name: str, group_rewards: Sequence[Sequence[float]]) -> list[list[float]]:
-    """Per-turn advantages of one group under the wrapper's paired estimator."""
-    return get_estimator(paired_estimator(wrapper_name))(group_rewards)
+def group_advantages(estimator: str, group_rewards: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Per-turn advantages of one group under ``estimator`` (a wrapper's is its ``estimator`` attribute)."""
+    return get_estimator(estimator)(group_rewards)
 
 
 def auc(scores: Sequence[float], labels: Sequence[int]) -> float | None:

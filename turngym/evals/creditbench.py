@@ -46,7 +46,6 @@ from turngym.evals.credit import (
     credit_score,
     group_advantages,
     labelled_pairs,
-    paired_estimator,
     varies,
 )
 
@@ -379,11 +378,11 @@ def score_groups(groups: Sequence[Sequence[Episode]], wrappers: dict[str, Any],
             continue
         if rewards_out is not None:
             rewards_out[name] = rewards
-        advantages = [group_advantages(name, r) for r in rewards]
+        advantages = [group_advantages(wrapper.estimator, r) for r in rewards]
         totals = [[sum(ep) for ep in r] for r in rewards]
         variances = [float(np.var(t, ddof=1)) for t in totals if len(t) > 1]
         row: dict[str, Any] = {
-            "estimator": paired_estimator(name),
+            "estimator": wrapper.estimator,
             "advantage": credit_score([labelled_pairs(a, lab) for a, lab in zip(advantages, labels, strict=True)],
                                       n_boot, seed).to_dict(),
             "advantage_next_turn": credit_score([labelled_pairs(a, lab, lag=1)

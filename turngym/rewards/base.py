@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from turngym.episode import Episode
 from turngym.registry import Registry, resolve
@@ -27,6 +27,7 @@ class GroupScores:
 
 class RewardWrapper(Protocol):
     name: str
+    estimator: ClassVar[str]  # the advantage estimator it is paired with in training (a run may override it)
 
     def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
         ...
@@ -47,6 +48,15 @@ REWARDS = Registry("reward", {
     "composite": "turngym.rewards.composite:CompositeReward",
 })
 JOINED = "turngym.rewards.composite:composite_from_name"  # builds an ``a+b`` name
+
+
+def declared_estimator(name: str) -> str:
+    """The estimator the reward registered as ``name`` declares (``a+b`` composites: ``CompositeReward``'s)."""
+    factory = REWARDS.load("composite" if "+" in name else name)
+    estimator = getattr(factory, "estimator", None)
+    if not isinstance(estimator, str):
+        raise ValueError(f"reward {name!r} declares no paired estimator (a class attribute 'estimator', e.g. 'grpo')")
+    return estimator
 
 
 def register_reward(name: str, factory: str | Callable[..., RewardWrapper]) -> None:

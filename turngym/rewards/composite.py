@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from turngym.episode import Episode
 from turngym.rewards.base import GroupScores, finite, get_reward
@@ -25,6 +25,7 @@ from turngym.rewards.base import GroupScores, finite, get_reward
 
 @dataclass
 class CompositeReward:
+    estimator: ClassVar[str] = "turn"  # its paired estimator (a sum of per-turn rewards)
     parts: list[dict[str, Any]]
     name: str = "composite"
     members: dict[str, Any] = field(default_factory=dict, init=False)

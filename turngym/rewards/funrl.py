@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from turngym.episode import Episode, Turn
 from turngym.rewards.base import GroupScores, final_turn_rewards, outcome_score
@@ -57,6 +57,7 @@ def turn_components(episode: Episode, turn: Turn) -> dict[str, float]:
 
 @dataclass
 class ToolCallDenseReward:
+    estimator: ClassVar[str] = "turn"  # its paired estimator (per-turn rewards, summed backwards)
     name: str = "toolcall_dense"
 
     def score_episode(self, episode: Episode) -> list[float]:
@@ -84,6 +85,8 @@ class FunRLReward:
     the call; turngym's prompts do not ask for one, so it is off unless set.
     ``metric``: the outcome field that decides correctness (default: correct / em / bfcl_valid).
     """
+
+    estimator: ClassVar[str] = "turn"  # its paired estimator (its recipes pair it with the turn estimator)
 
     require_think: bool = False
     metric: str | None = None

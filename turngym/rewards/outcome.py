@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from turngym.episode import Episode, EpisodeGroup
 from turngym.rewards.base import GroupScores, final_turn_rewards, impute_missing, outcome_score
@@ -15,6 +15,8 @@ from turngym.rewards.equivalence import Clustering, cluster_answers, make_equiva
 @dataclass
 class OutcomeReward:
     """The env's gold verdict (math ``correct``, QA ``em`` or ``f1``, BFCL ``bfcl_valid``) on the last turn."""
+
+    estimator: ClassVar[str] = "grpo"  # the paired estimator (an episode-level reward: TRL's GRPO)
 
     metric: str | None = None
     name: str = "outcome"
@@ -47,6 +49,8 @@ class TTRLReward:
     the scored group is the whole pool. Unanswered rollouts do not vote.
     """
 
+    estimator: ClassVar[str] = "grpo"  # the paired estimator (TTRL trains with GRPO on the voted reward)
+
     equivalence: Any = "auto"
     n_votes: int | None = None
     name: str = "ttrl"
@@ -75,6 +79,8 @@ class EMPOReward:
     (default, log K: only a group of all-different answers is zeroed), a number, or ``None`` (no
     gate). ``share_of``: ``"all"`` (p over all K, default) or ``"answered"`` (over answered rollouts).
     """
+
+    estimator: ClassVar[str] = "grpo"  # the paired estimator (EMPO: GRPO on the cluster probability)
 
     equivalence: Any = "auto"
     entropy_threshold: float | str | None = "log_k"

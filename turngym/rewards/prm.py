@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from turngym.episode import Episode
 from turngym.rewards.base import GroupScores
@@ -23,6 +23,7 @@ from turngym.rewards.scribe.steps import judge_steps_open
 
 @dataclass
 class PRMReward:
+    estimator: ClassVar[str] = "turn"  # its paired estimator (per-turn judge scores, summed backwards)
     llm: Any = "default"
     outcome_weight: float = 0.5
     outcome_metric: str | None = None

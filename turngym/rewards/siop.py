@@ -123,6 +123,8 @@ class _PotentialMachinery:
 
 @dataclass
 class SIOPReward(_PotentialMachinery):
+    # its paired estimator: SIOP's compute_siop_turn_level_advantage (biased when lengths vary: docs/estimators.md)
+    estimator: ClassVar[str] = "turn"
     equivalence: Any = "auto"
     evidence: Any = "auto"
     eta: float = 1.0
@@ -214,6 +216,7 @@ def igpo_f1(answer: str, golds: Sequence[str]) -> float:
 
 @dataclass
 class IGPOReward(_PotentialMachinery):
+    estimator: ClassVar[str] = "igpo_separate"  # its paired estimator (outcome and process rewards z-scored apart)
     lam: float = 0.0  # official: the outcome term is the F1 itself (weight 1)
     prefix: str = "after_observation"
     gain: str = "probability"  # official: p_t − p_{t−1}; "log_probability": log(p_t + ε) − log(p_{t−1} + ε)

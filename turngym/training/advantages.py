@@ -228,7 +228,11 @@ def gigpo(rewards: Rewards, gamma: float = GIGPO_GAMMA, eps: float = 1e-6, state
 
 # ------------------------------------------------------------------ EGPO (FunRL)
 # Options an estimator takes beyond gamma/eps (YAML ``estimator:`` keys).
-ESTIMATOR_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}}  # turn_loo's scale, gigpo's omega/mode: direct calls only
+ESTIMATOR_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}, "turn_loo": {"scale"}, "gigpo": {"omega", "mode"}}
+# options the trainer applies per token, not passed to the estimator
+TOKEN_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}}
+# estimators that also take ``states=`` (one anchor-state key per turn, see ``TextEnv.anchor_state``)
+STATE_ESTIMATORS = frozenset({"gigpo"})
 EGPO_ALPHA = 0.4  # entropy weight (FunRL/EGPO paper)
 EGPO_KAPPA = 2.0  # clip: the entropy term never exceeds |A|/kappa, so it cannot flip A's sign
 

@@ -12,7 +12,8 @@ Example (``configs/train_calculator.yaml``)::
     reward: {name: outcome}              # any turngym.rewards name, with its config
     # siop / igpo take scorer: policy (the live policy), a local model ('default', a directory,
     # {model, dtype, method}) or an OpenAI-compatible server ({base_url, model, tokenizer})
-    estimator: {name: turn, gamma: 1.0}  # eps: grpo 1e-4 (TRL), turn / igpo_separate 1e-6
+    estimator: {name: turn, gamma: 1.0}  # no name: the reward's own (outcome: grpo, siop: turn, ...);
+    # eps: grpo 1e-4 (TRL), turn / igpo_separate 1e-6; docs/estimators.md says which are unbiased
     model: {name_or_path: default}       # 'default', a directory, a .gguf file, or a hub id
     peft: {r: 16, lora_alpha: 32, target_modules: all-linear}   # optional LoRA
     trl: {output_dir: runs/calc, num_generations: 4, per_device_train_batch_size: 4, max_steps: 100}
@@ -36,7 +37,7 @@ class TrainConfig:
     model: dict[str, Any] = field(default_factory=lambda: {"name_or_path": "default"})
     data: dict[str, Any] = field(default_factory=dict)
     reward: dict[str, Any] = field(default_factory=lambda: {"name": "outcome"})
-    estimator: dict[str, Any] = field(default_factory=lambda: {"name": "turn"})
+    estimator: dict[str, Any] = field(default_factory=dict)  # no name: the reward's declared estimator
     peft: dict[str, Any] | None = None
     stop: list[str] | None = None
     max_episode_tokens: int | None = None
@@ -97,8 +98,10 @@ def estimator_options(est: dict[str, Any]) -> dict[str, Any]:
     """Options of the estimator beyond name/gamma/eps (``egpo``: alpha, kappa)."""
     from turngym.training.advantages import ESTIMATOR_OPTIONS
 
-    name = est.get("name", "turn")
+    name = est.get("name")
     extra = {k: v for k, v in est.items() if k not in ("name", "gamma", "eps")}
+    if name is None:  # the reward's declared estimator: the trainer checks the options once it knows it
+        return extra
     allowed = ESTIMATOR_OPTIONS.get(name, set())
     if set(extra) - allowed:
         raise ValueError(f"estimator {name!r} takes no options {sorted(set(extra) - allowed)}"
@@ -143,7 +146,7 @@ def build_trainer(cfg: TrainConfig) -> Any:
     reward = get_reward(reward_cfg.pop("name"), **reward_cfg)
     est = dict(cfg.estimator)
     return TurnGRPOTrainer(model=model, processing_class=tok, env_factory=env_factory, reward=reward, args=args,
-                           train_dataset=task_dataset(indices), estimator=est.pop("name", "turn"),
+                           train_dataset=task_dataset(indices), estimator=est.pop("name", None) or reward.estimator,
                            gamma=est.pop("gamma", 1.0), advantage_eps=est.pop("eps", None),
                            estimator_options=estimator_options(dict(cfg.estimator)),
                            max_episode_tokens=cfg.max_episode_tokens, stop=cfg.stop, peft_config=peft_config)

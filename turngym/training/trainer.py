@@ -31,7 +31,13 @@ from turngym.agents.policy import Generation, GenerationRequest, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
 from turngym.episode import Episode, EpisodeGroup, group_episodes
 from turngym.rewards.base import outcome_score
-from turngym.training.advantages import ESTIMATOR_OPTIONS, entropy_enhanced, get_estimator
+from turngym.training.advantages import (
+    ESTIMATOR_OPTIONS,
+    STATE_ESTIMATORS,
+    TOKEN_OPTIONS,
+    entropy_enhanced,
+    get_estimator,
+)
 
 
 def task_prompt(index: int | None = None, task: dict[str, Any] | None = None) -> str:
@@ -140,9 +146,13 @@ class TurnGRPOTrainer(GRPOTrainer):
     Args:
         env_factory: makes one env instance (``gymnasium.make(...)``).
         reward: a reward wrapper (``turngym.rewards.get_reward(...)``) scoring query groups.
-        estimator: ``grpo`` | ``turn`` | ``igpo_separate`` | ``egpo``.
+        estimator: a name in ``ESTIMATORS`` (``grpo``, ``turn``, ``igpo_separate``, ``egpo``, ``turn_loo``, ``rloo``,
+            ``gigpo``); None: the one the reward declares (``reward.estimator``). docs/estimators.md says which
+            are unbiased when episode lengths vary.
         estimator_options: ``egpo``: ``alpha``, ``kappa`` of the entropy term A + min(alpha·H, |A|/kappa),
-            H the policy's entropy at each action token (computed without gradient once per batch).
+            H the policy's entropy at each action token (computed without gradient once per batch);
+            ``turn_loo``: ``scale``; ``gigpo``: ``omega``, ``mode`` (its anchor states come from the env's
+            ``anchor_state``).
         gamma: discount for the backward sum of turn advantages.
         advantage_eps: added to the group std; None: the estimator's own default (``grpo``
             1e-4 as TRL, ``turn`` and ``igpo_separate`` 1e-6 as the official SIOP / IGPO code).
@@ -151,11 +161,12 @@ class TurnGRPOTrainer(GRPOTrainer):
     """
 
     def __init__(self, *, model: Any, env_factory: Callable[[], Any], reward: Any, args: GRPOConfig,
-                 train_dataset: Any, estimator: str = "turn", gamma: float = 1.0, advantage_eps: float | None = None,
+                 train_dataset: Any, estimator: str | None = None, gamma: float = 1.0, advantage_eps: float | None = None,
                  max_episode_tokens: int | None = None, stop: Sequence[str] | None = None,
                  estimator_options: dict[str, Any] | None = None, **kwargs: Any):
         self.env_factory = env_factory
         self.reward = reward
+        estimator = estimator or reward.estimator  # the reward declares its paired estimator
         self.estimator_name = estimator
         self.estimator = get_estimator(estimator)
         self.estimator_options = dict(estimator_options or {})
@@ -170,6 +181,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         self._batch_episodes: list[Episode] = []
         self._rollout_calls = 0
         self._env_pool: list[Any] = []  # envs reused by every rollout call (each loads its dataset once)
+        self._anchor_env: Any = None  # the env whose anchor_state keys GiGPO's step groups
         super().__init__(model=model, reward_funcs=[_outcome_for_logging], args=args, train_dataset=train_dataset,
                          rollout_func=self._rollout, **kwargs)
         if getattr(reward, "scorer", None) == "policy":
@@ -267,11 +279,20 @@ class TurnGRPOTrainer(GRPOTrainer):
         for group in groups:
             pool = voters.get(group[0].meta.get("task_key")) if voters else None
             scores = self.reward.score_group(group, vote_pool=pool) if pool else self.reward.score_group(group)
-            advs = self.estimator(scores.rewards, gamma=self.gamma, **eps_kw)
+            advs = self.estimator(scores.rewards, gamma=self.gamma, **eps_kw, **self._estimator_kwargs(group))
             for ep, r, a in zip(group, scores.rewards, advs, strict=True):
                 scored[id(ep)] = (r, a)
         hits = [scored[id(e)] for e in episodes if id(e) in scored]
         return [r for r, _ in hits], [a for _, a in hits]
+
+    def _estimator_kwargs(self, group: Sequence[Episode]) -> dict[str, Any]:
+        """The estimator's own options, and for GiGPO the anchor state of every turn, as the env declares it."""
+        kw = {k: v for k, v in self.estimator_options.items() if k not in TOKEN_OPTIONS.get(self.estimator_name, ())}
+        if self.estimator_name in STATE_ESTIMATORS:
+            env = self._anchor_env or self.env_factory().unwrapped
+            self._anchor_env = env
+            kw["states"] = [[env.anchor_state(ep, t) for t in range(len(ep.turns))] for ep in group]
+        return kw
 
     def _score_shared(self, everyone: Sequence[Episode], group_size: int,
                       voters: dict[str, list[Episode]] | None = None) -> tuple[list[list[float]], list[list[float]]]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from turngym.episode import Episode
 from turngym.rewards.base import GroupScores, outcome_score
@@ -58,6 +58,8 @@ def make_llm(llm: Any, base_url: str | None = None, **kwargs: Any) -> JSONLLM:
 
 @dataclass
 class ScribeReward:
+    # its paired estimator: the SCRIBE paper says GRPO without saying how turn rewards enter; turngym sums them backwards
+    estimator: ClassVar[str] = "turn"
     llm: Any = "default"
     library: SkillLibrary | str | None = None
     router: str = "embedding"
