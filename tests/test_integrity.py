@@ -463,3 +463,27 @@ def test_a_normal_user_runs_the_sandbox_as_itself():
     uid = 61_234
     found = json.loads(_as_normal_user(uid, code).splitlines()[-1])
     assert found == {"euid": uid, "level": iso.BUBBLEWRAP, "host_uid": uid, "inside": str(iso.SANDBOX_UID), "ok": True}
+
+
+def test_landlock_keeps_writes_in_the_working_folders_even_at_the_rlimits_only_level(tmp_path):
+    """Defence in depth: at the weakest level the host's world-writable folders are visible to the
+    throwaway uid, and a child process is not seen by the audit hook; Landlock still refuses the write."""
+    if not ROOT:
+        pytest.skip("the rlimits-only level drops to a throwaway uid only when started by root")
+    target = next((d for d in ("/run/lock", "/var/lock") if os.path.isdir(d) and os.stat(d).st_mode & 0o002), None)
+    if target is None:
+        pytest.skip("no world-writable host folder outside /tmp to try")
+    weak = SandboxPool(size=1, isolation=iso.RLIMITS_ONLY)
+    try:
+        with weak.session() as s:
+            if not s.capabilities.get("landlock"):
+                pytest.skip("this kernel has no Landlock")
+            name = f"{target}/turngym-landlock-{os.getpid()}"
+            r = s.run(f"import subprocess\nprint(subprocess.run(['touch', {name!r}]).returncode)\n"
+                      "open('mine.txt', 'w').write('ok')\nprint(open('mine.txt').read())")
+            assert r.ok, r.error
+            assert r.stdout.split() == ["1", "ok"] and not os.path.exists(name)
+    finally:
+        weak.close()
+    with SandboxPool(size=1) as strong, strong.session() as s:  # bubblewrap: confined by Landlock too
+        assert s.capabilities.get("landlock", 0) >= 1

@@ -34,6 +34,10 @@ MS_BIND = 4096
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446  # same on x86_64 and aarch64
+LL_WRITE_FILE, LL_REFER, LL_TRUNCATE = 1 << 1, 1 << 13, 1 << 14
+LL_MAKE_AND_REMOVE = sum(1 << b for b in (4, 5, 6, 7, 8, 9, 10, 11, 12))  # remove dir/file, make char..sym
 READ_SYSCALL = {"x86_64": "0", "aarch64": "63"}.get(os.uname().machine, "0")
 IDLE_SWEEP_S = 0.1  # between cells, processes are removed this often (a frozen cgroup needs no sweep)
 MAX_CELL_FRAME = 1 << 20  # a cell's status frame: status + error text, far below this
@@ -107,7 +111,42 @@ class _Confinement:
             self.caps["dropped_uid"] = cfg["uid"]
         self._setrlimit(resource.RLIMIT_NPROC, lim["processes"])
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversize write fails instead of killing
+        # "." is the working directory itself (its path may be covered by a private /tmp by now)
+        self.caps["landlock"] = self._landlock([".", "/tmp", "/dev/shm", "/var/tmp"], ["/dev"])
         self.caps["non_dumpable"] = self.libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+
+    def _landlock(self, writable, device_dirs):
+        """Defence in depth where the kernel has Landlock: no file is created, removed, renamed, linked
+        or written outside ``writable`` (and device files under ``device_dirs``, e.g. /dev/null), for
+        the supervisor and everything it starts. Returns the Landlock ABI in force, or 0 (none)."""
+        syscall = self.libc.syscall
+        syscall.restype = ctypes.c_long
+        abi = syscall(LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # the ABI version
+        if abi < 1:
+            return 0
+        write = LL_WRITE_FILE | LL_MAKE_AND_REMOVE | (LL_REFER if abi >= 2 else 0) | (LL_TRUNCATE if abi >= 3 else 0)
+        attr = struct.pack("=Q", write)
+        ruleset = syscall(LANDLOCK_CREATE_RULESET, ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+        if ruleset < 0:
+            return 0
+        try:
+            for path, access in [(p, write) for p in writable] + [(p, LL_WRITE_FILE | (LL_TRUNCATE if abi >= 3 else 0))
+                                                                    for p in device_dirs]:
+                try:
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    rule = struct.pack("=Qi", access, fd)
+                    if syscall(LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.c_char_p(rule),
+                               ctypes.c_uint32(0)) != 0:
+                        return 0
+                finally:
+                    os.close(fd)
+            self.libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            return int(abi) if syscall(LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0 else 0
+        finally:
+            os.close(ruleset)
 
     def _mount(self, src, target, fstype, flags=0, data=None):
         def enc(v):
