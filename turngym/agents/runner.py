@@ -26,7 +26,7 @@ from typing import Any
 from turngym._version import __version__ as _VERSION
 from turngym.agents.policy import Generation, GenerationRequest, Policy, PolicyError, SamplingParams
 from turngym.agents.tokenization import ChatTemplateError, ConversationTokenizer, plain_prompt, tokenizer_fingerprint
-from turngym.envs.base import TextEnv
+from turngym.envs.base import TextEnv, restore
 from turngym.episode import Episode, EpisodeWriter, written_ids
 
 BATCHING = ("static", "continuous")
@@ -41,9 +41,15 @@ class RolloutTask:
     k: int | None = None  # rollouts of this task; None: the runner's k
     slot: str | None = None  # tells apart two groups of the same task in one run
     first_k: int = 0  # number of the first rollout: a group split over processes numbers each share on
+    # a branch: continue from the state after the first ``after`` turns of this recorded episode
+    # (``TextEnv.restore``), its token ids reused, rather than play the task from its start
+    branch: Episode | None = field(default=None, compare=False, repr=False)
+    after: int = 0
 
     def key(self) -> str:
-        if self.index is not None:
+        if self.branch is not None:
+            base = f"branch:{self.branch.id}|after{self.after}"
+        elif self.index is not None:
             base = str(self.index)
         else:
             base = "adhoc-" + hashlib.sha256(repr(sorted((self.task or {}).items())).encode()).hexdigest()[:12]
@@ -149,7 +155,11 @@ class RolloutRunner:
                 job = next(pending, None)
                 if job is None:
                     break
-                live.append(self._start(*job))
+                slot = self._start(*job)
+                if slot.episode.done:  # a branch restored after the episode's last turn
+                    finish(slot)
+                    continue
+                live.append(slot)
             if not live:
                 break
             for slot in self._tick(live):
@@ -167,7 +177,7 @@ class RolloutRunner:
                 if job is None:
                     break
                 slot = self._start(*job)
-                req = self._next_request(slot)
+                req = None if slot.episode.done else self._next_request(slot)
                 if req is None:
                     finish(slot)
                     continue
@@ -235,6 +245,8 @@ class RolloutRunner:
 
     @staticmethod
     def _dataset_name(env: Any, task: RolloutTask) -> str:
+        if task.branch is not None:
+            return str(task.branch.task.get("dataset", "") or "")
         if task.task is not None:
             return str(task.task.get("dataset", "adhoc"))
         return str(getattr(env.unwrapped, "dataset_name", "") or "")
@@ -243,6 +255,8 @@ class RolloutRunner:
         return self._free_envs.pop() if self._free_envs else self.env_factory()
 
     def _start(self, task: RolloutTask, k: int, group: str) -> _Slot:
+        if task.branch is not None:
+            return self._start_branch(task, k, group)
         env = self._env()
         ep_id = f"{group}#{k}"  # as episode_id()
         options: dict[str, Any] = {"episode_id": ep_id, "group": group}
@@ -263,6 +277,30 @@ class RolloutRunner:
             ids = self.tokens.prompt_ids(ep.prompt, tools=ep.tools)
             ep.prompt_ids = list(ids)
             ep.meta["tokenizer"] = self.tokenizer_id
+        return _Slot(env=env, episode=ep, ids=ids, started=time.perf_counter())
+
+    def _start_branch(self, task: RolloutTask, k: int, group: str) -> _Slot:
+        """A slot in the state after ``task.after`` turns of ``task.branch``: the env restored by replay, the
+        recorded token ids of the prefix reused (the model continues exactly what it saw)."""
+        src, after = task.branch, task.after
+        if self.tokens is not None and src.prompt_ids is None:
+            raise PolicyError(f"episode {src.id} carries no token ids, so it cannot be continued on the ids the "
+                              "policy saw; branch it with a text backend or from episodes with ids")
+        env = self._env()
+        differ = restore(env, src, after, seed=derive_seed(self.seed, group, k))
+        ep: Episode = env.unwrapped.episode
+        ep.id, ep.group = f"{group}#{k}", group
+        ids = None
+        if self.tokens is not None:
+            ep.prompt_ids = list(src.prompt_ids)
+            for mine, rec in zip(ep.turns, src.turns[:after], strict=True):
+                mine.action_ids, mine.action_logprobs = list(rec.action_ids or []), rec.action_logprobs
+                mine.observation_ids = None if rec.observation_ids is None else list(rec.observation_ids)
+                mine.prefill, mine.prefill_ids = rec.prefill, None if rec.prefill_ids is None else list(rec.prefill_ids)
+            ids = ep.token_layout().ids
+            ep.meta["tokenizer"] = self.tokenizer_id
+        ep.meta.update({"model": getattr(self.policy, "name", "?"), "k": k, "turngym": _VERSION, "task_key": task.key(),
+                        "branch": {"of": src.id, "after": after, "replay_differs": differ}})
         return _Slot(env=env, episode=ep, ids=ids, started=time.perf_counter())
 
     def _budget(self, slot: _Slot) -> int | None:

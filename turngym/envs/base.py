@@ -299,6 +299,10 @@ class TextEnv(gym.Env):
         obs = "" if turn.observation is None else turn.observation
         return obs, turn.reward, terminated, truncated, self._info()
 
+    def restore(self, episode: Episode, turns: int, seed: int | None = None) -> list[int]:
+        """Put this env in the state after the first ``turns`` turns of a recorded episode (see :func:`restore`)."""
+        return restore(self, episode, turns, seed)
+
     def end_episode(self, reason: str) -> None:
         """End the episode from outside (e.g. the model's context is full): truncated, graded.
 
@@ -368,6 +372,35 @@ class TextEnv(gym.Env):
             info["outcome"] = copy.deepcopy(ep.outcome)
             info["final_answer"] = ep.final_answer
         return info
+
+
+def restore(env: Any, episode: Episode, turns: int, seed: int | None = None) -> list[int]:
+    """Put ``env`` (a TextEnv, wrapped or not) in the state after the first ``turns`` turns of a recorded
+    ``episode``: reset to the same task with the episode's seed, then replay the recorded actions (so
+    MathCode re-runs the executed cells in a fresh sandbox session, BFCL calls fresh backends). Returns
+    the indices of replayed turns whose observation differs from the record (flagged, not trusted); a
+    prompt that differs (an env built with other options) is refused. ``seed`` then reseeds the env's
+    random generator, so branches restored from one prefix continue independently.
+
+    The env's own episode record holds the replayed turns (text, metrics, rewards recomputed); the
+    caller copies the recorded token ids (the rollout runner does: nothing is re-tokenised)."""
+    if not 0 <= turns <= len(episode.turns):
+        raise ValueError(f"episode {episode.id} has {len(episode.turns)} turns; cannot restore after {turns}")
+    task = episode.task
+    adhoc = task.get("dataset") == "adhoc" or task.get("index") is None
+    options = {"task": task} if adhoc else {"index": int(task["index"])}
+    env.reset(seed=episode.seed, options={**options, "episode_id": episode.id, "group": episode.group})
+    if env.unwrapped.episode.prompt != episode.prompt:
+        raise ValueError(f"episode {episode.id}: this env renders another prompt for its task (built with "
+                         "other options than the ones that recorded it?); it cannot be restored here")
+    differ = []
+    for turn in episode.turns[:turns]:
+        obs, *_ = env.step(turn.action)
+        if turn.observation is not None and turn.observation != obs:
+            differ.append(turn.index)
+    if seed is not None:
+        env.unwrapped.np_random = np.random.default_rng(seed)
+    return differ
 
 
 def render_messages(messages: Sequence[dict[str, str]]) -> str:

@@ -55,9 +55,42 @@ def cmd_exact_creditbench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mc_creditbench(args: argparse.Namespace) -> int:
+    """``--oracle mc``: per-turn Monte-Carlo values of recorded episodes, and credit against them."""
+    from tqdm import tqdm
+
+    from turngym.agents.policy import PolicyError
+    from turngym.evals.mc_oracle import run_mc_creditbench
+
+    if not args.episodes:
+        raise SystemExit("error: --oracle mc needs --episodes FILE (e.g. a turngym eval run's episodes.jsonl)")
+    bar = tqdm(desc="branches", unit="rollout", dynamic_ncols=True)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        summary = run_mc_creditbench(args.episodes, args.out, args.model, [r for r in args.rewards.split(",") if r],
+                                     env_kwargs=env_kwargs(args.env_arg) or None, rollouts=args.rollouts,
+                                     temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                                     concurrency=args.concurrency, seed=args.seed, scorer=args.scorer,
+                                     progress=progress)
+    except (ValueError, FileNotFoundError, PolicyError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    finally:
+        bar.close()
+    print(f"{summary['episodes']} episodes, {summary['rollouts']} continuations per prefix")
+    print(f"report: {Path(args.out) / 'mc_oracle.md'}")
+    return 0
+
+
 def cmd_creditbench(args: argparse.Namespace) -> int:
     if args.oracle == "exact":
         return cmd_exact_creditbench(args)
+    if args.oracle == "mc":
+        return cmd_mc_creditbench(args)
     from turngym.evals.ablate import make_wrappers
     from turngym.evals.creditbench import ENVS, BenchConfig, build, run_creditbench
 
@@ -158,8 +191,16 @@ def add_credit_commands(sub: argparse._SubParsersAction) -> None:
     cb.add_argument("--noise", type=float, default=0.15, help="chance the final answer ignores the evidence")
     cb.add_argument("--index", default="default", help="SearchQA index directory or server URL")
     cb.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals")
-    cb.add_argument("--oracle", choices=("planted", "exact"), default="planted",
-                    help="planted: reward wrappers on scripted episodes; exact: estimators' gradients on small MDPs")
+    cb.add_argument("--oracle", choices=("planted", "exact", "mc"), default="planted",
+                    help="planted: reward wrappers on scripted episodes; exact: estimators' gradients on small MDPs; "
+                         "mc: Monte-Carlo turn values of recorded episodes (--episodes) from branched continuations")
+    cb.add_argument("--episodes", default=None, help="--oracle mc: the recorded episodes (JSONL, one env)")
+    cb.add_argument("--rollouts", type=int, default=8, help="--oracle mc: continuations per prefix")
+    cb.add_argument("--model", default="qwen2.5-coder-0.5b-instruct", help="--oracle mc: the policy that continues")
+    cb.add_argument("--env-arg", action="append", default=[], help="--oracle mc: env option key=value (default: run.json)")
+    cb.add_argument("--temperature", type=float, default=1.0, help="--oracle mc: sampling temperature")
+    cb.add_argument("--max-new-tokens", type=int, default=256, help="--oracle mc: tokens per turn")
+    cb.add_argument("--concurrency", type=int, default=8, help="--oracle mc: episodes in flight")
     cb.add_argument("--batch-sizes", default="4,32,256", help="--oracle exact: episodes per batch")
     cb.add_argument("--group-size", type=int, default=None, help="--oracle exact: episodes per group (default: the batch)")
     cb.add_argument("--seeds", type=int, default=200, help="--oracle exact: independent batches per batch size")
