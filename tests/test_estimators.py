@@ -153,3 +153,14 @@ def test_every_estimator_keeps_the_shape_and_refuses_nan(name):
 def test_every_estimator_gives_equal_rewards_zero(name):
     out = get_estimator(name)([[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]])
     assert all(x == pytest.approx(0.0, abs=1e-9) for a in out for x in a), (name, out)
+
+
+def test_vine_returns_the_monte_carlo_advantages_it_is_given():
+    from turngym.training.advantages import get_estimator
+
+    vine = get_estimator("vine")
+    assert vine([[0.0, 1.0], [0.0]], mc=[[0.25, -0.5], [None]]) == [[0.25, -0.5], [0.0]]  # untrusted turn: 0
+    with pytest.raises(ValueError, match="Monte-Carlo"):
+        vine([[1.0]])
+    with pytest.raises(ValueError, match="shape"):
+        vine([[1.0, 2.0]], mc=[[0.1]])

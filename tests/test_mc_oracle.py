@@ -11,12 +11,13 @@ import re
 import numpy as np
 import pytest
 
+from turngym.agents.branching import turn_values
 from turngym.agents.policy import Generation, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
 from turngym.envs.calculator import CalculatorEnv
 from turngym.envs.credit_mdps import VariableHorizonEnv
 from turngym.envs.math_code import MathCodeEnv
-from turngym.evals.mc_oracle import oracle_labels, run_mc_oracle, turn_values
+from turngym.evals.mc_oracle import oracle_labels, run_mc_oracle
 from turngym.oracles.mdp import softmax_probs, solve
 
 

@@ -402,3 +402,24 @@ def test_the_rewards_declared_estimator_is_the_default(tmp_path):
                          reward=get_reward("outcome"), args=config(tmp_path), train_dataset=task_dataset(range(4)),
                          estimator="turn_loo")
     assert tr.estimator_name == "turn_loo"
+
+
+def test_vine_trains_on_monte_carlo_advantages_from_branches(tmp_path):
+    """``vine``: after the rollout every episode is branched after each prefix with the live policy;
+    each turn's Â = Q̂ − V̂ is what lands on its tokens (the reward wrapper is not used)."""
+    model, tok = model_and_tokenizer()
+    tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: CalculatorEnv(max_turns=2),
+                         reward=FakeTurnReward(), args=config(tmp_path, max_completion_length=64),
+                         train_dataset=task_dataset(range(4)), estimator="vine", estimator_options={"rollouts": 2},
+                         stop=(" ",))
+    torch.manual_seed(0)
+    out = tr._generate_and_score_completions(inputs_for([0]))
+    eps = tr._batch_episodes
+    assert all(len(e.meta["vine"]) == len(e.turns) for e in eps)
+    _, advs = tr.turn_advantages(eps, 4)
+    assert advs == [[0.0 if a is None else a for a in e.meta["vine"]] for e in eps]
+    for row, ep in enumerate(eps):
+        _, _, _, turn_of = episode_completion(ep)
+        for pos, t in enumerate(turn_of):
+            if t >= 0:
+                assert out["advantages"][row, pos].item() == pytest.approx(advs[row][t])

@@ -44,6 +44,7 @@ ESTIMATORS = Registry("advantage estimator", {
     "turn_loo": "turngym.training.advantages:turn_loo",
     "rloo": "turngym.training.advantages:rloo",
     "gigpo": "turngym.training.advantages:gigpo",
+    "vine": "turngym.training.advantages:vine",
 })
 
 
@@ -228,11 +229,29 @@ def gigpo(rewards: Rewards, gamma: float = GIGPO_GAMMA, eps: float = 1e-6, state
 
 # ------------------------------------------------------------------ EGPO (FunRL)
 # Options an estimator takes beyond gamma/eps (YAML ``estimator:`` keys).
-ESTIMATOR_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}, "turn_loo": {"scale"}, "gigpo": {"omega", "mode"}}
-# options the trainer applies per token, not passed to the estimator
-TOKEN_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}}
+ESTIMATOR_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}, "turn_loo": {"scale"}, "gigpo": {"omega", "mode"},
+                                          "vine": {"rollouts"}}
+# options the trainer applies itself (per token, or when it rolls out), not passed to the estimator
+TRAINER_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}, "vine": {"rollouts"}}
 # estimators that also take ``states=`` (one anchor-state key per turn, see ``TextEnv.anchor_state``)
 STATE_ESTIMATORS = frozenset({"gigpo"})
+# estimators that take ``mc=`` (per-turn Monte-Carlo advantages from branched continuations)
+MC_ESTIMATORS = frozenset({"vine"})
+VINE_ROLLOUTS = 4  # continuations per prefix (VinePPO uses K = 9 on math; turngym's default is cheaper)
+
+
+def vine(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6,
+         mc: Sequence[Sequence[float | None]] | None = None) -> list[list[float]]:
+    """VinePPO's advantage: Â_t = Q̂(s_t, a_t) − V̂(s_t) from branched continuations of each turn
+    (:mod:`turngym.agents.branching`), given as ``mc`` (the shape of ``rewards``); a turn without a value
+    (its replay differed from the record) gets 0. The estimate is of the env's own return, not of
+    ``rewards``: the reward wrapper is not used. ``gamma``/``eps`` are accepted for the common signature."""
+    if mc is None:
+        raise ValueError("vine needs Monte-Carlo advantages (mc=...): the trainer branches every episode "
+                         "(estimator 'vine'); see turngym.agents.branching")
+    if [len(m) for m in mc] != [len(r) for r in rewards]:
+        raise ValueError("vine: mc must have the shape of rewards (one advantage per turn)")
+    return [[0.0 if a is None or not math.isfinite(a) else float(a) for a in row] for row in mc]
 EGPO_ALPHA = 0.4  # entropy weight (FunRL/EGPO paper)
 EGPO_KAPPA = 2.0  # clip: the entropy term never exceeds |A|/kappa, so it cannot flip A's sign
 

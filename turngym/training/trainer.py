@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
+from turngym.agents.branching import branch_tasks, turn_values
 from turngym.agents.hf import cut_generation
 from turngym.agents.policy import Generation, GenerationRequest, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
@@ -33,8 +34,10 @@ from turngym.episode import Episode, EpisodeGroup, group_episodes
 from turngym.rewards.base import outcome_score
 from turngym.training.advantages import (
     ESTIMATOR_OPTIONS,
+    MC_ESTIMATORS,
     STATE_ESTIMATORS,
-    TOKEN_OPTIONS,
+    TRAINER_OPTIONS,
+    VINE_ROLLOUTS,
     entropy_enhanced,
     get_estimator,
 )
@@ -215,6 +218,8 @@ class TurnGRPOTrainer(GRPOTrainer):
         was_training = self.model.training
         start = time.perf_counter()
         episodes = runner.run(groups)
+        if self.estimator_name in MC_ESTIMATORS:
+            self._branch(episodes, policy, sampling, tag)
         policy.drain()
         self.model.train(was_training)
         by_key = {(e.meta["task_key"], e.meta["k"]): e for e in episodes}
@@ -232,6 +237,17 @@ class TurnGRPOTrainer(GRPOTrainer):
             "logprobs": [c[2] for c in comps] if have_lp else None,
             "turngym_outcome": [outcome_score(e) for e in ordered],
         }
+
+    def _branch(self, episodes: Sequence[Episode], policy: Any, sampling: SamplingParams, tag: str) -> None:
+        """``vine``: continue every episode ``rollouts`` times after each of its prefixes with the current
+        policy and put each turn's Monte-Carlo advantage in ``meta["vine"]`` (it travels with the episode
+        to whichever process scores its group). Costs rollouts × (turns + 1) continuations per episode."""
+        k = int(self.estimator_options.get("rollouts", VINE_ROLLOUTS))
+        runner = RolloutRunner(policy, self.env_factory, sampling, k=k, concurrency=max(1, k * len(episodes)),
+                               run_tag=f"{tag}-vine", max_episode_tokens=self.max_episode_tokens, env_pool=self._env_pool)
+        values = turn_values(episodes, runner.run(branch_tasks(episodes, k)))
+        for ep in episodes:
+            ep.meta["vine"] = [tv.advantage if tv.trusted else None for tv in values[ep.id]]
 
     def _rollout_groups(self, rows: Sequence[RolloutTask]) -> list[RolloutTask]:
         """This process's rows as groups of rollouts, numbered by their place in the whole generation
@@ -287,7 +303,9 @@ class TurnGRPOTrainer(GRPOTrainer):
 
     def _estimator_kwargs(self, group: Sequence[Episode]) -> dict[str, Any]:
         """The estimator's own options, and for GiGPO the anchor state of every turn, as the env declares it."""
-        kw = {k: v for k, v in self.estimator_options.items() if k not in TOKEN_OPTIONS.get(self.estimator_name, ())}
+        kw = {k: v for k, v in self.estimator_options.items() if k not in TRAINER_OPTIONS.get(self.estimator_name, ())}
+        if self.estimator_name in MC_ESTIMATORS:
+            kw["mc"] = [ep.meta["vine"] for ep in group]
         if self.estimator_name in STATE_ESTIMATORS:
             env = self._anchor_env or self.env_factory().unwrapped
             self._anchor_env = env
