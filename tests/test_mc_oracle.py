@@ -78,7 +78,8 @@ def test_search_qa_restore(lucene_index):
     retriever = LuceneRetriever(lucene_index([{"id": "1", "title": "Paris", "text": "Paris is the capital of France."},
                                               {"id": "2", "title": "Rome", "text": "Rome is the capital of Italy."}]))
     env = SearchQAEnv(dataset="nq", retriever=retriever, max_turns=3)
-    ep = play(env, ["<search>capital of France</search>", "<answer>Paris</answer>"], task={"question": "q?", "answers": ["Paris"]})
+    ep = play(env, ["<search>capital of France</search>", "<answer>Paris</answer>"],
+              task={"question": "q?", "answers": ["Paris"]})
     fresh = SearchQAEnv(dataset="nq", retriever=retriever, max_turns=3)
     assert fresh.restore(ep, 1) == [] and "Paris is the capital" in fresh.episode.turns[0].observation
 

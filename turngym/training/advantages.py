@@ -246,6 +246,7 @@ def vine(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6,
     (:mod:`turngym.agents.branching`), given as ``mc`` (the shape of ``rewards``); a turn without a value
     (its replay differed from the record) gets 0. The estimate is of the env's own return, not of
     ``rewards``: the reward wrapper is not used. ``gamma``/``eps`` are accepted for the common signature."""
+    check_finite(rewards)
     if mc is None:
         raise ValueError("vine needs Monte-Carlo advantages (mc=...): the trainer branches every episode "
                          "(estimator 'vine'); see turngym.agents.branching")
