@@ -240,7 +240,7 @@ def test_a_grader_that_runs_out_of_time_gives_no_verdict_and_is_replaced():
     """A simulated slow grader (a budget no call can meet): twice, then ``graded=False``, never incorrect."""
     pool = GraderPool()
     try:
-        v = grade_answer(r"\frac{1}{2}", ["0.5"], timeout_s=1e-4, grader=pool)
+        v = grade_answer(r"\frac{1}{2}", ["0.5"], timeout_s=0.0, grader=pool)
         assert v.graded is False and "timed out" in v.reason
         assert pool.restarts == 2
         ok = grade_answer(r"\frac{1}{2}", ["0.5"], timeout_s=30.0, grader=pool)
