@@ -151,7 +151,6 @@ def test_igpo_format_check_reads_the_forced_first_search_as_executed(retriever, 
     format check (GuoqingWang1/IGPO ``verl/utils/reward_score/info_gain.py`` lines 7-41, −2 at line 80) reads
     the transcript as executed, so the episode gets its F1, not the −2 the raw actions would give."""
     from conftest import FakeScriptedPolicy
-
     from turngym.rewards import get_reward
     from turngym.rewards.siop import igpo_tags_balanced, igpo_transcript
 
