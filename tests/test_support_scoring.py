@@ -284,8 +284,9 @@ def test_ablate_scorer_spec_local_model_and_server(tiny_chat_policy, episodes, t
 
 
 def test_kept_prefixes_give_the_same_scores_with_one_forward_less(tiny_chat_policy):
-    """SIOP then IGPO on one shared scorer with ``prefix_cache_tokens``: the longest prefix (τ_T, the same for
-    both) runs once per episode, and both wrappers' rewards equal those of scorers that keep nothing."""
+    """SIOP then IGPO on one shared scorer with ``prefix_cache_tokens``: SIOP's longest prefix (τ_T) runs once per
+    episode and IGPO's (τ_{T−1} after its observation, a prefix of it) is cut from it, and both wrappers' rewards
+    equal those of scorers that keep nothing."""
     import copy
 
     tok = tiny_chat_policy.tokenizer
