@@ -186,7 +186,7 @@ def test_ttrl_trainer_plays_the_vote_pool_and_trains_the_group(tmp_path):
 
 
 def test_empo_semantic_entropy_gate_on_and_off():
-    confident = [qa_ep(0, "Paris"), qa_ep(1, "paris"), qa_ep(2, "Paris"), qa_ep(3, "London")]
+    confident = [qa_ep(0, "Paris"), qa_ep(1, "Paris"), qa_ep(2, "Paris"), qa_ep(3, "London")]  # strings: EMPO's clusters
     res = get_reward("empo").score_group(confident)
     h = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
     assert res.diagnostics["semantic_entropy"] == pytest.approx(h) and not res.diagnostics["gated"]

@@ -149,7 +149,7 @@ def test_every_estimator_keeps_the_shape_and_refuses_nan(name):
             est([[1.0], [bad], [0.0]])
 
 
-@pytest.mark.parametrize("name", ["grpo", "turn", "igpo_separate", "egpo", "turn_loo", "rloo", "gigpo"])
+@pytest.mark.parametrize("name", ["grpo", "turn", "igpo_separate", "igpo", "igpo_siop", "egpo", "turn_loo", "rloo", "gigpo"])
 def test_every_estimator_gives_equal_rewards_zero(name):
     out = get_estimator(name)([[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]])
     assert all(x == pytest.approx(0.0, abs=1e-9) for a in out for x in a), (name, out)
@@ -164,3 +164,77 @@ def test_vine_returns_the_monte_carlo_advantages_it_is_given():
         vine([[1.0]])
     with pytest.raises(ValueError, match="shape"):
         vine([[1.0, 2.0]], mc=[[0.1]])
+
+
+# ------------------------------------------------------------------ igpo (the IGPO repository) and igpo_siop
+
+
+def official_igpo_token_advantages(token_rewards, masks):
+    """The IGPO repository's ``compute_grpo_outcome_advantage`` (GuoqingWang1/IGPO
+    ``verl/trainer/ppo/core_algos.py`` lines 193-253) written out for this test: γ = 1 returns backwards,
+    the return reset past a masked position (line 212: ``next_return = current_return * current_mask``), the
+    group mean per position over all rollouts (line 236, ``mean(dim=0)``), no std, times the mask."""
+    n, width = len(token_rewards), len(token_rewards[0])
+    returns = [[0.0] * width for _ in range(n)]
+    for i in range(n):
+        nxt = 0.0
+        for t in range(width - 1, -1, -1):
+            cur = token_rewards[i][t] + nxt
+            returns[i][t] = cur
+            nxt = cur * masks[i][t]
+    mean = [sum(returns[i][t] for i in range(n)) / n for t in range(width)]
+    return [[(returns[i][t] - mean[t]) * masks[i][t] for t in range(width)] for i in range(n)]
+
+
+def test_igpo_is_the_repositorys_per_position_mean_without_std():
+    """By hand: returns-to-go ep0 [1, 1], ep1 [1], ep2 [2.5, 2, 2]; turn means over all K = 3 episodes, an
+    ended episode counting 0 (padding): [4.5/3, 3/3, 2/3]; no std (core_algos.py lines 236-245)."""
+    out = get_estimator("igpo")(GROUP)
+    close(out[0], [1 - 1.5, 1 - 1.0])
+    close(out[1], [1 - 1.5])
+    close(out[2], [2.5 - 1.5, 2.0 - 1.0, 2.0 - 2 / 3])
+    assert get_estimator("igpo")([[0.3, 0.7]]) == [[0.0, 0.0]]  # a group of one: its own mean
+
+
+@pytest.mark.parametrize("length", [1, 3])
+def test_igpo_equals_the_token_level_formula_when_turns_have_equal_token_lengths(length):
+    """Each turn ``length`` tokens, its reward on its last token (``info_gain.py`` lines 187-205), right
+    padding masked: every token of turn t gets turngym's per-turn value (the position mapping is exact here)."""
+    width = 3 * length
+    rewards, masks = [], []
+    for ep in GROUP:
+        row = [0.0] * width
+        for t, r in enumerate(ep):
+            row[(t + 1) * length - 1] = r
+        rewards.append(row)
+        masks.append([1] * (len(ep) * length) + [0] * (width - len(ep) * length))
+    tokens = official_igpo_token_advantages(rewards, masks)
+    for ep, per_turn, row in zip(GROUP, get_estimator("igpo")(GROUP), tokens, strict=True):
+        for t in range(len(ep)):
+            close(row[t * length:(t + 1) * length], [per_turn[t]] * length)
+
+
+def test_igpo_siop_normalises_f1_and_nonzero_gains_apart_with_the_population_std():
+    """dl-m9/SIOP ``verl/trainer/ppo/core_algos.py`` ``compute_igpo_turn_level_advantage`` (lines 2540-2632):
+    f1 = the last position, ig = other non-zero rewards (line 2563); each set: mean, sqrt(population var + 1e-8),
+    std 1 for one value (lines 2579-2597); (r − mean)/(std + 1e-6) (lines 2601-2612); a zero gain is no turn
+    boundary, its tokens take the next boundary's advantage; A_b = r̂_b + γ·A_{next b} (lines 2490-2536)."""
+    r = [[0.2, 0.0, 1.0], [-0.4, 0.5], [0.0]]
+    f1s, igs = [1.0, 0.5, 0.0], [0.2, -0.4]
+    fm, gm = sum(f1s) / 3, sum(igs) / 2
+    fs = math.sqrt(sum((x - fm) ** 2 for x in f1s) / 3 + 1e-8) + 1e-6
+    gs = math.sqrt(sum((x - gm) ** 2 for x in igs) / 2 + 1e-8) + 1e-6
+    for gamma in (1.0, 0.5):
+        a2 = (1.0 - fm) / fs
+        out = get_estimator("igpo_siop")(r, gamma=gamma)
+        close(out[0], [(0.2 - gm) / gs + gamma * a2, a2, a2])  # turn 1 (gain 0) takes turn 2's advantage
+        close(out[1], [(-0.4 - gm) / gs + gamma * (0.5 - fm) / fs, (0.5 - fm) / fs])
+        close(out[2], [(0.0 - fm) / fs])
+    assert get_estimator("igpo_siop")([[0.0, 0.4]]) == [[0.0, 0.0]]  # one F1: mean = itself, std 1
+
+
+def test_igpo_separate_is_turngyms_own_and_differs_from_both_repositories():
+    """turngym's ``igpo_separate``: unbiased std and zero gains included; neither repository does both."""
+    r = [[0.2, 0.0, 1.0], [-0.4, 0.5], [0.0]]
+    sep, siop = get_estimator("igpo_separate")(r), get_estimator("igpo_siop")(r)
+    assert sep[0][1] != pytest.approx(siop[0][1], abs=1e-3)

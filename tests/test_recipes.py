@@ -56,11 +56,22 @@ def test_every_recipe_loads_and_passes_the_overlap_check(path):
 
 
 def test_siop_recipes_reproduce_the_launcher_settings():
+    """dl-m9/SIOP ``train_siop.sh`` lines 66-107: batch 128, mini-batch 32, response 2,048 after a 1,024-token
+    prompt, KL 0.005 (low_var_kl), n = 4, 5 assistant turns, Hermes tool calls, tool output cut at 2,048
+    characters keeping the right end, λ 0.5, η 1.0, 3 references, γ 1."""
     for name in ("train_searchqa_siop.yaml", "train_searchqa_siop_offline.yaml"):
         cfg = TrainConfig.load(ROOT / "configs" / name)
         assert cfg.reward == {**cfg.reward, "name": "siop", "lam": 0.5, "eta": 1.0, "n_ref": 3}
         assert cfg.estimator["gamma"] == 1.0 and cfg.trl["num_generations"] == 4
-        assert cfg.env["kwargs"]["topk"] == 3 and cfg.trl["learning_rate"] == 1e-6 and cfg.trl["beta"] == 0.001
+        assert cfg.env["kwargs"]["topk"] == 3 and cfg.trl["learning_rate"] == 1e-6 and cfg.trl["beta"] == 0.005
+        kw, trl = cfg.env["kwargs"], cfg.trl
+        assert (kw["tool_format"], kw["max_turns"], kw["tool_response_chars"], kw["tool_response_truncate_side"]) == (
+            "native", 5, 2048, "right")
+        assert trl["max_completion_length"] == 2048 and cfg.max_episode_tokens == 1024 + 2048
+        assert trl["lr_scheduler_type"] == "constant" and trl["num_train_epochs"] == 1 and "max_steps" not in trl
+        per_step = 8 * trl["per_device_train_batch_size"] * trl["gradient_accumulation_steps"]  # 8 GPUs
+        per_generation = 8 * trl["per_device_train_batch_size"] * trl["steps_per_generation"]
+        assert (per_step, per_generation) == (32 * 4, 128 * 4)  # ppo_mini_batch_size=32, train_batch_size=128
         assert cfg.peft is None  # full fine-tuning
         assert cfg.env["kwargs"]["dataset"] not in ("nq", "hotpotqa")  # never an evaluation file
     offline = TrainConfig.load(ROOT / "configs" / "train_searchqa_siop_offline.yaml")

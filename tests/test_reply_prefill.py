@@ -143,3 +143,24 @@ def test_one_shot_example_is_in_the_arms_format(retriever):
     assert "<answer> Mali </answer>" in native and "<search>" not in native
     with pytest.raises(ValueError, match="prompt must be one of"):
         factory(retriever, prompt="few_shot")()
+
+
+def test_igpo_format_check_reads_the_forced_first_search_as_executed(retriever, tiny_chat_policy):
+    """A real forced-first-search episode (native format) whose forced call ends with the reply, no
+    ``</tool_call>``: the env parses it as vLLM's Hermes parser reads an open call and runs the search. IGPO's
+    format check (GuoqingWang1/IGPO ``verl/utils/reward_score/info_gain.py`` lines 7-41, −2 at line 80) reads
+    the transcript as executed, so the episode gets its F1, not the −2 the raw actions would give."""
+    from conftest import FakeScriptedPolicy
+    from turngym.rewards import get_reward
+    from turngym.rewards.siop import igpo_tags_balanced, igpo_transcript
+
+    tok = tiny_chat_policy.tokenizer
+    fake = FakeScriptedPolicy(tok, ['capital France"}}', "<answer> Paris </answer>"])
+    runner = RolloutRunner(fake, factory(retriever, tool_format="native", force_first_search=True),
+                           SamplingParams(max_new_tokens=32, temperature=0.0), concurrency=1)
+    ep = runner.run([_adhoc()])[0]
+    first = ep.turns[0]
+    assert first.prefill and "</tool_call>" not in first.action and first.metrics["action"] == "search"
+    assert not igpo_tags_balanced("".join(t.action + (t.observation or "") for t in ep.turns))  # raw actions
+    assert igpo_tags_balanced(igpo_transcript(ep))
+    assert get_reward("igpo").outcome(ep, ["Paris"]) == 1.0

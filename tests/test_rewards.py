@@ -64,14 +64,41 @@ PROBS = {(0, "Paris"): [0.1, 0.6, 0.8], (0, "paris"): [0.05, 0.3, 0.6],
 
 
 def test_outcome_ttrl_empo_hand_computed():
+    """TTRL votes on the extracted strings (PRIME-RL/TTRL ``verl/utils/reward_score/ttrl/ttt_metrics.py``
+    lines 18-27: ``Counter(model_answers).most_common(1)``, then each rollout verified against the label);
+    EMPO clusters the extracted strings (QingyangZhang/EMPO ``trl/src/open_r1/rewards.py`` line 194,
+    ``get_semantic_ids_by_rule(predictions, rule=verify)``: math-verify compares two strings as strings)."""
     g = group()
     assert get_reward("outcome").score_group(g).rewards == [[0, 1.0], [0, 0, 1.0], [0, 0.0], [0, 0.0]]
     assert get_reward("outcome", metric="em").score_group(g).rewards[1] == [0, 0, 1.0]
-    assert get_reward("ttrl").score_group(g).rewards == [[0, 1.0], [0, 0, 1.0], [0, 0.0], [0, 0.0]]
-    empo = get_reward("empo").score_group(g)  # EMPO's code: p(c) = |c| / K over all K rollouts
-    assert empo.rewards == [[0, 2 / 4], [0, 0, 2 / 4], [0, 1 / 4], [0, 0.0]]
-    assert get_reward("empo", share_of="answered").score_group(g).rewards == [[0, 2 / 3], [0, 0, 2 / 3], [0, 1 / 3], [0, 0.0]]
-    assert empo.diagnostics["clusters"]["labels"] == [0, 0, 1, None]
+    # strings "Paris", "paris", "London": a three-way tie, the first seen ("Paris") wins; "paris" verifies equal
+    ttrl = get_reward("ttrl").score_group(g)
+    assert ttrl.rewards == [[0, 1.0], [0, 0, 1.0], [0, 0.0], [0, 0.0]] and ttrl.diagnostics["label"] == "Paris"
+    # EMPO on strings: four singleton clusters (the unanswered one too), H = log 4 = log K: the gate zeroes all
+    empo = get_reward("empo").score_group(g)
+    assert empo.rewards == [[0, 0.0], [0, 0, 0.0], [0, 0.0], [0, 0.0]] and empo.diagnostics["gated"]
+    assert empo.diagnostics["semantic_entropy"] == pytest.approx(math.log(4))
+    # cluster_on="equivalence" (turngym's option): Paris/paris merge, p(c) = |c| / K over all K rollouts
+    merged = get_reward("empo", cluster_on="equivalence").score_group(g)
+    assert merged.rewards == [[0, 2 / 4], [0, 0, 2 / 4], [0, 1 / 4], [0, 0.0]]
+    assert get_reward("empo", cluster_on="equivalence", share_of="answered").score_group(g).rewards == [
+        [0, 2 / 3], [0, 0, 2 / 3], [0, 1 / 3], [0, 0.0]]
+    assert merged.diagnostics["clusters"]["labels"] == [0, 0, 1, None]
+
+
+def test_ttrl_and_empo_strings_differ_from_merged_votes():
+    """Where merging changes the vote: "paris", "Paris", "London", "London". TTRL's ``Counter`` over strings
+    (ttt_metrics.py:19-21) makes "London" (2 votes) the label; merged, Paris (2) ties London (2) and the
+    earliest wins. EMPO's string clusters (rewards.py:194-207): sizes 1, 1, 2, H < log 4, p = 1/4, 1/4, 2/4."""
+    g = [make_ep(0, "paris", ["x"]), make_ep(1, "Paris", ["x"]), make_ep(2, "London", ["x"]), make_ep(3, "London", ["x"])]
+    assert [r[-1] for r in get_reward("ttrl").score_group(g).rewards] == [0.0, 0.0, 1.0, 1.0]
+    assert [r[-1] for r in get_reward("ttrl", vote_on="equivalence").score_group(g).rewards] == [1.0, 1.0, 0.0, 0.0]
+    assert [r[-1] for r in get_reward("empo").score_group(g).rewards] == [1 / 4, 1 / 4, 2 / 4, 2 / 4]
+    assert [r[-1] for r in get_reward("empo", cluster_on="equivalence").score_group(g).rewards] == [2 / 4] * 4
+    with pytest.raises(ValueError, match="vote_on"):
+        get_reward("ttrl", vote_on="clusters")
+    with pytest.raises(ValueError, match="cluster_on"):
+        get_reward("empo", cluster_on="nli")
 
 
 def test_siop_hand_computed_with_the_final_turn_gain():
@@ -160,73 +187,164 @@ def test_siop_equals_igpo_variant_when_q_concentrates_on_gold_and_gold_is_the_re
     scorer = FakeSupportScorer(probs)
     siop = get_reward("siop", scorer=scorer, eta=60.0, n_ref=1).score_group(g)
     igpo = get_reward("igpo", scorer=scorer, gain="log_probability", prefix="before_observation",
-                      final_reward="outcome", lam=0.5, format_penalty=None).score_group(g)
+                      final_reward="outcome", lam=0.5, format_penalty=None, final_turn_gain=True).score_group(g)
     assert siop.diagnostics["q"][0] == pytest.approx(1.0, abs=1e-9)
     for i in range(3):
         assert siop.rewards[i] == pytest.approx(igpo.rewards[i], abs=1e-6)
     assert igpo.rewards[3][-1] == pytest.approx(0.0)  # log 0.2 − log 0.2 + (1 − λ)·0 (wrong answer)
 
 
-def test_nan_and_inf_rewards_become_zero():
-    probs = {(0, "Paris"): [0.0, float("nan"), 0.5], (1, "London"): [1.0, float("inf"), 0.3]}
-    g = [make_ep(0, "Paris", ["a"]), make_ep(1, "London", ["b"])]
-    res = get_reward("siop", scorer=FakeSupportScorer(probs), eps=0.0).score_group(g)
-    assert all(math.isfinite(x) for r in res.rewards for x in r)
-    assert res.rewards[0] == [0.0, 0.0]  # NaN gains (and a NaN final turn, gain + bonus) become 0
+def test_non_finite_support_as_the_official_siop_code():
+    """dl-m9/SIOP ``verl/utils/siop/siop_process_reward.py`` lines 494-526: p̂ = Σ α·exp(mlp) over the finite
+    references only (α not renormalised); no finite reference: the point is unscorable, the two rewards
+    using it are 0; r = q·(log(p_t + ε) − log(p_{t−1} + ε)), NaN/inf → 0; the final bonus (1 − λ)·q is kept."""
+    eps, lam = 1e-8, 0.5
+    # one cluster of two distinct answers (q = 1), n_ref = 2: references "Paris" and "paris", α = 1/2 each
+    probs = {(0, "Paris"): [0.2, float("nan"), 0.5, 0.6], (0, "paris"): [0.1, 0.3, 0.4, 0.5],
+             (1, "Paris"): [0.2, 0.0, 0.4], (1, "paris"): [0.1, 0.0, 0.3]}
+    g = [make_ep(0, "Paris", ["a", "b"]), make_ep(1, "paris", ["c"])]
+    res = get_reward("siop", scorer=FakeSupportScorer(probs), eps=eps, lam=lam, n_ref=2).score_group(g)
+    assert res.diagnostics["q"] == [1.0]
+    p0 = [0.5 * 0.2 + 0.5 * 0.1, 0.5 * 0.3, 0.5 * 0.5 + 0.5 * 0.4, 0.5 * 0.6 + 0.5 * 0.5]  # NaN left out
+    lg = lambda p: math.log(p + eps)  # noqa: E731
+    assert res.rewards[0] == pytest.approx([lg(p0[1]) - lg(p0[0]), lg(p0[2]) - lg(p0[1]),
+                                            lg(p0[3]) - lg(p0[2]) + (1 - lam)])
+    # τ_1 of episode 1: both log-probabilities are −inf, no finite reference: turns 1 and 2 get 0, bonus kept
+    assert res.rewards[1] == pytest.approx([0.0, 0.0 + (1 - lam)])
+    assert res.diagnostics["support"][1][1] is None
+    # IGPO's repository has no rule (a NaN would reach its advantages): turngym applies the same one
     igpo = get_reward("igpo", scorer=FakeSupportScorer({(0, "Paris"): [0.2, float("nan"), 0.5]})).score_group(g[:1])
-    assert igpo.rewards[0] == [0.0, 0.0]
+    assert igpo.rewards[0] == [0.0, 0.0, 1.0]  # both gains next to the unscorable τ_1 are 0; the F1 is kept
 
 
-def test_evidence_counts_only_tool_results_cut_to_2000_characters():
+def test_evidence_counts_every_non_empty_tool_response_cut_to_2000_characters():
+    """dl-m9/SIOP ``verl/utils/siop/siop_process_reward.py`` lines 257-283: every ``<tool_response>`` the rollout
+    got counts, tool errors included ("No results found for: ...", ``tool_agent_loop.py`` line 522 "Error when
+    executing tool: ..."), stripped, skipped when empty, cut to 2,000 characters; per rollout the mean, per
+    cluster the mean over members with responses (line 299). ``evidence_source="tool_results"`` drops errors."""
     from turngym.rewards.evidence import AnswerInEvidence, cluster_evidence, evidence_texts
 
-    ep = make_ep(0, "Paris", ["Paris is in France", "Paris again", "x" * 2500 + " Paris"])
-    ep.turns[1].parse_error = "no <search> or <answer> tag"  # an invalid-action message
+    ep = make_ep(0, "Paris", ["  Paris is in France ", "Paris again", "x" * 2500 + " Paris", "   "])
+    ep.turns[1].parse_error = "no <search> or <answer> tag"  # an invalid-action message: no tool ran
     ep.turns[1].tool_calls = []
-    texts = evidence_texts(ep)
-    assert texts == ["Paris is in France", "x" * 2000]
+    assert evidence_texts(ep) == ["Paris is in France", "x" * 2000]  # the blank response is skipped
     assert evidence_texts(ep, "observations", None)[1] == "Paris again"
-    err = make_ep(1, "Paris", ["Error: search failed: Paris"])
+    err = make_ep(1, "Paris", ["Error when executing tool: Paris unreachable"])
     err.turns[0].metrics = {"retrieval_error": "down"}
-    assert evidence_texts(err) == []
-    assert cluster_evidence(AnswerInEvidence(), "q", "Paris", [ep, err]) == 0.5  # err has none: not counted
+    assert evidence_texts(err) == ["Error when executing tool: Paris unreachable"]  # official: it counts
+    assert evidence_texts(err, "tool_results") == []  # the option: errors left out
+    # official: ep scores (1 + 0)/2, err scores 1 -> r = (0.5 + 1)/2
+    assert cluster_evidence(AnswerInEvidence(), "q", "Paris", [ep, err]) == pytest.approx(0.75)
+    # the option: err has none; ep keeps its blank response as before: (1 + 0 + 0)/3
+    assert cluster_evidence(AnswerInEvidence(), "q", "Paris", [ep, err], "tool_results") == pytest.approx(1 / 3)
     assert cluster_evidence(AnswerInEvidence(), "q", "Paris", [ep, err], "observations", None) == pytest.approx(
-        (1.0 + 1.0) / 2)
+        (3 / 4 + 1.0) / 2)
 
 
 def test_igpo_hand_computed_official_defaults():
-    probs = {(0, "Paris"): [0.2, 0.5, 0.7], (1, "Paris"): [0.1, 0.05, 0.4, 0.3],
-             (2, "Paris"): [0.3, 0.2, 0.1], (3, "Paris"): [0.3, 0.4, 0.6], (4, "Paris"): [0.5, 0.5, 0.5]}
+    """GuoqingWang1/IGPO: gains p_t − p_{t−1} with p = exp(mean log-prob of the gold tokens), scored before each
+    generation (``scrl/llm_agent/generation.py`` lines 414-423); ``verl/utils/reward_score/info_gain.py`` lines
+    187-205 put gain i on chat piece i < T − 1 and the F1 alone on the last one (the answer turn gets no gain);
+    one piece: the F1 alone (lines 159-160); F1 or −2 by ``compute_f1`` (lines 67-132)."""
+    probs = {(0, "Paris"): [0.2, 0.5], (1, "Paris"): [0.1, 0.05, 0.4],
+             (2, "Paris"): [0.3, 0.2], (3, "Paris"): [0.3, 0.4], (4, "Paris"): [0.5, 0.5]}
     g = [make_ep(0, "Paris", ["a"]), make_ep(1, "Lyon", ["b", "c"]), make_ep(2, None, ["d"]),
          make_ep(3, "the Paris", ["e"]), make_ep(4, "Paris", ["f"], final_action="<think>so<answer>Paris</answer>")]
     scorer = FakeSupportScorer(probs)
     res = get_reward("igpo", scorer=scorer).score_group(g)
-    # information gain = probability difference; final turn: its gain + IGPO's F1 (weight 1)
-    assert res.rewards[0] == pytest.approx([0.5 - 0.2, 0.7 - 0.5 + 1.0])
-    assert res.rewards[1] == pytest.approx([0.05 - 0.1, 0.4 - 0.05, 0.3 - 0.4 + 0.0])
-    assert res.rewards[2] == pytest.approx([0.2 - 0.3, 0.1 - 0.2 - 2.0])  # no answer: format penalty
-    assert res.rewards[3] == pytest.approx([0.4 - 0.3, 0.6 - 0.4 + 2 * 0.5 * 1.0 / 1.5])  # set F1, "the" kept
-    assert res.rewards[4] == pytest.approx([0.0, 0.0 - 2.0])  # <think> never closed: format penalty
-    # official IGPO scores after the observation
-    assert scorer.calls[0][0] == [[1000], [1000, 1, 2, 3], [1000, 1, 2, 3, 4]]
-    # one assistant turn: the F1 alone, nothing scored (the fake has no table for episode 5)
+    assert res.rewards[0] == pytest.approx([0.5 - 0.2, 1.0])
+    assert res.rewards[1] == pytest.approx([0.05 - 0.1, 0.4 - 0.05, 0.0])
+    assert res.rewards[2] == pytest.approx([0.2 - 0.3, -2.0])  # no answer: format penalty
+    assert res.rewards[3] == pytest.approx([0.4 - 0.3, 2 * 0.5 * 1.0 / 1.5])  # set F1, "the" kept
+    assert res.rewards[4] == pytest.approx([0.0, -2.0])  # <think> never closed: format penalty
+    # scored after each observation, τ_0..τ_{T−1}; τ_T (after the answer) is never scored
+    assert scorer.calls[0][0] == [[1000], [1000, 1, 2, 3]]
     assert get_reward("igpo", scorer=scorer).score_group([make_ep(5, "Paris", [])]).rewards == [[1.0]]
 
 
-def test_igpo_options_reproduce_the_earlier_variant_and_the_repo_reward_placement():
+def test_igpo_options_reproduce_the_earlier_variant_and_the_final_turn_gain():
     probs = {(0, "Paris"): [0.2, 0.5, 0.7], (1, "Paris"): [0.1, 0.05, 0.4, 0.3]}
     g = [make_ep(0, "Paris", ["a"]), make_ep(1, "Lyon", ["b", "c"])]
     res = get_reward("igpo", scorer=FakeSupportScorer(probs), lam=0.4, eps=0.0, gain="log_probability",
-                     final_reward="outcome", format_penalty=None).score_group(g)
+                     final_reward="outcome", format_penalty=None, final_turn_gain=True).score_group(g)
     assert res.rewards[0] == pytest.approx([math.log(0.5) - math.log(0.2), math.log(0.7) - math.log(0.5) + 0.6 * 1.0])
     assert res.rewards[1] == pytest.approx([math.log(0.05) - math.log(0.1), math.log(0.4) - math.log(0.05),
                                             math.log(0.3) - math.log(0.4)])
-    # final_turn_gain=False: the answer turn gets the F1 alone (reward placement of the IGPO repo)
-    repo = get_reward("igpo", scorer=FakeSupportScorer(probs), final_turn_gain=False).score_group(g)
-    assert repo.rewards[0] == pytest.approx([0.5 - 0.2, 1.0])
-    assert repo.rewards[1] == pytest.approx([0.05 - 0.1, 0.4 - 0.05, 0.0])
+    # final_turn_gain=True: the answer turn also gets ΔΦ_T, scored at τ_T (as SIOP)
+    gain = get_reward("igpo", scorer=FakeSupportScorer(probs), final_turn_gain=True).score_group(g)
+    assert gain.rewards[0] == pytest.approx([0.5 - 0.2, 0.7 - 0.5 + 1.0])
+    assert gain.rewards[1] == pytest.approx([0.05 - 0.1, 0.4 - 0.05, 0.3 - 0.4 + 0.0])
     with pytest.raises(ValueError, match="gain"):
         get_reward("igpo", gain="log")
+    with pytest.raises(ValueError, match="turn_limit_gains"):
+        get_reward("igpo", turn_limit_gains="drop")
+
+
+def limit_ep(i, n_turns, gold="Paris"):
+    """An episode cut by the turn limit: every turn an executed search, no answer (the last observation dropped)."""
+    turns = [Turn(index=j, action="<search>q</search>", observation=None if j == n_turns - 1 else f"o{j}",
+                  action_ids=[1], observation_ids=None if j == n_turns - 1 else [2, 3],
+                  tool_calls=[{"name": "search", "arguments": {"query": "q"}}]) for j in range(n_turns)]
+    return Episode(id=f"e{i}", env_id="turngym/SearchQA-v0", task={"question": "Where?", "answers": [gold]},
+                   prompt=[{"role": "user", "content": "Where?"}], prompt_ids=[1000 + i], turns=turns,
+                   final_answer=None, truncated=True, outcome={"em": 0.0})
+
+
+def test_igpo_turn_limit_gains_dropped_exactly_when_the_repository_drops_them():
+    """GuoqingWang1/IGPO: a rollout still calling tools at the turn limit ends with the generation prompt
+    (``generation.py`` line 501), so its response splits into T + 1 chat pieces but has only T − 1 gains
+    (one per later step, lines 419-423). ``info_gain.py`` lines 171-184: if pieces > 10 a 0.0 gain is appended
+    and the gains are placed; else the F1 alone (no answer: −2) on the last token. The launcher's
+    ``max_turns=10`` (``policy_optimization.sh``) gives 11 pieces: kept; turngym's SearchQA limit of 4: dropped."""
+    probs = {(0, "Paris"): [0.1, 0.2, 0.4, 0.3], (1, "Paris"): [0.05 * k for k in range(1, 11)]}
+    scorer = FakeSupportScorer(probs)
+    short, long = limit_ep(0, 4), limit_ep(1, 10)
+    res = get_reward("igpo", scorer=scorer).score_group([short, long])
+    assert res.rewards[0] == [0.0, 0.0, 0.0, -2.0]  # 5 pieces ≤ 10: gains dropped, the penalty alone
+    assert res.rewards[1] == pytest.approx([0.05] * 9 + [-2.0])  # 11 pieces: gains kept, the appended 0 + F1
+    assert res.diagnostics["gains_dropped"] == [True, False]
+    assert len(scorer.calls) == 1  # the dropped rollout is not scored at all
+    keep = get_reward("igpo", scorer=FakeSupportScorer(probs), turn_limit_gains="keep").score_group([short])
+    assert keep.rewards[0] == pytest.approx([0.1, 0.2, -0.1, -2.0])
+    answered = make_ep(2, "Paris", ["a"])  # an answered rollout is never cut by this rule
+    answered.truncated = True
+    assert get_reward("igpo", scorer=FakeSupportScorer({(2, "Paris"): [0.2, 0.5]})).score_group(
+        [answered]).rewards[0] == pytest.approx([0.3, 1.0])
+
+
+def test_igpo_f1_uses_the_first_gold_answer_as_the_repository_trains():
+    """GuoqingWang1/IGPO ``scrl/llm_agent/generation.py`` lines 275-277 cut each ``reward_model`` dict's
+    ``ground_truth`` to its first answer in place; ``ray_trainer.py`` line 1149 passes those very dicts, so the
+    reward manager's ``compute_f1`` (``info_gain.py`` lines 73, 103) then sees the first gold answer only."""
+    ep = make_ep(0, "City of Light", [])
+    ep.task["answers"] = ["Paris", "City of Light"]
+    assert get_reward("igpo").score_group([ep]).rewards == [[0.0]]  # F1 against "Paris" alone
+    assert get_reward("igpo", f1_golds="all").score_group([ep]).rewards == [[1.0]]
+
+
+def test_igpo_format_check_reads_the_executed_forced_first_search():
+    """IGPO's check (``info_gain.py`` lines 7-41, −2 at line 80) reads the transcript. A forced first search
+    (SearchQA ``force_first_search``, native format) that the env accepted and ran without ``</tool_call>`` is
+    a closed call as executed (vLLM's Hermes parser reads ``<tool_call>(.*)``): no penalty. A call the env
+    rejected, or an open call the model wrote itself, is still unbalanced: −2."""
+    from turngym.envs.search_qa import FIRST_SEARCH_PREFILL
+    from turngym.rewards.siop import igpo_transcript
+
+    prefill = FIRST_SEARCH_PREFILL["native"]
+
+    def forced(i, parse_error=None, prefilled=True):
+        ep = make_ep(i, "Paris", ["<tool_response>Paris is in France</tool_response>"])
+        ep.turns[0].action = prefill + 'capital of France"}}'
+        ep.turns[0].prefill = prefill if prefilled else None
+        if parse_error:
+            ep.turns[0].parse_error, ep.turns[0].tool_calls = parse_error, []
+        return ep
+
+    reward = get_reward("igpo")
+    assert igpo_transcript(forced(0)).startswith(prefill + 'capital of France"}}</tool_call>')
+    assert reward.outcome(forced(0), ["Paris"]) == 1.0
+    assert reward.outcome(forced(1, parse_error="bad call"), ["Paris"]) == -2.0
+    assert reward.outcome(forced(2, prefilled=False), ["Paris"]) == -2.0
 
 
 def test_igpo_f1_and_format_check():
@@ -266,7 +384,7 @@ def test_long_prompts_do_not_collapse_clusters():
     for e in g:
         e.prompt = [{"role": "user", "content": long_prompt}]
     nli = FakeNLI()
-    res = get_reward("ttrl", equivalence=NLIEquivalence(nli)).score_group(g)
+    res = get_reward("ttrl", equivalence=NLIEquivalence(nli), vote_on="equivalence").score_group(g)
     assert res.diagnostics["clusters"]["labels"] == [0, 1, 2]
     assert nli.seen and all(len(p) < 200 and len(h) < 200 for p, h in nli.seen)
     assert get_reward("empo").score_group(g).diagnostics["clusters"]["labels"] == [0, 1, 2]
@@ -310,3 +428,41 @@ def test_real_nli_evidence_scores(tiny_nli_dir):
     assert len(scores) == 2 and all(0 <= s <= 1 for s in scores)
     members = [make_ep(0, "Paris", ["the city of Paris", "x"]), make_ep(1, "Paris", [])]
     assert cluster_evidence(AnswerInEvidence(), "Where?", "Paris", members) == 0.5
+
+
+def test_igpo_siop_preset_is_the_siop_repositorys_gold_reference_baseline():
+    """dl-m9/SIOP, IGPO mode (``siop_use_gold_ref``, ``verl/utils/siop/siop_process_reward.py`` lines 326-352):
+    the first gold answer is every rollout's only reference with q = 1, answered or not; τ_0 = the prompt,
+    τ_t = prompt + response up to the end of assistant turn t (lines 388-403); r_t = log(p_t + ε) −
+    log(p_{t−1} + ε), the last turn + (1 − λ) (lines 512-526); one turn: (1 − λ) (lines 383-386); no F1 in
+    training (``siop_reward.py`` lines 186-214 place only these). Then that repository's ``igpo`` estimator
+    (``core_algos.py`` lines 2540-2632) on the group, by hand."""
+    eps, lam = 1e-8, 0.5
+    probs = {(0, "Paris"): [0.2, 0.4, 0.5], (1, "Paris"): [0.1, 0.1, 0.3, 0.2]}
+    g = [make_ep(0, "Paris", ["a"]), make_ep(1, None, ["b", "c"]), make_ep(2, "Lyon", [])]
+    g[0].task["answers"] = ["Paris", "City of Light"]
+    scorer = FakeSupportScorer(probs)
+    reward = get_reward("igpo_siop", scorer=scorer)
+    res = reward.score_group(g)
+    lg = lambda p: math.log(p + eps)  # noqa: E731
+    want = [[lg(0.4) - lg(0.2), lg(0.5) - lg(0.4) + (1 - lam)],
+            [0.0, lg(0.3) - lg(0.1), lg(0.2) - lg(0.3) + (1 - lam)],
+            [1 - lam]]
+    for got, w in zip(res.rewards, want, strict=True):
+        assert got == pytest.approx(w, abs=1e-12)
+    assert scorer.calls[0][0] == [[1000], [1000, 1], [1000, 1, 2, 3, 4]]  # before each observation, τ_T too
+    # the SIOP repository's igpo estimator: F1 slots and the non-zero gains normalised apart
+    from turngym.training.advantages import get_estimator
+
+    assert type(reward).estimator == "igpo_siop"
+    f1s = [want[0][1], want[1][2], want[2][0]]
+    igs = [want[0][0], want[1][1]]  # ep1's first gain is exactly 0: no boundary
+    fm, gm = sum(f1s) / 3, sum(igs) / 2
+    fs = math.sqrt(sum((x - fm) ** 2 for x in f1s) / 3 + 1e-8) + 1e-6
+    gs = math.sqrt(sum((x - gm) ** 2 for x in igs) / 2 + 1e-8) + 1e-6
+    adv = get_estimator("igpo_siop")(res.rewards)
+    a1_last = (f1s[1] - fm) / fs
+    a1_mid = (igs[1] - gm) / gs + a1_last
+    assert adv[0] == pytest.approx([(igs[0] - gm) / gs + (f1s[0] - fm) / fs, (f1s[0] - fm) / fs])
+    assert adv[1] == pytest.approx([a1_mid, a1_mid, a1_last])
+    assert adv[2] == pytest.approx([(f1s[2] - fm) / fs])

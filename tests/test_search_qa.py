@@ -160,3 +160,20 @@ def test_importing_turngym_pulls_no_torch_faiss_or_openai():
             "print([m for m in ('torch', 'faiss', 'openai', 'jnius') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_tool_response_cut_as_verls_tool_agent_loop():
+    """dl-m9/SIOP ``verl/experimental/agent_loop/tool_agent_loop.py`` lines 532-539: over the limit, "left"
+    keeps the first N characters + "...(truncated)", "right" (SIOP's launcher) "(truncated)..." + the last N,
+    otherwise N // 2 of each end around "...(truncated)..."; at or under the limit the text is unchanged."""
+    import pytest
+
+    from turngym.envs.search_qa import SearchQAEnv, cut_tool_response
+
+    text = "abcdefghij"
+    assert cut_tool_response(text, 4, "right") == "(truncated)...ghij"
+    assert cut_tool_response(text, 4, "left") == "abcd...(truncated)"
+    assert cut_tool_response(text, 4, "middle") == "ab...(truncated)...ij"
+    assert cut_tool_response(text, 10, "right") == text and cut_tool_response(text, None) == text
+    with pytest.raises(ValueError, match="tool_response_truncate_side"):
+        SearchQAEnv(dataset="bamboogle", tool_response_truncate_side="both")

@@ -81,7 +81,8 @@ def test_siop_and_igpo_equal_a_hand_computation_from_the_real_model(tiny_chat_po
     scorer = HFSupportScorer(model, tok)
     lam, eps = 0.5, 1e-8
     siop = get_reward("siop", scorer=scorer, lam=lam, eps=eps).score_group(episodes)
-    igpo = get_reward("igpo", scorer=scorer).score_group(episodes)
+    igpo = get_reward("igpo", scorer=scorer, final_turn_gain=True, turn_limit_gains="keep").score_group(episodes)
+    igpo_default = get_reward("igpo", scorer=scorer).score_group(episodes)
 
     def p_ref(prefix_ids, ref):  # exp(mean log p(ref tokens)), computed here with a plain forward
         text_ids = tok("\nNow there's enough information to answer\n</think>\n<answer>\n" + ref + "\n</answer><|im_end|>",
@@ -129,6 +130,12 @@ def test_siop_and_igpo_equal_a_hand_computation_from_the_real_model(tiny_chat_po
     want = [p[t + 1] - p[t] for t in range(len(e.turns))]
     want[-1] += igpo.diagnostics["outcome"][i]
     assert igpo.rewards[i] == pytest.approx(want, abs=1e-5)
+    # defaults (the IGPO repository): the answer turn gets the F1 alone; a short turn-limit rollout no gains
+    o = igpo_default.diagnostics["outcome"][i]
+    dropped = igpo_default.diagnostics["gains_dropped"][i]
+    assert dropped == (e.truncated and e.final_answer is None and len(e.turns) + 1 <= 10 and bool(e.turns[-1].tool_calls))
+    want_default = [0.0] * (len(e.turns) - 1) + [o] if dropped else want[:-1] + [o]
+    assert igpo_default.rewards[i] == pytest.approx(want_default, abs=1e-5)
 
 
 def test_a_scorer_with_another_tokenizer_is_refused_and_text_mode_retokenises(episodes):
@@ -277,8 +284,9 @@ def test_ablate_scorer_spec_local_model_and_server(tiny_chat_policy, episodes, t
 
 
 def test_kept_prefixes_give_the_same_scores_with_one_forward_less(tiny_chat_policy):
-    """SIOP then IGPO on one shared scorer with ``prefix_cache_tokens``: the longest prefix (τ_T, the same for
-    both) runs once per episode, and both wrappers' rewards equal those of scorers that keep nothing."""
+    """SIOP then IGPO on one shared scorer with ``prefix_cache_tokens``: SIOP's longest prefix (τ_T) runs once per
+    episode and IGPO's (τ_{T−1} after its observation, a prefix of it) is cut from it, and both wrappers' rewards
+    equal those of scorers that keep nothing."""
     import copy
 
     tok = tiny_chat_policy.tokenizer

@@ -392,7 +392,7 @@ def test_the_rewards_declared_estimator_is_the_default(tmp_path):
     from turngym.rewards.base import declared_estimator
 
     assert (declared_estimator("outcome"), declared_estimator("siop"), declared_estimator("igpo"),
-            declared_estimator("scribe+funrl")) == ("grpo", "turn", "igpo_separate", "turn")
+            declared_estimator("scribe+funrl")) == ("grpo", "turn", "igpo", "turn")
     model, tok = model_and_tokenizer()
     for reward, want in ((get_reward("outcome"), "grpo"), (get_reward("funrl"), "turn")):
         tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: CalculatorEnv(max_turns=2),

@@ -21,6 +21,11 @@ the query string), which the model completes: the token-level twin of a chat API
 ``tool_choice="required"`` for the first turn (a deviation; the prefill is prompt, not trained).
 That forced call may end with the reply instead of ``</tool_call>`` (read as vLLM's Hermes
 parser reads an open call); every other call must be closed.
+
+``tool_response_chars=N`` cuts the search tool's text (the passages) to N characters as verl's tool
+agent loop does with ``max_tool_response_length`` (SIOP's launcher: 2,048, ``truncate_side=right``):
+``"right"`` keeps the last N characters after ``"(truncated)..."``, ``"left"`` the first N before
+``"...(truncated)"``, ``"middle"`` N // 2 of each end around ``"...(truncated)..."``. None (default): no cut.
 """
 
 from __future__ import annotations
@@ -52,6 +57,19 @@ INVALID_ACTION = (
 )
 _TAG = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 TOOL_FORMATS = ("tags", "native")
+TRUNCATE_SIDES = ("right", "left", "middle")
+
+
+def cut_tool_response(text: str, limit: int | None, side: str = "right") -> str:
+    """A tool response over ``limit`` characters cut as verl's ``ToolAgentLoop`` does (its side names)."""
+    if limit is None or len(text) <= limit:
+        return text
+    if side == "left":
+        return text[:limit] + "...(truncated)"
+    if side == "right":
+        return "(truncated)..." + text[-limit:]
+    half = limit // 2
+    return text[:half] + "...(truncated)..." + text[-half:]
 NATIVE_SYSTEM_PROMPT = (
     "You are a helpful assistant that answers questions with the help of a search engine. Think step by step. "
     "If you lack some knowledge, call the search tool; it returns the top matching Wikipedia passages. You can "
@@ -124,8 +142,16 @@ class SearchQAEnv(TextEnv):
     def __init__(self, dataset: str = "nq", split: str | None = None, retriever: Any = None, topk: int = 3,
                  max_turns: int = 4, prompt_style: str = "chat", max_query_chars: int = 2000,
                  tool_format: str = "tags", prompt: str = "official", force_first_search: bool = False,
+                 tool_response_chars: int | None = None, tool_response_truncate_side: str = "right",
                  render_mode: str | None = None):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if tool_response_chars is not None and int(tool_response_chars) < 1:
+            raise ValueError(f"tool_response_chars must be >= 1 or None, got {tool_response_chars!r}")
+        if tool_response_truncate_side not in TRUNCATE_SIDES:
+            raise ValueError(f"tool_response_truncate_side must be one of {TRUNCATE_SIDES}, "
+                             f"got {tool_response_truncate_side!r}")
+        self.tool_response_chars = None if tool_response_chars is None else int(tool_response_chars)
+        self.tool_response_truncate_side = tool_response_truncate_side
         if tool_format not in TOOL_FORMATS:
             raise ValueError(f"tool_format must be one of {TOOL_FORMATS}, got {tool_format!r}")
         if tool_format == "native" and prompt_style == "base":
@@ -250,6 +276,10 @@ class SearchQAEnv(TextEnv):
         return ActionResult(observation=message, parse_error=error or "no search call and no <answer> tag",
                             metrics={"action": "invalid"}, observation_role="user")
 
+    def _cut(self, text: str) -> str:
+        """verl's ``ToolAgentLoop`` cut of a tool response longer than ``tool_response_chars``."""
+        return cut_tool_response(text, self.tool_response_chars, self.tool_response_truncate_side)
+
     def _search(self, query: str) -> ActionResult:
         call = {"name": "search", "arguments": {"query": query}}
         if not query:
@@ -268,7 +298,8 @@ class SearchQAEnv(TextEnv):
                                 tool_ms=(time.perf_counter() - start) * 1000.0)
         golds = [str(a) for a in self.episode.task.get("answers", [])]
         return ActionResult(
-            observation=f"\n\n<information>{format_passages(hits).strip()}</information>\n\n", tool_calls=[call],
+            observation=f"\n\n<information>{self._cut(format_passages(hits).strip())}</information>\n\n",
+            tool_calls=[call],
             metrics={"action": "search", "n_docs": len(hits), "doc_ids": [h.docid for h in hits],
                      "retrieval_hit": any(contains_answer(h.contents, golds) for h in hits)},
             tool_ms=(time.perf_counter() - start) * 1000.0,

@@ -41,6 +41,7 @@ REWARDS = Registry("reward", {
     "empo": "turngym.rewards.outcome:EMPOReward",
     "siop": "turngym.rewards.siop:SIOPReward",
     "igpo": "turngym.rewards.siop:IGPOReward",
+    "igpo_siop": "turngym.rewards.siop:IGPOSIOPReward",
     "scribe": "turngym.rewards.scribe.reward:ScribeReward",
     "prm": "turngym.rewards.prm:PRMReward",
     "funrl": "turngym.rewards.funrl:FunRLReward",

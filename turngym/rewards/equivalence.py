@@ -49,6 +49,20 @@ class NormalizedMatch:
 
 
 @dataclass
+class StringMatch:
+    """The extracted answer strings themselves: equal after stripping white space, never when empty.
+
+    What TTRL's vote (``Counter`` over the extracted answers) and EMPO's clustering (math-verify's
+    ``verify`` on two strings compares them as strings) do in their code."""
+
+    name: str = "strings"
+
+    def matrix(self, question: str, answers: Sequence[str]) -> list[list[bool]]:
+        keys = [a.strip() for a in answers]
+        return [[bool(ki) and ki == kj for kj in keys] for ki in keys]
+
+
+@dataclass
 class MathEquivalence:
     """Math: math-verify equivalence (checked both ways), after a cheap normalised match."""
 
@@ -151,7 +165,7 @@ AUTO_HINT = "Pass equivalence='normalized', 'math', 'calls' or 'nli:<model>' ins
 
 
 def make_equivalence(spec: Any, episodes: Sequence[Episode]) -> Equivalence:
-    """``auto`` (the offline default for the answer kind the episodes' env declares), ``normalized``,
+    """``auto`` (the offline default for the answer kind the episodes' env declares), ``strings``, ``normalized``,
     ``math``, ``calls``, ``nli:<model id or path>``, or a ready backend object."""
     if not isinstance(spec, str):
         return spec
@@ -159,7 +173,7 @@ def make_equivalence(spec: Any, episodes: Sequence[Episode]) -> Equivalence:
         return equivalence_for(group_needs(episodes, AUTO_HINT))
     if spec.startswith("nli:"):
         return NLIEquivalence.load(spec[4:])
-    table = {"normalized": NormalizedMatch, "math": MathEquivalence, "calls": CallMatch}
+    table = {"normalized": NormalizedMatch, "math": MathEquivalence, "calls": CallMatch, "strings": StringMatch}
     if spec not in table:
-        raise ValueError(f"unknown equivalence {spec!r}; use auto, normalized, math, calls or nli:<model>")
+        raise ValueError(f"unknown equivalence {spec!r}; use auto, strings, normalized, math, calls or nli:<model>")
     return table[spec]()

@@ -1,10 +1,12 @@
 """Evidence backends: how much a rollout's tool results support an answer, in [0, 1].
 
-Official SIOP: only tool results count (search results, code output, function results),
-each cut to its first 2,000 characters; not invalid-action messages, tool errors or user
-turns. r(c) for a cluster is the mean, over its members that have tool results, of the
-mean score of their tool results for the cluster's answer (0 when no member has any).
-``source="observations"`` counts every observation instead (the earlier turngym variant).
+Official SIOP (``siop_process_reward.py``, the calibration block): every non-empty tool response
+counts, tool errors ("No results found", "Error when executing tool: ...") included, stripped
+and cut to its first 2,000 characters (``source="tool_responses"``). r(c) for a cluster is the
+mean, over its members that have tool responses, of the mean score of their responses for the
+cluster's answer (0 when no member has any). ``source="tool_results"`` leaves out tool errors
+(by the failure metrics the env declares; turngym's earlier default); ``"observations"`` counts
+every observation (invalid-action messages too).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from turngym.episode import Episode, RewardNeeds, Turn
 from turngym.grading.qa import normalize_answer
 
 PREMISE_CHARS = 2000
-EVIDENCE_SOURCES = ("tool_results", "observations")
+EVIDENCE_SOURCES = ("tool_responses", "tool_results", "observations")
 
 
 class Evidence(Protocol):
@@ -75,11 +77,18 @@ def is_tool_result(turn: Turn, needs: RewardNeeds) -> bool:
     return not needs.tool_failed(turn.metrics)
 
 
-def evidence_texts(episode: Episode, source: str = "tool_results", premise_chars: int | None = PREMISE_CHARS) -> list[str]:
+def is_tool_response(turn: Turn) -> bool:
+    """The turn ran a tool call and its observation, stripped, is not empty (errors included)."""
+    return bool(turn.tool_calls) and not turn.parse_error and bool((turn.observation or "").strip())
+
+
+def evidence_texts(episode: Episode, source: str = "tool_responses", premise_chars: int | None = PREMISE_CHARS) -> list[str]:
     if source not in EVIDENCE_SOURCES:
         raise ValueError(f"evidence source must be one of {EVIDENCE_SOURCES}, got {source!r}")
     if source == "observations":
         texts = [t.observation for t in episode.turns if t.observation]
+    elif source == "tool_responses":
+        texts = [t.observation.strip() for t in episode.turns if is_tool_response(t)]
     else:
         needs = episode.needs("Its tool results cannot be told from error messages; "
                               "pass evidence_source='observations' to count every observation.")
@@ -88,7 +97,7 @@ def evidence_texts(episode: Episode, source: str = "tool_results", premise_chars
 
 
 def cluster_evidence(evidence: Evidence, question: str, answer: str, members: Sequence[Episode],
-                     source: str = "tool_results", premise_chars: int | None = PREMISE_CHARS) -> float:
+                     source: str = "tool_responses", premise_chars: int | None = PREMISE_CHARS) -> float:
     per_member = []
     for ep in members:
         obs = evidence_texts(ep, source, premise_chars)

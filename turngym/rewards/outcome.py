@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from turngym.episode import Episode, EpisodeGroup
 from turngym.rewards.base import GroupScores, final_turn_rewards, impute_missing, outcome_score
-from turngym.rewards.equivalence import Clustering, cluster_answers, make_equivalence
+from turngym.rewards.equivalence import Clustering, StringMatch, cluster_answers, make_equivalence
 
 
 @dataclass
@@ -39,9 +40,18 @@ def cluster_group(episodes: Sequence[Episode], equivalence: Any) -> Clustering:
     return cluster_answers(group.question, [e.final_answer for e in group], backend)
 
 
+VOTE_ON = ("strings", "equivalence")
+
+
 @dataclass
 class TTRLReward:
-    """1 on the final turn if the answer is in the majority cluster (ties: the earliest), else 0.
+    """1 on the final turn if the answer agrees with the majority label, else 0.
+
+    ``vote_on="strings"`` (TTRL's code, ``ttt_metrics.py``): the label is the most common extracted answer
+    string (``Counter.most_common``: ties go to the string seen first) and a rollout gets 1 when its answer is
+    equivalent to the label under ``equivalence`` (TTRL verifies each rollout against the label).
+    ``vote_on="equivalence"``: equivalent answers are merged into clusters first and the largest cluster
+    (ties: the earliest) wins; its members get 1.
 
     ``n_votes``: the vote pool per query (TTRL: 64 votes, 32 trained rollouts). In training the
     trainer plays ``n_votes`` rollouts, all of them vote, and the first ``num_generations`` are
@@ -53,20 +63,38 @@ class TTRLReward:
 
     equivalence: Any = "auto"
     n_votes: int | None = None
+    vote_on: str = "strings"
     name: str = "ttrl"
 
     def __post_init__(self) -> None:
         if self.n_votes is not None and self.n_votes < 1:
             raise ValueError(f"n_votes must be >= 1, got {self.n_votes}")
+        if self.vote_on not in VOTE_ON:
+            raise ValueError(f"vote_on must be one of {VOTE_ON}, got {self.vote_on!r}")
 
     def score_group(self, episodes: Sequence[Episode], vote_pool: Sequence[Episode] | None = None) -> GroupScores:
         voters = [*episodes, *(vote_pool or [])]
-        cl = cluster_group(voters, self.equivalence)
-        majority = max(range(len(cl.members)), key=lambda c: len(cl.members[c])) if cl.members else None
-        # cl.labels covers every voter; the scored episodes are its first len(episodes) entries
-        rewards = [final_turn_rewards(e, float(lab is not None and lab == majority))
-                   for e, lab in zip(episodes, cl.labels[:len(episodes)], strict=True)]
-        return GroupScores(rewards, {"clusters": cl.to_dict(), "majority": majority, "votes": len(voters)})
+        if self.vote_on == "equivalence":
+            cl = cluster_group(voters, self.equivalence)
+            majority = max(range(len(cl.members)), key=lambda c: len(cl.members[c])) if cl.members else None
+            # cl.labels covers every voter; the scored episodes are its first len(episodes) entries
+            rewards = [final_turn_rewards(e, float(lab is not None and lab == majority))
+                       for e, lab in zip(episodes, cl.labels[:len(episodes)], strict=True)]
+            return GroupScores(rewards, {"clusters": cl.to_dict(), "majority": majority, "votes": len(voters)})
+        strings = [str(e.final_answer).strip() for e in voters if e.final_answer is not None and str(e.final_answer).strip()]
+        label = Counter(strings).most_common(1)[0][0] if strings else None
+        wins = [False] * len(episodes)
+        if label is not None:
+            group = EpisodeGroup.of(voters)
+            backend = make_equivalence(self.equivalence, group.episodes)
+            verdicts: dict[str, bool] = {}  # the rollout's answer verified against the label, once per string
+            for i, e in enumerate(episodes):
+                text = "" if e.final_answer is None else str(e.final_answer).strip()
+                if text and text not in verdicts:
+                    verdicts[text] = bool(backend.matrix(group.question, [label, text])[1][0])
+                wins[i] = bool(text) and verdicts[text]
+        rewards = [final_turn_rewards(e, float(w)) for e, w in zip(episodes, wins, strict=True)]
+        return GroupScores(rewards, {"label": label, "votes": len(voters), "answered_votes": len(strings)})
 
 
 @dataclass
@@ -74,7 +102,10 @@ class EMPOReward:
     """EMPO: the rollout's semantic-cluster probability on the final turn, gated by semantic entropy.
 
     As in EMPO's code: the K answers are clustered (an unanswered rollout is a cluster of its own
-    and gets 0); p(c) = |c| / K; H = -Σ p log p; if H is not below ``entropy_threshold`` the
+    and gets 0); ``cluster_on="strings"`` (EMPO's math recipe: math-verify's ``verify`` on the extracted
+    strings, which compares two strings as strings) or ``"equivalence"`` (``equivalence`` merges
+    equivalent answers, e.g. math-verify on parsed expressions); p(c) = |c| / K; H = -Σ p log p; if H is
+    not below ``entropy_threshold`` the
     whole group gets 0 (too unreliable to learn from). ``entropy_threshold``: ``"log_k"``
     (default, log K: only a group of all-different answers is zeroed), a number, or ``None`` (no
     gate). ``share_of``: ``"all"`` (p over all K, default) or ``"answered"`` (over answered rollouts).
@@ -85,16 +116,19 @@ class EMPOReward:
     equivalence: Any = "auto"
     entropy_threshold: float | str | None = "log_k"
     share_of: str = "all"
+    cluster_on: str = "strings"
     name: str = "empo"
 
     def __post_init__(self) -> None:
+        if self.cluster_on not in VOTE_ON:
+            raise ValueError(f"cluster_on must be one of {VOTE_ON}, got {self.cluster_on!r}")
         if self.share_of not in ("all", "answered"):
             raise ValueError(f"share_of must be 'all' or 'answered', got {self.share_of!r}")
         if isinstance(self.entropy_threshold, str) and self.entropy_threshold != "log_k":
             raise ValueError(f"entropy_threshold must be 'log_k', a number or None, got {self.entropy_threshold!r}")
 
     def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
-        cl = cluster_group(episodes, self.equivalence)
+        cl = cluster_group(episodes, StringMatch() if self.cluster_on == "strings" else self.equivalence)
         k = len(episodes)
         sizes = [len(m) for m in cl.members] + [1] * (k - cl.n_answered)  # unanswered: singleton clusters
         entropy = -sum(n / k * math.log(n / k) for n in sizes)

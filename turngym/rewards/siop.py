@@ -1,9 +1,12 @@
 """SIOP (verifier-free outcome potential) and IGPO (gold-reference information gain).
 
-Both score support at τ_0 (the prompt), τ_1..τ_{T-1} and τ_T (the prefix ending with the
-final assistant turn); turn t's reward is the potential difference ΔΦ_t = Φ_t − Φ_{t−1},
-and the final turn gets ΔΦ_T plus its outcome term. A rollout with at most one assistant
-turn gets only the outcome term. NaN/inf rewards become 0.
+Both score support at τ_0 (the prompt) and τ_1..τ_{T-1}; SIOP also at τ_T (the prefix ending
+with the final assistant turn). Turn t's reward is the potential difference ΔΦ_t = Φ_t − Φ_{t−1};
+the final turn gets its outcome term (SIOP: plus ΔΦ_T). A rollout with at most one assistant
+turn gets only the outcome term. Non-finite support, as the official SIOP code
+(``siop_process_reward.py`` ``_aggregate_p_hat``): a reference whose log-probability is NaN or
+±inf is left out of p~_t; a point with no finite reference is unscorable and the gains that use it
+are 0, the outcome term is kept; a gain that is still NaN/inf becomes 0.
 
 SIOP, per group (defaults = the official code): cluster the final answers (answered
 rollouts only) into modes c with share m(c); evidence r(c) from the tool results;
@@ -12,10 +15,13 @@ p~_t(c) = Σ_y α_y p(y | τ_t) over the first N_ref distinct answers y of the c
 α), τ_t ending with assistant turn t (before its observation); Φ_t = q(c)·log(p~_t + ε);
 outcome term (1 − λ)·q(c). Unanswered rollouts get q = 0 and zero rewards.
 
-IGPO (defaults = the official code): the first gold answer is the only reference, τ_t
-ends after turn t's observation, the information gain is the probability difference
-(Φ_t = p_t), and the outcome term is IGPO's F1 against the gold answers, or its format
-penalty (−2) when the transcript's tags are unbalanced or there is no answer.
+IGPO (defaults = the repository GuoqingWang1/IGPO): the first gold answer is the only reference,
+τ_t ends after turn t's observation, the information gain is the probability difference
+(Φ_t = p_t) on turns 1..T−1, and the answer turn gets IGPO's F1 against the first gold answer
+only, or its format penalty (−2) when the executed transcript's tags are unbalanced or there is
+no answer. A rollout cut by the turn limit keeps its gains only when it has more than 10 chat
+pieces (T + 1 > 10), as the repository's length check does. ``igpo_siop`` is the SIOP
+repository's gold-reference IGPO baseline (SIOP's machinery with the gold answer as reference).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from turngym.episode import Episode, EpisodeGroup
+from turngym.episode import Episode, EpisodeGroup, Turn
 from turngym.rewards.base import GroupScores, finite, outcome_score
 from turngym.rewards.equivalence import cluster_answers, make_equivalence
 from turngym.rewards.evidence import EVIDENCE_SOURCES, cluster_evidence, make_evidence
@@ -41,6 +47,13 @@ from turngym.rewards.support import (
     make_scorer,
     scoring_points,
 )
+
+
+def support_of(weights: Sequence[float], logprobs: Sequence[float]) -> float | None:
+    """p~ = Σ α·exp(lp) over the references whose mean log-probability is finite; None when none is
+    (official SIOP ``siop_process_reward.py`` ``_aggregate_p_hat``: the α are not renormalised)."""
+    terms = [a * math.exp(lp) for a, lp in zip(weights, logprobs, strict=True) if math.isfinite(lp)]
+    return sum(terms) if terms else None
 
 
 def _log(x: float) -> float:
@@ -101,23 +114,26 @@ class _PotentialMachinery:
         if not self.final_turn_gain:
             points = points[:-1]
         table = scorer.mean_logprobs(points, conts)
-        return [sum(a * math.exp(lp) for a, lp in zip(weights, row, strict=True)) for row in table]
+        return [support_of(weights, row) for row in table]
 
     def potential(self, p: float, q: float) -> float:
         return q * _log(p + self.eps)
 
-    def turn_rewards(self, n_turns: int, q: float, support: Sequence[float],
-                     outcome_term: float) -> tuple[list[float], list[float]]:
-        """Rewards per turn and the potentials: ΔΦ_t on turn t, plus the outcome term on the final turn."""
+    def turn_rewards(self, n_turns: int, q: float, support: Sequence[float | None],
+                     outcome_term: float) -> tuple[list[float], list[float | None]]:
+        """Rewards per turn and the potentials: ΔΦ_t on turn t, plus the outcome term on the final turn.
+
+        An unscorable point (support None) makes the gains next to it 0; the outcome term is kept."""
         if n_turns == 0:
             return [], []
         if n_turns == 1:
             return [finite(outcome_term)], []
-        phi = [self.potential(p, q) for p in support]
-        gains = [phi[i + 1] - phi[i] for i in range(len(phi) - 1)]
-        rewards = [finite(g) for g in gains[: n_turns - 1]]
+        phi = [None if p is None else self.potential(p, q) for p in support]
+        gains = [0.0 if phi[i] is None or phi[i + 1] is None else finite(phi[i + 1] - phi[i])
+                 for i in range(len(phi) - 1)]
+        rewards = gains[: n_turns - 1]
         final_gain = gains[n_turns - 1] if len(gains) >= n_turns else 0.0
-        rewards.append(finite(final_gain + outcome_term))
+        rewards.append(finite(final_gain) + finite(outcome_term))
         return rewards, phi
 
 
@@ -129,7 +145,8 @@ class SIOPReward(_PotentialMachinery):
     evidence: Any = "auto"
     eta: float = 1.0
     n_ref: int = 3
-    evidence_source: str = "tool_results"  # or "observations": every observation counts
+    evidence_source: str = "tool_responses"  # official: every non-empty tool response; "tool_results": no tool
+    # errors; "observations": every observation
     premise_chars: int | None = 2000
     name: str = "siop"
 
@@ -175,6 +192,10 @@ class SIOPReward(_PotentialMachinery):
 
 
 IGPO_FORMAT_TAGS = ("code", "tool_call", "think", "answer")
+IGPO_CHAT_PIECES_KEPT = 10  # info_gain.py: a rollout whose gains miss a turn keeps them only if it has > 10 pieces
+TURN_LIMIT_GAINS = ("repository", "keep")
+F1_GOLDS = ("first", "all")
+FINAL_REWARDS = ("f1", "outcome", "constant")
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
@@ -191,6 +212,24 @@ def igpo_tags_balanced(text: str) -> bool:
                 return False
             pos = text.find(start, close + 1)
     return True
+
+
+def executed_action(turn: Turn) -> str:
+    """The action as the env executed it: a call opened by the env's forced prefill (``Turn.prefill``) that
+    the env accepted and ran (tool calls parsed, no parse error) counts as closed, so its missing closing
+    tag is added (vLLM's Hermes parser reads such an open call, ``<tool_call>(.*)``, the same way)."""
+    action = turn.action
+    if turn.prefill and turn.tool_calls and not turn.parse_error:
+        for tag in IGPO_FORMAT_TAGS:
+            start, end = f"<{tag}>", f"</{tag}>"
+            if start in turn.prefill and action.count(start) > action.count(end):
+                action += end
+    return action
+
+
+def igpo_transcript(episode: Episode) -> str:
+    """The text IGPO's format check reads: each executed action followed by its observation."""
+    return "".join(executed_action(t) + (t.observation or "") for t in episode.turns)
 
 
 def igpo_normalize(text: str) -> str:
@@ -214,14 +253,36 @@ def igpo_f1(answer: str, golds: Sequence[str]) -> float:
     return best
 
 
+def hit_turn_limit(episode: Episode) -> bool:
+    """The rollout was cut by the turn limit while still calling tools (IGPO's loop leaves such a rollout
+    active: its last turn is an executed call, no answer), not ended by the env or by a full context."""
+    if not episode.turns or not episode.truncated or episode.terminated or "truncation" in episode.meta:
+        return False
+    last = episode.turns[-1]
+    return episode.final_answer is None and bool(last.tool_calls) and not last.parse_error
+
+
 @dataclass
 class IGPOReward(_PotentialMachinery):
-    estimator: ClassVar[str] = "igpo_separate"  # its paired estimator (outcome and process rewards z-scored apart)
+    """IGPO, defaults = its repository (GuoqingWang1/IGPO); every other behaviour is an option.
+
+    ``final_turn_gain``: False (repository: the answer turn gets the F1 only) or True (also ΔΦ_T,
+    scored at τ_T, as SIOP). ``turn_limit_gains``: ``"repository"`` (a rollout cut by the turn limit
+    with T + 1 ≤ 10 chat pieces gets the F1 alone, its gains dropped) or ``"keep"``. ``f1_golds``:
+    ``"first"`` (repository training: the first gold answer) or ``"all"`` (best over the gold answers).
+    ``final_reward``: ``"f1"``, ``"outcome"`` (the env's verdict, ``metric``) or ``"constant"`` (1, the
+    SIOP repository's gold-reference baseline); weighted by (1 − λ).
+    """
+
+    estimator: ClassVar[str] = "igpo"  # the IGPO repository's GRPO: returns-to-go minus the per-position mean
     lam: float = 0.0  # official: the outcome term is the F1 itself (weight 1)
     prefix: str = "after_observation"
+    final_turn_gain: bool = False  # official: the answer turn gets the F1 only
     gain: str = "probability"  # official: p_t − p_{t−1}; "log_probability": log(p_t + ε) − log(p_{t−1} + ε)
-    final_reward: str = "f1"  # official: IGPO's F1; "outcome": the env's gold verdict (``metric``)
+    final_reward: str = "f1"  # official: IGPO's F1; "outcome": the env's gold verdict (``metric``); "constant": 1
     format_penalty: float | None = -2.0  # official; None: no format check
+    turn_limit_gains: str = "repository"  # official length check; "keep": a turn-limit rollout keeps its gains
+    f1_golds: str = "first"  # official training: the first gold answer; "all": the best over all of them
     metric: str | None = None
     name: str = "igpo"
     requires_gold: ClassVar[bool] = True  # every episode needs a gold answer (ablate scores it where they have one)
@@ -230,33 +291,68 @@ class IGPOReward(_PotentialMachinery):
         super().__post_init__()
         if self.gain not in ("probability", "log_probability"):
             raise ValueError(f"gain must be 'probability' or 'log_probability', got {self.gain!r}")
-        if self.final_reward not in ("f1", "outcome"):
-            raise ValueError(f"final_reward must be 'f1' or 'outcome', got {self.final_reward!r}")
+        if self.final_reward not in FINAL_REWARDS:
+            raise ValueError(f"final_reward must be one of {FINAL_REWARDS}, got {self.final_reward!r}")
+        if self.turn_limit_gains not in TURN_LIMIT_GAINS:
+            raise ValueError(f"turn_limit_gains must be one of {TURN_LIMIT_GAINS}, got {self.turn_limit_gains!r}")
+        if self.f1_golds not in F1_GOLDS:
+            raise ValueError(f"f1_golds must be one of {F1_GOLDS}, got {self.f1_golds!r}")
 
     def potential(self, p: float, q: float) -> float:
         return q * p if self.gain == "probability" else q * _log(p + self.eps)
 
     def outcome(self, ep: Episode, golds: Sequence[str]) -> float:
         if self.format_penalty is not None:
-            transcript = "".join(t.action + (t.observation or "") for t in ep.turns)
-            if ep.final_answer is None or not igpo_tags_balanced(transcript):
+            if ep.final_answer is None or not igpo_tags_balanced(igpo_transcript(ep)):
                 return float(self.format_penalty)
         if self.final_reward == "outcome":
             return outcome_score(ep, self.metric)
-        return igpo_f1(str(ep.final_answer or ""), golds)
+        if self.final_reward == "constant":
+            return 1.0
+        return igpo_f1(str(ep.final_answer or ""), golds[:1] if self.f1_golds == "first" else golds)
+
+    def drops_gains(self, ep: Episode) -> bool:
+        """The repository's length check (info_gain.py): a turn-limit rollout's response has T + 1 chat pieces
+        and one gain fewer; its gains are kept only when it has more than 10 pieces."""
+        return (self.turn_limit_gains == "repository" and hit_turn_limit(ep)
+                and len(ep.turns) + 1 <= IGPO_CHAT_PIECES_KEPT)
 
     def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
         if not episodes:
             raise ValueError("score_group needs at least one episode")
-        rewards, potentials, outcomes = [], [], []
+        rewards, potentials, outcomes, dropped = [], [], [], []
         for ep in episodes:
-            golds = [str(a) for a in ep.task.get("answers", []) if str(a).strip()]
+            golds = [str(a).strip() for a in ep.task.get("answers", []) if str(a).strip()]
             if not golds:
                 raise ValueError(f"igpo needs a gold answer; episode {ep.id} has none")
-            sup = self.supports(ep, golds[:1], [1.0]) if len(ep.turns) > 1 else []
             o = self.outcome(ep, golds)
-            rew, phi = self.turn_rewards(len(ep.turns), 1.0, sup, (1 - self.lam) * o)
+            drop = self.drops_gains(ep)
+            if drop:
+                rew, phi = [0.0] * (len(ep.turns) - 1) + [finite((1 - self.lam) * o)], []
+            else:
+                sup = self.supports(ep, golds[:1], [1.0]) if len(ep.turns) > 1 else []
+                rew, phi = self.turn_rewards(len(ep.turns), 1.0, sup, (1 - self.lam) * o)
             rewards.append(rew)
             potentials.append(phi)
             outcomes.append(o)
-        return GroupScores(rewards, {"potentials": potentials, "outcome": outcomes})
+            dropped.append(drop)
+        return GroupScores(rewards, {"potentials": potentials, "outcome": outcomes, "gains_dropped": dropped})
+
+
+@dataclass
+class IGPOSIOPReward(IGPOReward):
+    """The SIOP repository's IGPO baseline (dl-m9/SIOP, ``siop_use_gold_ref=True`` with ``adv_estimator=igpo``):
+    SIOP's reward with the first gold answer as the only reference and q = 1. Log-probability gains with
+    τ_t ending with assistant turn t (before its observation), the answer turn's ΔΦ_T, and (1 − λ)·1 on the
+    answer turn (no F1, no format check: the F1 is only a validation metric there); every rollout is scored,
+    turn-limit ones included. Paired with that repository's ``igpo`` estimator (``igpo_siop`` here)."""
+
+    estimator: ClassVar[str] = "igpo_siop"
+    lam: float = 0.5
+    prefix: str = "before_observation"
+    final_turn_gain: bool = True
+    gain: str = "log_probability"
+    final_reward: str = "constant"
+    format_penalty: float | None = None
+    turn_limit_gains: str = "keep"
+    name: str = "igpo_siop"

@@ -280,6 +280,14 @@ class HFSupportScorer:
             self._prefixes.move_to_end(key)
             self.stats["prefix_reused"] += 1
             return copy.deepcopy(kept[0]), kept[1]
+        for longer in reversed(self._prefixes):  # a kept longer prefix holds this one (IGPO's τ_{T-1} in SIOP's τ_T)
+            if len(longer) > len(key) and longer[: len(key)] == key:
+                self._prefixes.move_to_end(longer)
+                self.stats["prefix_reused"] += 1
+                cache, hidden = self._prefixes[longer]
+                cache = copy.deepcopy(cache)
+                cache.crop(len(key) - len(longer))  # negative: the number of tokens to drop
+                return cache, hidden[: len(key)]
         cache = DynamicCache()
         self.stats["forwards"] += 1
         self.stats["tokens"] += len(main)

@@ -6,8 +6,12 @@ turn t's action tokens only.
 
 - ``grpo``: the episode's total reward, z-scored within the group, on every turn (TRL's GRPO).
 - ``turn``: all turn rewards of the group z-scored together, then A_t = r̂_t + γ·A_{t+1}.
-- ``igpo_separate``: outcome (final-turn) rewards and process (earlier-turn) rewards are
-  z-scored separately within the group, then summed backwards as in ``turn`` (IGPO).
+- ``igpo``: the IGPO repository's GRPO (``core_algos.py`` ``compute_grpo_outcome_advantage``): returns-to-go
+  minus their mean at the same position over the group, no std; turngym's position is the turn index.
+- ``igpo_siop``: the SIOP repository's ``igpo`` estimator: final-turn rewards and non-zero earlier-turn
+  rewards z-scored apart (population std), zero gains left out, then summed backwards over those turns.
+- ``igpo_separate``: turngym's own: outcome (final-turn) and process (earlier-turn) rewards z-scored
+  separately (unbiased std, zero gains included), then summed backwards as in ``turn``.
 - ``egpo``: ``grpo``'s advantage, to which the trainer adds FunRL/EGPO's clipped entropy term
   min(alpha·H, |A|/kappa) on every action token (:func:`entropy_enhanced`).
 - ``turn_loo``: each turn's return-to-go minus the mean return-to-go, at the same turn, of the
@@ -22,7 +26,7 @@ spread through the group's normalisation into every advantage of the group.
 
 Normalisation: unbiased std; a std below 1e-6 counts as 1; a group with a single reward gets 0;
 ``eps`` is added to the std. Defaults: ``grpo`` 1e-4 (TRL's, so it reproduces TRL's GRPO
-advantages); ``turn`` and ``igpo_separate`` 1e-6 (the official SIOP / IGPO code).
+advantages); ``turn``, ``igpo_siop`` and ``igpo_separate`` 1e-6 (the official SIOP / IGPO code).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ ESTIMATORS = Registry("advantage estimator", {
     "grpo": "turngym.training.advantages:grpo",
     "turn": "turngym.training.advantages:turn",
     "igpo_separate": "turngym.training.advantages:igpo_separate",
+    "igpo": "turngym.training.advantages:igpo",
+    "igpo_siop": "turngym.training.advantages:igpo_siop",
     "egpo": "turngym.training.advantages:egpo",
     "turn_loo": "turngym.training.advantages:turn_loo",
     "rloo": "turngym.training.advantages:rloo",
@@ -120,6 +126,63 @@ def igpo_separate(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> li
         pi += len(ep) - 1
         oi += 1
         out.append(discounted(normed, gamma))
+    return out
+
+
+def igpo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:
+    """The IGPO repository's advantage (``verl/trainer/ppo/core_algos.py`` ``compute_grpo_outcome_advantage``).
+
+    There: token-level returns G (γ = 1; a return does not flow back past a padded position), then
+    A = G − mean over the group's rollouts of G at the same token position (padding counts 0), no std.
+    Here the position is the turn: G_{i,t} = Σ_{k≥t} γ^{k−t} r_{i,k}; A_{i,t} = G_{i,t} − (1/K) Σ_j G_{j,t}
+    over all K episodes of the group, G_{j,t} = 0 for an episode with T_j ≤ t (ended, as padding).
+    The repository's reward of turn t sits on the last token of turn t's text, so every token of turn t has
+    return G_{i,t}; its positions are token offsets, which line up with turns only when the group's turns
+    have equal token lengths (the per-turn interface has no lengths). ``eps`` is unused (no std).
+    """
+    check_finite(rewards)
+    returns = [discounted(ep, gamma) for ep in rewards]
+    horizon = max((len(g) for g in returns), default=0)
+    k = len(returns)
+    mean = [sum(g[t] for g in returns if t < len(g)) / k for t in range(horizon)]
+    return [[x - mean[t] for t, x in enumerate(g)] for g in returns]
+
+
+def _population_stats(values: Sequence[float]) -> tuple[float, float]:
+    """The SIOP repository's group statistics: mean and sqrt(population variance + 1e-8); one value or none:
+    std 1 (none: mean 0)."""
+    n = len(values)
+    if n == 0:
+        return 0.0, 1.0
+    mean = sum(values) / n
+    if n <= 1:
+        return mean, 1.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / n + 1e-8)
+
+
+def igpo_siop(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:
+    """The SIOP repository's IGPO baseline advantage (dl-m9/SIOP ``verl/trainer/ppo/core_algos.py``
+    ``compute_igpo_turn_level_advantage``, ``info_gain_norm_mode="separate"``).
+
+    The final turn's reward (its F1 slot) and the non-zero earlier rewards (information gains) are
+    normalised apart within the group: (r − mean)/(std + eps), std = sqrt(population variance + 1e-8),
+    std 1 for a single value. A zero earlier reward is no turn boundary: it is left out of the statistics
+    and its turn takes the advantage of the next boundary turn. Boundaries b: A_b = r̂_b + γ·A_{b'} (b' the
+    next boundary).
+    """
+    check_finite(rewards)
+    f_mean, f_std = _population_stats([ep[-1] for ep in rewards if ep])
+    g_mean, g_std = _population_stats([r for ep in rewards for r in ep[:-1] if r != 0])
+    out = []
+    for ep in rewards:
+        adv, acc = [0.0] * len(ep), 0.0
+        for t in range(len(ep) - 1, -1, -1):
+            if t == len(ep) - 1:
+                acc = (ep[t] - f_mean) / (f_std + eps)
+            elif ep[t] != 0:
+                acc = (ep[t] - g_mean) / (g_std + eps) + gamma * acc
+            adv[t] = acc
+        out.append(adv)
     return out
 
 

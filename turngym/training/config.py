@@ -13,7 +13,7 @@ Example (``configs/train_calculator.yaml``)::
     # siop / igpo take scorer: policy (the live policy), a local model ('default', a directory,
     # {model, dtype, method}) or an OpenAI-compatible server ({base_url, model, tokenizer})
     estimator: {name: turn, gamma: 1.0}  # no name: the reward's own (outcome: grpo, siop: turn, ...);
-    # eps: grpo 1e-4 (TRL), turn / igpo_separate 1e-6; docs/estimators.md says which are unbiased
+    # eps: grpo 1e-4 (TRL), turn / igpo_siop / igpo_separate 1e-6 (igpo: no std); docs/estimators.md says which are unbiased
     model: {name_or_path: default}       # 'default', a directory, a .gguf file, or a hub id
     peft: {r: 16, lora_alpha: 32, target_modules: all-linear}   # optional LoRA
     trl: {output_dir: runs/calc, num_generations: 4, per_device_train_batch_size: 4, max_steps: 100}

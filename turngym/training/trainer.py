@@ -149,16 +149,16 @@ class TurnGRPOTrainer(GRPOTrainer):
     Args:
         env_factory: makes one env instance (``gymnasium.make(...)``).
         reward: a reward wrapper (``turngym.rewards.get_reward(...)``) scoring query groups.
-        estimator: a name in ``ESTIMATORS`` (``grpo``, ``turn``, ``igpo_separate``, ``egpo``, ``turn_loo``, ``rloo``,
-            ``gigpo``); None: the one the reward declares (``reward.estimator``). docs/estimators.md says which
-            are unbiased when episode lengths vary.
+        estimator: a name in ``ESTIMATORS`` (``grpo``, ``turn``, ``igpo``, ``igpo_siop``, ``igpo_separate``, ``egpo``,
+            ``turn_loo``, ``rloo``, ``gigpo``); None: the one the reward declares (``reward.estimator``).
+            docs/estimators.md says which are unbiased when episode lengths vary.
         estimator_options: ``egpo``: ``alpha``, ``kappa`` of the entropy term A + min(alpha·H, |A|/kappa),
             H the policy's entropy at each action token (computed without gradient once per batch);
             ``turn_loo``: ``scale``; ``gigpo``: ``omega``, ``mode`` (its anchor states come from the env's
             ``anchor_state``).
         gamma: discount for the backward sum of turn advantages.
         advantage_eps: added to the group std; None: the estimator's own default (``grpo``
-            1e-4 as TRL, ``turn`` and ``igpo_separate`` 1e-6 as the official SIOP / IGPO code).
+            1e-4 as TRL, ``turn``, ``igpo_siop`` and ``igpo_separate`` 1e-6; ``igpo`` has no std).
         max_turns_tokens: per-episode budget for action + observation tokens (default:
             ``args.max_completion_length``).
     """
