@@ -30,7 +30,7 @@ import numpy as np
 from turngym.evals.exact_oracle import ORACLE, batch_gradients, credits, settings
 from turngym.oracles.mdp import TabularMDP, sample, solve
 
-ESTIMATORS = ("turn", "igpo_separate", "turn_loo", "grpo", "rloo", "gigpo", ORACLE)
+ESTIMATORS = ("turn", "igpo_separate", "igpo_siop", "igpo", "turn_loo", "grpo", "rloo", "gigpo", ORACLE)
 
 
 def optimal_value(mdp: TabularMDP) -> float:

@@ -34,7 +34,7 @@ from turngym.envs import credit_mdps as envs
 from turngym.oracles.mdp import ExactValues, TabularMDP, Trajectories, sample, solve
 from turngym.training.advantages import get_estimator
 
-ESTIMATORS = ("grpo", "turn", "igpo_separate", "egpo", "turn_loo", "rloo", "gigpo")
+ESTIMATORS = ("grpo", "turn", "igpo_separate", "igpo", "igpo_siop", "egpo", "turn_loo", "rloo", "gigpo")
 # estimators given the env's state keys (GiGPO's anchor states)
 TAKES_STATES = {"gigpo"}
 ORACLE = "oracle"  # A^π as the credit

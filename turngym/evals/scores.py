@@ -31,6 +31,10 @@ NEEDS_POLICY: dict[str, str] = {
     "egpo": ("its entropy term min(alpha·H, |A|/kappa) is per token and needs the policy's token "
              "entropies, which a saved episode does not record; from rewards alone egpo is its base "
              "advantage, GRPO's z-scored episode reward (eps 1e-6), which the grpo column already shows"),
+    "vine": ("its advantages are Monte-Carlo values from continuations the policy plays after every prefix "
+             "(turngym creditbench --oracle mc computes them for saved episodes); rewards alone give none"),
+    "gigpo": ("its step term groups turns by the env's anchor states (TextEnv.anchor_state), which a score file "
+              "does not carry; from rewards alone gigpo is its episode term"),
 }
 
 
