@@ -154,7 +154,10 @@ def test_ablate_reports_credit_accuracy_on_advantages(searchqa_groups, tmp_path)
     from turngym.rewards import get_reward
 
     episodes = [e for g in searchqa_groups for e in g]
-    summary = ablate(episodes, {"outcome": get_reward("outcome"), "funrl": get_reward("funrl")}, tmp_path)
+    rewards = {"outcome": get_reward("outcome"), "funrl": get_reward("funrl")}
+    with pytest.raises(ValueError, match="several truth keys"):  # planted and retrieval_hit: name one
+        ablate(episodes, rewards)
+    summary = ablate(episodes, rewards, tmp_path, truth="retrieval_hit")
     adv = summary["rewards"]["outcome"]["credit_accuracy_advantage"]
     assert adv["estimator"] == "grpo" and adv["n_turns"] == summary["turns_with_ground_truth"] > 0
     assert adv["auc"] > 0.5  # gold answers follow the retrieval hits the env records
