@@ -161,4 +161,4 @@ def test_ablate_reports_credit_accuracy_on_advantages(searchqa_groups, tmp_path)
     adv = summary["rewards"]["outcome"]["credit_accuracy_advantage"]
     assert adv["estimator"] == "grpo" and adv["n_turns"] == summary["turns_with_ground_truth"] > 0
     assert adv["auc"] > 0.5  # gold answers follow the retrieval hits the env records
-    assert "credit accuracy on advantages" in (tmp_path / "ablation.md").read_text()
+    assert "Credit accuracy on advantages" in (tmp_path / "ablation.md").read_text()
