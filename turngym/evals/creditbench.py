@@ -24,8 +24,8 @@ probability ``p_useful``, so useless turns sit mostly in failing episodes and an
 reward earns pooled credit from that correlation alone) and ``contrast`` (SearchQA and MathCode:
 every episode holds useful and useless tool turns, the same numbers of each, in both orders:
 SearchQA one useful and one useless search, useful first in even episodes and last in odd ones;
-MathCode the two solution steps with one useless cell first, between or last; the answer is gold
-up to ``noise``). On ``contrast`` every episode-level credit scores AUC 0.5 exactly, pooled and
+MathCode the two solution steps with one useless cell, first in even episodes and last in odd
+ones; the answer is gold up to ``noise``; with an even ``k`` the orders balance). On ``contrast`` every episode-level credit scores AUC 0.5 exactly, pooled and
 within episodes, and so do the position baselines within episodes: what is left is turn-level credit.
 
 The planted label is written to ``Turn.truth["planted"]`` (source ``planted``); rewards score
@@ -255,10 +255,9 @@ def _number(x: float) -> str:
 
 
 def _contrast_cells(k: int) -> list[int]:
-    """The two solution steps and one useless cell, placed first, between or last as k cycles."""
-    labels = [1, 1]
-    labels.insert(k % 3, 0)
-    return labels
+    """The two solution steps and one useless cell, first in even episodes and last in odd ones (an even
+    ``k`` balances the orders, so position scores exactly 0.5 within episodes)."""
+    return [0, 1, 1] if k % 2 == 0 else [1, 1, 0]
 
 
 def build_mathcode(cfg: BenchConfig, design: str = "random") -> list[list[Episode]]:
