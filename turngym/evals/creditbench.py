@@ -25,8 +25,9 @@ reward earns pooled credit from that correlation alone) and ``contrast`` (Search
 every episode holds useful and useless tool turns, the same numbers of each, in both orders:
 SearchQA one useful and one useless search, useful first in even episodes and last in odd ones;
 MathCode the two solution steps with one useless cell, first in even episodes and last in odd
-ones; the answer is gold up to ``noise``; with an even ``k`` the orders balance). On ``contrast`` every episode-level credit scores AUC 0.5 exactly, pooled and
-within episodes, and so do the position baselines within episodes: what is left is turn-level credit.
+ones; the answer is gold up to ``noise``; with an even ``k`` the orders balance). On ``contrast``
+every episode-level credit scores AUC 0.5 exactly, pooled and within episodes, and so do the
+position baselines within episodes: what is left is turn-level credit.
 
 The planted label is written to ``Turn.truth["planted"]`` (source ``planted``); rewards score
 episodes through :func:`turngym.truth.reward_view`, which holds no truth. ``BenchConfig.truth``
