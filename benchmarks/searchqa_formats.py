@@ -39,7 +39,7 @@ def executed_searches(ep) -> int:
 def arm_row(eps) -> dict:
     n = len(eps)
     searches = [executed_searches(e) for e in eps]
-    hits = [sum(bool(t.metrics.get("retrieval_hit")) for t in e.turns) for e in eps]
+    hits = [sum(bool(t.truth["retrieval_hit"].value) for t in e.turns if "retrieval_hit" in t.truth) for e in eps]
     return {"episodes": n, "searched": sum(s > 0 for s in searches), "searches": sum(searches),
             "episodes_with_hit": sum(h > 0 for h in hits), "hits": sum(hits),
             "answered": sum(e.final_answer is not None for e in eps),

@@ -22,6 +22,7 @@ from turngym.agents.tiny import tiny_model_dir
 from turngym.episode import Episode, EpisodeWriter, Turn, read_episodes
 from turngym.evals.scores import records_for, write_scores
 from turngym.evals.viewer import write_viewer
+from turngym.truth import TruthValue
 
 WORDS = ("the capital river season album director born founded population league county city war "
          "museum island author novel film bridge mountain university").split()
@@ -47,7 +48,7 @@ def make_episodes(n: int, tok, model: str) -> list[Episode]:
                 obs = None if last else "<information>" + " ".join(f"Doc {d}(Title: {text(rng, 3)}) {text(rng, 80)}"
                                                                   for d in range(3)) + "</information>"
                 turns.append(Turn(index=t, action=action, observation=obs,
-                                  metrics={} if last else {"retrieval_hit": rng.random() < 0.4},
+                                  truth={} if last else {"retrieval_hit": TruthValue(rng.random() < 0.4, "env")},
                                   action_ids=tok(action, add_special_tokens=False)["input_ids"],
                                   observation_ids=tok(obs, add_special_tokens=False)["input_ids"] if obs else None))
                 if last:

@@ -38,9 +38,10 @@ def test_auc_and_spearman_on_known_orders():
     assert auc([0.9, 0.8, 0.2, 0.1], [0, 0, 1, 1]) == 0.0
     assert auc([0.5, 0.5, 0.5, 0.5], [0, 1, 0, 1]) == 0.5
     assert auc([1.0, 2.0], [1, 1]) is None
-    groups = [[(1.0, 1), (0.0, 0)], [(2.0, 1), (0.5, 0)], [(0.3, 0), (0.9, 1)]]
+    groups = [[[(1.0, 1), (0.0, 0)]], [[(2.0, 1), (0.5, 0)]], [[(0.3, 0), (0.9, 1)]]]  # group > episode > pairs
     s = credit_score(groups, n_boot=200)
     assert s.auc == 1.0 and s.auc_ci95 == (1.0, 1.0) and s.n_turns == 6 and s.n_positive == 3 and s.n_groups == 3
+    assert s.within_auc == 1.0 and s.n_within_pairs == 3
 
 
 def test_paired_estimators_and_lagged_pairs():
@@ -62,7 +63,8 @@ def test_searchqa_labels_true_on_the_default_index(searchqa_groups):
                 if lab is not None:
                     labelled += 1
                     assert t.metrics["action"] == "search"
-                    assert t.metrics["retrieval_hit"] is bool(lab)  # label 1 retrieves a gold passage, 0 does not
+                    assert t.truth["retrieval_hit"].value is (lab == 1)  # label 1 retrieves a gold passage, 0 does not
+                    assert t.truth["planted"].source == "planted" and "retrieval_hit" not in t.metrics
     assert labelled == SMALL.groups * SMALL.k * SMALL.search_turns
     answers = {e.final_answer for g in searchqa_groups for e in g}
     assert len(answers) > len(searchqa_groups)  # several answer clusters, not one per group
@@ -110,8 +112,8 @@ def test_bfcl_label0_turns_are_rejected_by_the_checker_after_a_correct_history()
             history_ok = True
             pending = None
             for t in ep.turns:
-                if t.metrics.get("planted_label") is not None:
-                    pending = t.metrics["planted_label"]
+                if "planted" in t.truth:
+                    pending = t.truth["planted"].value
                 if "bfcl_turn_valid" in t.metrics:
                     if pending is not None and history_ok:
                         assert t.metrics["bfcl_turn_valid"] is bool(pending)
@@ -152,8 +154,11 @@ def test_ablate_reports_credit_accuracy_on_advantages(searchqa_groups, tmp_path)
     from turngym.rewards import get_reward
 
     episodes = [e for g in searchqa_groups for e in g]
-    summary = ablate(episodes, {"outcome": get_reward("outcome"), "funrl": get_reward("funrl")}, tmp_path)
+    rewards = {"outcome": get_reward("outcome"), "funrl": get_reward("funrl")}
+    with pytest.raises(ValueError, match="several truth keys"):  # planted and retrieval_hit: name one
+        ablate(episodes, rewards)
+    summary = ablate(episodes, rewards, tmp_path, truth="retrieval_hit")
     adv = summary["rewards"]["outcome"]["credit_accuracy_advantage"]
     assert adv["estimator"] == "grpo" and adv["n_turns"] == summary["turns_with_ground_truth"] > 0
     assert adv["auc"] > 0.5  # gold answers follow the retrieval hits the env records
-    assert "credit accuracy on advantages" in (tmp_path / "ablation.md").read_text()
+    assert "Credit accuracy on advantages" in (tmp_path / "ablation.md").read_text()

@@ -17,6 +17,7 @@ from turngym.evals.lm_eval_bridge import parse_reply
 from turngym.evals.metrics import behaviour_metrics, outcome_metrics, pass_at_k, wilson
 from turngym.evals.report import compare_runs
 from turngym.rewards import get_reward
+from turngym.truth import TruthValue
 
 
 def ep(i, group, correct, turns=2, **outcome):
@@ -133,7 +134,7 @@ def test_corrupt_episodes_file_is_reported_and_replayed(tmp_path, tiny_chat_poli
 
 def search_episode(i, group, answer, hits, gold="Paris"):
     turns = [Turn(index=t, action="<search>q</search>", observation=("Paris" if h else "nothing"),
-                  metrics={"retrieval_hit": h}) for t, h in enumerate(hits)]
+                  truth={"retrieval_hit": TruthValue(h, "env")}) for t, h in enumerate(hits)]
     turns.append(Turn(index=len(hits), action=f"<answer>{answer}</answer>"))
     return Episode(id=f"s{i}", env_id="turngym/SearchQA-v0", group=group, task={"question": group, "answers": [gold]},
                    turns=turns, final_answer=answer, outcome={"em": float(answer == gold), "f1": float(answer == gold)})
@@ -144,14 +145,18 @@ def test_ablation_reports_credit_accuracy_and_correlations(tmp_path):
            search_episode(2, "q1", "Lyon", [False, False]), search_episode(3, "q1", "Paris", [True, True]),
            search_episode(4, "q2", "Rome", [False]), search_episode(5, "q2", "Paris", [True])]
 
+    HITS = {e.id: [t.truth["retrieval_hit"].value for t in e.turns if t.truth] for e in eps}  # noqa: N806
+
     class FakeHitReward:
-        """A fake per-turn reward that pays exactly the retrieval hits (credit accuracy 1)."""
+        """A fake per-turn reward that pays exactly the retrieval hits (credit accuracy 1), known from outside:
+        the episodes it is handed carry no truth."""
         name = "fake-hits"
         estimator = "turn"
 
         def score_group(self, group):
             from turngym.rewards.base import GroupScores
-            return GroupScores([[float(t.metrics.get("retrieval_hit", 0.0)) for t in e.turns] for e in group])
+            return GroupScores([[float(HITS[e.id][t.index]) if t.index < len(HITS[e.id]) else 0.0 for t in e.turns]
+                                for e in group])
 
     summary = ablate(eps, {"outcome": get_reward("outcome"), "ttrl": get_reward("ttrl"), "hits": FakeHitReward()},
                      tmp_path)

@@ -30,6 +30,10 @@ def test_main_job_reuses_one_policy_and_links_every_stage(tiny_chat_policy, tmp_
     assert set(job["times"]["cpu_s"]) >= {"load_agent", "generation: calculator", "ablation", "creditbench"}
     assert job["times"]["scorer_forwards"]["prefix_reused"] >= bench["envs"]["searchqa"]["episodes"]
     assert "| stage | wall s | CPU s |" in text and "longest-prefix forwards reused" in text
+    # both credit tables show within-episode AUC and the label-free baselines beside the wrappers
+    assert "within-episode AUC" in text and "*label-free: −(turns remaining)*" in text
+    assert "| *label-free: outcome broadcast* |" in text
+    assert set(bench["envs"]["searchqa"]["baselines"]) == {"position", "remaining", "outcome"}
 
 
 def test_eval_over_several_envs_loads_the_model_once(tiny_chat_policy, tmp_path, monkeypatch):

@@ -35,7 +35,8 @@ def test_two_code_turns_then_boxed_answer_is_graded(pool):
     obs, reward, term, trunc, info = env.step("She makes \\boxed{18} dollars.")
     assert term and not trunc and info["outcome"]["correct"] and info["final_answer"] == "18"
     ep = env.unwrapped.episode
-    assert ep.turns[1].metrics["feeds_answer"] and not ep.turns[0].metrics["feeds_answer"]
+    assert ep.turns[1].truth["feeds_answer"].value and not ep.turns[0].truth["feeds_answer"].value
+    assert "feeds_answer" not in ep.turns[1].metrics  # truth lives where rewards do not read
 
 
 def test_wrong_answer_errors_and_turn_limit(pool):

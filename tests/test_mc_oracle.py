@@ -195,13 +195,13 @@ def test_the_mc_creditbench_command_end_to_end(tmp_path, tiny_chat_policy):
     (tmp_path / "run.json").write_text(json.dumps({"env_kwargs": {"max_turns": 2}}))
     out = subprocess.run([sys.executable, "-m", "turngym.cli", "creditbench", "--oracle", "mc", "--episodes",
                           str(tmp_path / "episodes.jsonl"), "--out", str(tmp_path / "mc"), "--rollouts", "2",
-                          "--model", str(tiny_model_dir(chat=True)), "--max-new-tokens", "6", "--rewards", "outcome"],
+                          "--model", str(tiny_model_dir(chat=True)), "--max-new-tokens", "6", "--rewards", "outcome",
+                          "--estimators", "turn_loo"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((tmp_path / "mc" / "mc_oracle.json").read_text())
-    assert [(r["credit"], r["estimator"]) for r in summary["table"]][:1] == [("outcome", "grpo")]
-    assert {r["credit"] for r in summary["table"] if r["estimator"] == "label-free"} == {
-        "relative position", "−turns remaining", "outcome broadcast"}
+    assert [(r["wrapper"], r["estimator"]) for r in summary["rows"]] == [("outcome", "grpo"), ("outcome", "turn_loo")]
+    assert set(summary["baselines"]) == {"position", "remaining", "outcome"}
     values = [json.loads(line) for line in (tmp_path / "mc" / "values.jsonl").read_text().splitlines()]
     assert len(values) == sum(len(e.turns) for e in episodes) and all(v["n_v"] == 2 for v in values)
     assert "Monte-Carlo oracle" in (tmp_path / "mc" / "mc_oracle.md").read_text()

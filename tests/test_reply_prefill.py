@@ -61,7 +61,7 @@ def test_forced_first_search_executes_and_only_the_continuation_is_trained(retri
     first, second = ep.turns
     prefill = FIRST_SEARCH_PREFILL[fmt]
     assert first.prefill == prefill and first.action == prefill + rest  # the env saw prefill + continuation
-    assert first.metrics["action"] == "search" and first.metrics["n_docs"] >= 1 and first.metrics["retrieval_hit"]
+    assert first.metrics["action"] == "search" and first.metrics["n_docs"] >= 1 and first.truth["retrieval_hit"].value
     assert first.tool_calls == [{"name": "search", "arguments": {"query": "capital France"}}]
     assert second.prefill is None and second.prefill_ids is None and ep.outcome["em"] == 1.0  # first turn only
     prefill_ids = list(tok(prefill, add_special_tokens=False)["input_ids"])

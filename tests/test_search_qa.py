@@ -48,9 +48,11 @@ def test_check_env_and_protocol(retriever):
     assert "<search> query </search>" in obs and obs.endswith("Question: Where is the capital of France?\n")
     obs, _, term, _, info = env.step("<think>need info</think><search> capital of France </search>")
     assert obs.startswith("\n\n<information>Doc 1(Title: \"Paris\") Paris is the capital") and obs.endswith("</information>\n\n")
-    assert info["turn"]["metrics"]["retrieval_hit"] is True and not term
+    hit = env.unwrapped.episode.turns[-1].truth["retrieval_hit"]  # truth, not a metric, and not in info
+    assert hit.value is True and hit.source == "env" and not term
+    assert "retrieval_hit" not in info["turn"]["metrics"] and "truth" not in info["turn"]
     obs, _, _, _, info = env.step("<search>Ed Wood filmmaker</search>")
-    assert info["turn"]["metrics"]["retrieval_hit"] is False
+    assert env.unwrapped.episode.turns[-1].truth["retrieval_hit"].value is False
     obs, _, _, _, info = env.step("I think")
     assert obs == INVALID_ACTION and info["turn"]["parse_error"]
     _, _, term, _, info = env.step("<answer>London</answer> no wait <answer>the Paris.</answer>")

@@ -17,6 +17,7 @@ import pytest
 from turngym.episode import Episode, EpisodeWriter, Turn
 from turngym.evals.scores import ScoreRecord, ScoresFileError, read_scores, write_scores
 from turngym.evals.viewer import ViewerError, write_viewer
+from turngym.truth import TruthValue
 
 HOSTILE = "</script><script>window.__pwned = 1</script><!--"
 
@@ -24,7 +25,7 @@ HOSTILE = "</script><script>window.__pwned = 1</script><!--"
 def search_episode(i, group, answer, hits, gold="Paris", dataset="nq"):
     turns = [Turn(index=t, action=f"<search>q{t} of {i}</search>", tool_calls=[{"name": "search", "arguments": {"q": f"q{t}"}}],
                   observation=("Paris is the capital" if h else "nothing here") + ("\n... [output truncated]" if t == 0 else ""),
-                  metrics={"retrieval_hit": h}) for t, h in enumerate(hits)]
+                  truth={"retrieval_hit": TruthValue(h, "env")}) for t, h in enumerate(hits)]
     turns.append(Turn(index=len(hits), action=f"<answer>{answer}</answer>"))
     return Episode(id=f"s{i}", env_id="turngym/SearchQA-v0", group=group,
                    task={"question": f"capital of {group}?", "answers": [gold], "dataset": dataset},
@@ -81,7 +82,7 @@ def test_viewer_embeds_exactly_the_files_turns_and_rewards(viewer_files):
     for row, ep in zip(d["eps"], eps, strict=True):
         assert [t["a"] for t in row["t"]] == [t.action for t in ep.turns]
         assert [t["o"] for t in row["t"]] == [t.observation for t in ep.turns]
-        assert [t["gt"] for t in row["t"]] == [float(t.metrics["retrieval_hit"]) if t.metrics else None for t in ep.turns]
+        assert [t["gt"] for t in row["t"]] == [float(t.truth["retrieval_hit"].value) if t.truth else None for t in ep.turns]
     assert d["wrappers"] == ["outcome", "hits"]
     assert d["r"]["outcome"] == rewards_of(eps, "outcome") and d["r"]["hits"] == rewards_of(eps, "hits")
     assert d["adv"]["outcome"]["turn"] == [[x * 2 for x in r] for r in rewards_of(eps, "outcome")]

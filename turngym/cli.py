@@ -327,11 +327,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_ablate(args: argparse.Namespace) -> int:
     from turngym.evals.ablate import run_ablation
+    from turngym.evals.credit_table import parse_estimators
 
     try:
         summary = run_ablation(args.episodes, [r.strip() for r in args.rewards.split(",") if r.strip()], args.out,
                                scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_library=args.scribe_library,
-                               scribe_base_url=args.scribe_base_url, reliability_repeats=args.reliability_repeats)
+                               scribe_base_url=args.scribe_base_url, reliability_repeats=args.reliability_repeats,
+                               truth=args.truth, truth_map=args.truth_map, estimators=parse_estimators(args.estimators))
     except (FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     for name, m in summary["rewards"].items():
@@ -488,6 +490,12 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--scribe-library", default=None, help="a skill library JSON (default: built from the episodes)")
     ab.add_argument("--reliability-repeats", type=int, default=0,
                     help="N >= 2: add the judge-reliability table of scribe and prm (each step judged N times)")
+    ab.add_argument("--truth", default=None, help="the per-turn truth key scored (Turn.truth; default: the one key "
+                    "each episode carries)")
+    ab.add_argument("--truth-map", default=None, help="truth value -> label, e.g. '+1:1,-1:0,0:skip' (needed for "
+                    "non-binary truth such as human -1/0/+1 step labels)")
+    ab.add_argument("--estimators", default="", help="score every reward under these estimators too (a,b,...), "
+                    "besides its declared one")
     ab.add_argument("--out", required=True)
     ab.set_defaults(func=cmd_ablate)
 

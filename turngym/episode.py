@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from turngym.truth import TruthValue
+
 SCHEMA_VERSION = 1
 
 # A surrogate code point that is not the first or second half of an adjacent high+low pair.
@@ -42,19 +44,29 @@ class Turn:
     # with it; its ids were part of the prompt the model continued, so they sit before ``action_ids``, untrained
     prefill: str | None = None
     prefill_ids: list[int] | None = None
+    # what the turn was worth (key -> TruthValue), for credit tables only: rewards never see it
+    # (turngym.truth.reward_view empties it); absent from files written before it existed
+    truth: dict[str, TruthValue] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def info_dict(self) -> dict[str, Any]:
-        """The turn as exposed in ``info["turn"]``: no timing, so info stays deterministic."""
+        """The turn as exposed in ``info["turn"]``: no timing, so info stays deterministic, and no truth
+        (labels derived from gold answers stay out of what a policy may see, like the env's gold keys)."""
         d = self.to_dict()
         d.pop("latency_ms")
+        d.pop("truth")
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Turn:
-        return cls(**_known_fields(cls, d))
+        kwargs = _known_fields(cls, d)
+        truth = kwargs.get("truth") or {}
+        if not isinstance(truth, dict):
+            raise ValueError(f"a turn's truth must be a mapping of key to {{'value', 'source'}}, got {type(truth).__name__}")
+        kwargs["truth"] = {str(k): TruthValue.from_any(v) for k, v in truth.items()}
+        return cls(**kwargs)
 
 
 ANSWER_KINDS = ("math", "qa_text", "calls", "none")

@@ -26,6 +26,7 @@ import numpy as np
 from gymnasium import spaces
 
 from turngym.episode import Episode, RewardNeeds, Turn
+from turngym.truth import TruthValue, check_declared
 
 MAX_TEXT_LENGTH = 1_000_000
 log = logging.getLogger(__name__)
@@ -78,6 +79,9 @@ class ActionResult:
     final_answer: str | None = None
     tool_ms: float = 0.0
     observation_role: str | None = None  # overrides the env's observation_role for this turn
+    # per-turn truth (key -> value) for credit tables, under keys the env declares in ``truth_keys``;
+    # stored in ``Turn.truth`` with source "env", never in ``metrics`` that rewards read
+    truth: dict[str, Any] = field(default_factory=dict)
 
 
 def describe_error(exc: BaseException) -> dict[str, str]:
@@ -104,7 +108,7 @@ def as_encodable_text(text: str) -> str:
 
 def _check_serialisable(result: ActionResult) -> None:
     """Raise (ValueError/TypeError) if the turn could not be written as JSON (e.g. a 5,000-digit int)."""
-    json.dumps([result.tool_calls, result.metrics, result.final_answer, result.observation], allow_nan=True)
+    json.dumps([result.tool_calls, result.metrics, result.final_answer, result.observation, result.truth], allow_nan=True)
 
 
 class TextEnv(gym.Env):
@@ -124,6 +128,8 @@ class TextEnv(gym.Env):
     stop: tuple[str, ...] = ()
     prefills: bool = False  # True when reply_prefill may return text (set per instance by an env option)
     reward_needs: RewardNeeds | None = None  # every env declares it (the contract checker requires it)
+    # the per-turn truth keys the env writes into ``Turn.truth`` (source "env"); writing another is an error
+    truth_keys: tuple[str, ...] = ()
     # the outcome field that is the task's score: ``env.step`` returns it as the reward of the step
     # that ends the episode (None: the env's per-step rewards already are the task, e.g. Digits-v0)
     outcome_metric: str | None = "correct"
@@ -250,6 +256,10 @@ class TextEnv(gym.Env):
         self.on_reset(task)
         return render_messages(prompt), self._info()
 
+    def set_truth(self, turn: Turn, key: str, value: Any) -> None:
+        """Record truth known only later (e.g. at grading) on a turn, under a declared key."""
+        turn.truth.update(check_declared({key: TruthValue(value, "env")}, self.truth_keys, self.env_name))
+
     def step(self, action: str):
         if self.episode is None:
             raise RuntimeError("call reset() before step()")
@@ -284,6 +294,7 @@ class TextEnv(gym.Env):
             reward=float(result.reward),
             metrics=result.metrics,
             latency_ms={"tool": round(tool_ms, 3)},
+            truth=check_declared(result.truth, self.truth_keys, self.env_name),
         )
         ep.turns.append(turn)
         terminated = bool(result.terminated)

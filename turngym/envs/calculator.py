@@ -67,6 +67,8 @@ class CalculatorEnv(TextEnv):
     observation_role = None
     stop = ("</calc>", "</answer>")
     reward_needs = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))
+    # the calculation ran; also the metric toolcall_dense reads, so credit against it is circular for that reward
+    truth_keys = ("tool_ok",)
 
     def __init__(self, max_turns: int = 4, prompt_style: str = "chat", render_mode: str | None = None):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
@@ -103,10 +105,10 @@ class CalculatorEnv(TextEnv):
         try:
             value = _format_number(safe_arith(call["arguments"]["text"]))
             return ActionResult(observation=f"\n<result>{value}</result>\n", tool_calls=[call],
-                                metrics={"valid_action": True, "tool_ok": True})
+                                metrics={"valid_action": True, "tool_ok": True}, truth={"tool_ok": True})
         except (ValueError, OverflowError) as exc:
             return ActionResult(observation=f"\n<error>{exc}</error>\n", tool_calls=[call],
-                                metrics={"valid_action": True, "tool_ok": False})
+                                metrics={"valid_action": True, "tool_ok": False}, truth={"tool_ok": False})
 
     def grade(self, episode) -> dict[str, Any]:
         pred = (episode.final_answer or "").strip().replace(",", "")

@@ -2,7 +2,9 @@
 
 Files written before episodes carried ``reward_needs`` get their registered env class's declaration
 (what that env now writes into every episode), so ablate, the viewer and the SCRIBE commands read the
-same file the same way and say once that they filled it.
+same file the same way and say once that they filled it. Files written before turns carried ``truth``
+get the truth keys their registered env declares (``truth_keys``) copied from the turns' metrics,
+where those envs used to record them (source "env"); nothing is guessed for an undeclared key.
 """
 
 from __future__ import annotations
@@ -16,6 +18,41 @@ import gymnasium
 from turngym.episode import Episode, ReadReport, read_episodes
 
 
+def _env_class(env_id: str) -> type | None:
+    try:
+        entry = gymnasium.spec(env_id).entry_point
+    except gymnasium.error.Error:
+        return None
+    if isinstance(entry, str):
+        module, _, attr = entry.partition(":")
+        entry = getattr(importlib.import_module(module), attr)
+    return entry if isinstance(entry, type) else None
+
+
+def fill_declared_truth(episodes: Sequence[Episode]) -> int:
+    """Episodes with no truth on any turn: the keys their registered env declares, copied from metrics
+    (older files recorded them there). Returns how many episodes got truth."""
+    from turngym.truth import TruthValue
+
+    filled = 0
+    for ep in episodes:
+        if any(t.truth for t in ep.turns):
+            continue
+        keys = getattr(_env_class(ep.env_id), "truth_keys", ())
+        got = False
+        for t in ep.turns:
+            for k in keys:
+                v = t.metrics.get(k)
+                if isinstance(v, (bool, int, float, str)):
+                    t.truth[k] = TruthValue(v, "env")
+                    got = True
+            if ep.meta.get("planted") and t.metrics.get("planted_label") is not None:  # older creditbench files
+                t.truth["planted"] = TruthValue(t.metrics["planted_label"], "planted")
+                got = True
+        filled += got
+    return filled
+
+
 def fill_declared_needs(episodes: Sequence[Episode]) -> int:
     """Give each episode without ``reward_needs`` its registered env class's declaration. Envs that are not
     registered are left alone, so a reward that needs the declaration still says so. Returns how many were filled."""
@@ -23,14 +60,7 @@ def fill_declared_needs(episodes: Sequence[Episode]) -> int:
     for ep in episodes:
         if ep.reward_needs is not None:
             continue
-        try:
-            entry = gymnasium.spec(ep.env_id).entry_point
-        except gymnasium.error.Error:
-            continue
-        if isinstance(entry, str):
-            module, _, attr = entry.partition(":")
-            entry = getattr(importlib.import_module(module), attr)
-        needs = getattr(entry, "reward_needs", None)
+        needs = getattr(_env_class(ep.env_id), "reward_needs", None)
         if needs is not None:
             ep.reward_needs = needs
             filled += 1
@@ -49,4 +79,8 @@ def load_episodes(path: str | os.PathLike) -> ReadReport:
     if filled:
         print(f"note: {filled} episode(s) written before episodes carried reward_needs: their registered env's "
               "declaration is used")
+    truth = fill_declared_truth(report.episodes)
+    if truth:
+        print(f"note: {truth} episode(s) written before turns carried truth: the truth keys their registered env "
+              "declares were read from their metrics")
     return report

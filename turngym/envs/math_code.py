@@ -47,6 +47,7 @@ class MathCodeEnv(TextEnv):
     observation_role = None
     stop = ("```output",)
     reward_needs = RewardNeeds(answer_kind="math", answer_cue="boxed", tool_ok_metrics=("exec_ok",))
+    truth_keys = ("feeds_answer",)  # the cell ran and printed the final answer (set at grading)
 
     def __init__(self, dataset: str = "math500", split: str | None = None, max_turns: int = 4,
                  prompt_style: str = "chat", max_output_chars: int = 2000,
@@ -128,9 +129,9 @@ class MathCodeEnv(TextEnv):
     def grade(self, episode) -> dict[str, Any]:
         verdict = grade_answer(episode.final_answer, list(episode.task.get("answers", [])), self.grading_timeout_s)
         answer = (episode.final_answer or "").strip()
-        for turn in episode.turns:  # per-turn ground truth: ran cleanly and its output holds the answer
+        for turn in episode.turns:  # per-turn truth: ran cleanly and its output holds the answer
             if turn.metrics.get("code_blocks"):
                 out = str(turn.metrics.get("output", ""))
-                turn.metrics["feeds_answer"] = bool(turn.metrics.get("exec_ok") and answer and answer in out)
+                self.set_truth(turn, "feeds_answer", bool(turn.metrics.get("exec_ok") and answer and answer in out))
         return {"correct": verdict.correct, "graded": verdict.graded, "grading": verdict.reason,
                 "answered": episode.final_answer is not None}

@@ -3,8 +3,8 @@
 ``<search>q</search>`` returns ``<information>Doc 1(Title: ...) ...</information>`` with the
 top-k passages; ``<answer>a</answer>`` ends the episode (the last answer tag counts);
 anything else gets Search-R1's invalid-action message. Outcome: EM and F1 with SQuAD
-normalisation against every gold answer. Per turn: did this search retrieve a passage
-that contains a gold answer (``retrieval_hit``).
+normalisation against every gold answer. Per-turn truth (``Turn.truth``, never a metric a
+reward reads): did this search retrieve a passage that contains a gold answer (``retrieval_hit``).
 
 ``tool_format="native"`` offers search as a function tool through the chat template
 (``Episode.tools``), as SIOP's official setup runs it: the model calls it with a Hermes
@@ -138,6 +138,7 @@ class SearchQAEnv(TextEnv):
     stop = ("</search>", "</answer>")
     outcome_metric = "em"  # Search-R1's reward: exact match
     reward_needs = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag", tool_error_metrics=("retrieval_error",))
+    truth_keys = ("retrieval_hit",)
 
     def __init__(self, dataset: str = "nq", split: str | None = None, retriever: Any = None, topk: int = 3,
                  max_turns: int = 4, prompt_style: str = "chat", max_query_chars: int = 2000,
@@ -285,7 +286,7 @@ class SearchQAEnv(TextEnv):
         if not query:
             return ActionResult(observation="\n\n<information>Error: the search query is empty.</information>\n\n",
                                 tool_calls=[call], parse_error="empty search query",
-                                metrics={"action": "search", "retrieval_hit": False})
+                                metrics={"action": "search"}, truth={"retrieval_hit": False})
         if len(query) > self.max_query_chars:
             query = query[: self.max_query_chars]
         start = time.perf_counter()
@@ -294,14 +295,14 @@ class SearchQAEnv(TextEnv):
         except (RetrieverError, ValueError) as exc:
             return ActionResult(observation=f"\n\n<information>Error: search failed: {exc}</information>\n\n",
                                 tool_calls=[call],
-                                metrics={"action": "search", "retrieval_hit": False, "retrieval_error": str(exc)},
+                                metrics={"action": "search", "retrieval_error": str(exc)}, truth={"retrieval_hit": False},
                                 tool_ms=(time.perf_counter() - start) * 1000.0)
         golds = [str(a) for a in self.episode.task.get("answers", [])]
         return ActionResult(
             observation=f"\n\n<information>{self._cut(format_passages(hits).strip())}</information>\n\n",
             tool_calls=[call],
-            metrics={"action": "search", "n_docs": len(hits), "doc_ids": [h.docid for h in hits],
-                     "retrieval_hit": any(contains_answer(h.contents, golds) for h in hits)},
+            metrics={"action": "search", "n_docs": len(hits), "doc_ids": [h.docid for h in hits]},
+            truth={"retrieval_hit": any(contains_answer(h.contents, golds) for h in hits)},
             tool_ms=(time.perf_counter() - start) * 1000.0,
         )
 

@@ -3,9 +3,14 @@
 Reported per wrapper: per-turn credit maps (heatmap), rank correlation with every other
 wrapper over all turn rewards, within-group variance of episode totals, agreement of
 episode totals with the gold outcome, and **credit accuracy**: the Spearman correlation
-between the wrapper's per-turn rewards and the per-turn ground truth the envs record
-(SearchQA ``retrieval_hit``, MathCode ``feeds_answer``, Calculator ``tool_ok``, BFCL the
-turn's state and response checks), over the turns that have one.
+between the wrapper's per-turn rewards and the per-turn truth in ``Turn.truth`` (declared by
+the env: SearchQA ``retrieval_hit``, MathCode ``feeds_answer``, Calculator ``tool_ok``, BFCL
+``bfcl_turn_valid``; or written by an importer, e.g. human labels), over the turns that have
+one, and on advantages the credit table of :mod:`turngym.evals.credit_table` (pooled and
+within-episode AUC, ρ, label-free baselines) under the declared estimator and each of
+``estimators``. ``truth`` names the key (default: the one key each episode carries) and
+``truth_map`` maps non-binary values to labels. Rewards score the episodes through
+:func:`turngym.truth.reward_view`: they never see the truth.
 """
 
 from __future__ import annotations
@@ -21,8 +26,18 @@ import numpy as np
 from turngym.envs.declared import load_episodes
 from turngym.episode import Episode, EpisodeGroup, group_episodes
 from turngym.evals.credit import turn_truth
+from turngym.evals.credit_table import (
+    LEGEND,
+    baseline_scores,
+    best_baseline,
+    estimator_scores,
+    estimators_for,
+    mark_against,
+    table,
+)
 from turngym.rewards import get_reward
 from turngym.rewards.base import outcome_score
+from turngym.truth import TruthMap, reward_view
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
@@ -35,9 +50,14 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
 
 
 def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | Path | None = None,
-           reliability: dict[str, Any] | None = None) -> dict[str, Any]:
+           reliability: dict[str, Any] | None = None, truth: str | None = None, truth_map: str | None = None,
+           estimators: Sequence[str] = ()) -> dict[str, Any]:
     """``rewards``: name → reward wrapper. Groups are the episodes' ``group`` ids. ``reliability``:
-    a judge-reliability result (``turngym.rewards.scribe.diagnostics.reliability``) to report too."""
+    a judge-reliability result (``turngym.rewards.scribe.diagnostics.reliability``) to report too.
+    ``truth`` / ``truth_map``: the truth key scored and its value map (:func:`turngym.truth.turn_labels`);
+    ``estimators``: scored besides each wrapper's declared one."""
+    mapping = TruthMap.parse(truth_map) if truth_map else None
+    labels_of = {ep.id: turn_truth(ep, truth, mapping) for ep in episodes}  # bad truth is refused before scoring
     groups = group_episodes(episodes)
     ordered = [ep for g in groups for ep in g]
     needy = {n: w for n, w in rewards.items() if getattr(w, "requires_gold", False)}
@@ -46,13 +66,15 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
     if not needy or len(kept) == len(groups):  # every wrapper is scored on every group
         needy, kept = {}, list(groups)
     per_turn, errors = _score(groups, {n: w for n, w in rewards.items() if n not in needy})
-    summary = _summary(groups, per_turn, rewards, errors)
+    summary = _summary(groups, per_turn, rewards, errors, labels_of, estimators)
+    summary["truth"] = {"key": truth or "(the one key each episode carries)", "map": truth_map}
     if needy:  # e.g. igpo where some envs carry no gold answer: scored (or failing) once, on the gold groups only
         scope = {"envs": sorted({g[0].env_id for g in kept}), "groups": len(kept),
                  "left_out_envs": sorted({g[0].env_id for g in groups if g.key not in kept_ids}),
                  "left_out_groups": len(groups) - len(kept)}
         sub_rows, sub_errors = _score(kept, needy) if kept else ({}, dict.fromkeys(needy, "no group carries a gold answer"))
-        for name, m in _summary(kept, sub_rows, needy, sub_errors)["rewards"].items():
+        for name, m in _summary(kept, sub_rows, needy, sub_errors, labels_of, estimators,
+                                summary["baselines"])["rewards"].items():
             summary["rewards"][name] = {**m, "scope": scope}
         summary["errors"].update(sub_errors)
         summary["gold_only"] = scope
@@ -100,7 +122,7 @@ def _score(groups: Sequence[EpisodeGroup], rewards: dict[str, Any]) -> tuple[dic
         rows: list[list[float]] = []
         try:
             for g in groups:
-                rows += wrapper.score_group(g).rewards
+                rows += wrapper.score_group(reward_view(g)).rewards
         except Exception as exc:  # noqa: BLE001 - one failing wrapper must not sink the others
             errors[name] = f"{type(exc).__name__}: {exc}"
             continue
@@ -109,13 +131,21 @@ def _score(groups: Sequence[EpisodeGroup], rewards: dict[str, Any]) -> tuple[dic
 
 
 def _summary(groups: Sequence[EpisodeGroup], per_turn: dict[str, list[list[float]]], rewards: dict[str, Any],
-             errors: dict[str, str]) -> dict[str, Any]:
-    """Credit accuracy (raw and on advantages), agreement with the gold outcome and variance per wrapper."""
+             errors: dict[str, str], labels_of: dict[str, list[int | None]], estimators: Sequence[str] = (),
+             baselines: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Credit accuracy (raw and on advantages, beside the label-free baselines), agreement with the gold
+    outcome and variance per wrapper. ``baselines``: given when scoring a subset (gold-only wrappers), so
+    every row is marked against the baselines of the whole set."""
     ordered = [ep for g in groups for ep in g]
-    truths = [turn_truth(e) for e in ordered]
+    truths = [labels_of[e.id] for e in ordered]
     gold = [outcome_score(e) for e in ordered]
+    by_group = [[labels_of[e.id] for e in g] for g in groups]
+    if baselines is None:
+        baselines = baseline_scores(groups, by_group)
+    best = best_baseline(baselines)
     summary: dict[str, Any] = {"groups": len(groups), "episodes": len(ordered),
                                "turns_with_ground_truth": sum(x is not None for t in truths for x in t),
+                               "baselines": baselines, "best_label_free": best,
                                "rewards": {}, "correlation": {}, "errors": dict(errors)}
     for name, rows in per_turn.items():
         totals = [sum(r) for r in rows]
@@ -127,9 +157,11 @@ def _summary(groups: Sequence[EpisodeGroup], per_turn: dict[str, list[list[float
             if len(tot) > 1:
                 variances.append(float(np.var(tot, ddof=1)))
         flat = [x for r in rows for x in r]
+        by_est = _advantage_credit(estimators_for(rewards[name], estimators), rows, by_group, groups, best)
         summary["rewards"][name] = {
             "credit_accuracy": spearman([p[0] for p in pairs], [p[1] for p in pairs]),
-            "credit_accuracy_advantage": _advantage_credit(rewards[name].estimator, rows, truths, groups),
+            "credit_accuracy_advantage": {"estimator": rewards[name].estimator, **by_est[rewards[name].estimator]},
+            "by_estimator": by_est,
             "agreement_with_gold_outcome": spearman(totals, gold),
             "within_group_variance": float(np.mean(variances)) if variances else None,
             "mean_turn_reward": float(np.mean(flat)) if flat else None,
@@ -144,18 +176,15 @@ def _finite_spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     return spearman([p[0] for p in pairs], [p[1] for p in pairs])
 
 
-def _advantage_credit(estimator: str, rows: list[list[float]], truths: list[list[float | None]],
-                      groups: Sequence[EpisodeGroup]) -> dict[str, Any]:
-    """Credit accuracy on the paired estimator's per-turn advantages, groups kept whole for the bootstrap."""
-    from turngym.evals.credit import credit_score, group_advantages, labelled_pairs
-
-    pairs, start = [], 0
+def _advantage_credit(names: Sequence[str], rows: list[list[float]], labels: list[list[list[int | None]]],
+                      groups: Sequence[EpisodeGroup], best: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Credit accuracy on each estimator's per-turn advantages (groups kept whole for the bootstrap), marked
+    against the best label-free baseline."""
+    per_group, start = [], 0
     for g in groups:
-        adv = group_advantages(estimator, rows[start:start + len(g)])
-        labels = [[None if x is None else int(x) for x in tr] for tr in truths[start:start + len(g)]]
-        pairs.append(labelled_pairs(adv, labels))
+        per_group.append(rows[start:start + len(g)])
         start += len(g)
-    return {"estimator": estimator, **credit_score(pairs).to_dict()}
+    return {e: mark_against(s, best) for e, s in estimator_scores(per_group, labels, names).items()}
 
 
 def _costs(wrapper: Any) -> dict[str, Any]:
@@ -176,19 +205,26 @@ def _markdown(s: dict[str, Any]) -> str:
     f = lambda x: "–" if x is None else f"{x:.3f}"  # noqa: E731
     lines = ["# Reward ablation", "", f"{s['groups']} groups, {s['episodes']} episodes, "
              f"{s['turns_with_ground_truth']} turns with per-turn ground truth.", "",
-             "| reward | credit accuracy (ρ vs per-turn truth) | advantage estimator "
-             "| credit accuracy on advantages: AUC [95% CI] | ρ [95% CI] "
-             "| groups / labelled turns (useful) | agreement with gold outcome (ρ) | within-group variance | mean turn reward |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    ci = lambda m, k: "–" if m.get(k) is None else f(m[k]) + (  # noqa: E731
-        f" [{m[k + '_ci95'][0]:.3f}, {m[k + '_ci95'][1]:.3f}]" if m.get(k + "_ci95") else "")
+             "| reward | credit accuracy (ρ vs per-turn truth) | agreement with gold outcome (ρ) "
+             "| within-group variance | mean turn reward |",
+             "| --- | --- | --- | --- | --- |"]
     for n, m in s["rewards"].items():
-        adv = m["credit_accuracy_advantage"]
-        used = (f"{adv.get('n_groups', '–')} / {adv.get('n_turns', '–')} ({adv.get('n_positive', '–')})"
-                + ("*" if "scope" in m else ""))
-        lines.append(f"| {n} | {f(m['credit_accuracy'])} | {adv['estimator']} | {ci(adv, 'auc')} | {ci(adv, 'spearman')} "
-                     f"| {used} | "
-                     f"{f(m['agreement_with_gold_outcome'])} | {f(m['within_group_variance'])} | {f(m['mean_turn_reward'])} |")
+        lines.append(f"| {n} | {f(m['credit_accuracy'])} | {f(m['agreement_with_gold_outcome'])} | "
+                     f"{f(m['within_group_variance'])} | {f(m['mean_turn_reward'])} |")
+    truth = s.get("truth") or {}
+    lines += ["", (f"Credit accuracy on advantages, truth `{truth.get('key', '–')}`"
+                   + (f" mapped by `{truth['map']}`" if truth.get("map") else "")
+                   + ": every wrapper under its declared estimator (and each one asked for), then the label-free "
+                   "baselines on the same turns."), "", LEGEND, ""]
+    rows, extra = [], {}
+    for n, m in s["rewards"].items():
+        for est, sc in m.get("by_estimator", {}).items():
+            declared = est == m["credit_accuracy_advantage"]["estimator"]
+            label = est + (" (declared)" if declared and len(m["by_estimator"]) > 1 else "")
+            rows.append((n, label, sc))
+            extra[(n, label)] = [f"{sc.get('n_groups', '–')} / {sc.get('n_turns', '–')} ({sc.get('n_positive', '–')})"
+                                 + ("*" if "scope" in m else "")]
+    lines += table(rows, s.get("baselines", {}), ["groups / labelled turns (useful)"], extra)
     if s.get("gold_only"):
         g = s["gold_only"]
         lines += ["", (f"\\* scored only on the {g['groups']} groups whose episodes carry a gold answer "
@@ -270,10 +306,18 @@ def make_wrappers(names: Sequence[str], scorer: Any = None, tokens: str = "ids",
 
 def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str | Path,
                  scorer: str | None = None, scribe_llm: str = "default", scribe_library: str | None = None,
-                 scribe_base_url: str | None = None, reliability_repeats: int = 0) -> dict[str, Any]:
+                 scribe_base_url: str | None = None, reliability_repeats: int = 0, truth: str | None = None,
+                 truth_map: str | None = None, estimators: Sequence[str] = ()) -> dict[str, Any]:
     """``reliability_repeats`` >= 2 (with ``scribe`` among ``names``) adds the judge-reliability table
-    of ``scribe`` and ``prm`` (same judge model, same steps)."""
+    of ``scribe`` and ``prm`` (same judge model, same steps). ``truth``, ``truth_map``, ``estimators``: as
+    :func:`ablate` (checked before any model loads)."""
     report = load_episodes(episodes_file)
+    mapping = TruthMap.parse(truth_map) if truth_map else None
+    for ep in report.episodes:  # bad truth is refused before any model loads
+        turn_truth(ep, truth, mapping)
+    if truth is not None and not any(truth in t.truth for ep in report.episodes for t in ep.turns):
+        keys = sorted({k for ep in report.episodes for t in ep.turns for k in t.truth})
+        raise ValueError(f"no turn carries truth {truth!r}; the episodes carry {keys or 'no truth'}")
     scorer_spec, tokens = _scorer_spec(scorer)
     wrappers = make_wrappers(names, scorer=scorer_spec, tokens=tokens, scribe_llm=scribe_llm,
                              scribe_episodes=report.episodes, scribe_library=scribe_library,
@@ -285,7 +329,8 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
         if "scribe" not in wrappers:
             raise ValueError("the reliability table needs 'scribe' among the rewards")
         rel = reliability(report.episodes, wrappers["scribe"], repeats=reliability_repeats)
-    return ablate(report.episodes, wrappers, out_dir, reliability=rel)
+    return ablate(report.episodes, wrappers, out_dir, reliability=rel, truth=truth, truth_map=truth_map,
+                  estimators=estimators)
 
 
 def _scorer_spec(scorer: str | None) -> tuple[Any, str]:

@@ -60,6 +60,7 @@ def cmd_mc_creditbench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from turngym.agents.policy import PolicyError
+    from turngym.evals.credit_table import parse_estimators
     from turngym.evals.mc_oracle import run_mc_creditbench
 
     if not args.episodes:
@@ -73,6 +74,7 @@ def cmd_mc_creditbench(args: argparse.Namespace) -> int:
 
     try:
         summary = run_mc_creditbench(args.episodes, args.out, args.model, [r for r in args.rewards.split(",") if r],
+                                     estimators=parse_estimators(args.estimators),
                                      env_kwargs=env_kwargs(args.env_arg) or None, rollouts=args.rollouts,
                                      temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                                      concurrency=args.concurrency, seed=args.seed, scorer=args.scorer,
@@ -92,13 +94,16 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
     if args.oracle == "mc":
         return cmd_mc_creditbench(args)
     from turngym.evals.ablate import make_wrappers
+    from turngym.evals.credit_table import parse_estimators
     from turngym.evals.creditbench import ENVS, BenchConfig, build, run_creditbench
 
     names = [r.strip() for r in args.rewards.split(",") if r.strip()]
     try:
         cfg = BenchConfig(envs=tuple(e.strip() for e in args.envs.split(",") if e.strip()) or ENVS, groups=args.groups,
                           k=args.k, seed=args.seed, p_useful=args.p_useful, noise=args.noise,
-                          retriever=None if args.index == "default" else args.index)
+                          retriever=None if args.index == "default" else args.index,
+                          designs=tuple(d.strip() for d in args.designs.split(",") if d.strip()), truth=args.truth,
+                          truth_map=args.truth_map, estimators=tuple(parse_estimators(args.estimators)))
         start = time.perf_counter()
         built = build(cfg)
         build_s = time.perf_counter() - start
@@ -191,6 +196,14 @@ def add_credit_commands(sub: argparse._SubParsersAction) -> None:
     cb.add_argument("--noise", type=float, default=0.15, help="chance the final answer ignores the evidence")
     cb.add_argument("--index", default="default", help="SearchQA index directory or server URL")
     cb.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals")
+    cb.add_argument("--designs", default="random", help="random (each tool turn useful with --p-useful), contrast "
+                    "(useful and useless tool turns in every episode, both orders; searchqa and mathcode), or both: "
+                    "random,contrast")
+    cb.add_argument("--truth", default="planted", help="the per-turn truth key scored (planted, or an env's own such "
+                    "as retrieval_hit)")
+    cb.add_argument("--truth-map", default=None, help="truth value -> label, e.g. '+1:1,-1:0,0:skip'")
+    cb.add_argument("--estimators", default="", help="score every reward under these estimators too (a,b,...), "
+                    "besides its declared one")
     cb.add_argument("--oracle", choices=("planted", "exact", "mc"), default="planted",
                     help="planted: reward wrappers on scripted episodes; exact: estimators' gradients on small MDPs; "
                          "mc: Monte-Carlo turn values of recorded episodes (--episodes) from branched continuations")

@@ -19,13 +19,28 @@ useful turns, so the truth is causal, not a correlate:
   (label 1) or the same calls with one argument value changed, which bfcl-eval's checker
   rejects (label 0); then a plain reply ends the user turn (unlabelled).
 
+Two designs (``BenchConfig.designs``): ``random`` (above: each tool turn useful with
+probability ``p_useful``, so useless turns sit mostly in failing episodes and an episode-level
+reward earns pooled credit from that correlation alone) and ``contrast`` (SearchQA and MathCode:
+every episode holds useful and useless tool turns, the same numbers of each, in both orders:
+SearchQA one useful and one useless search, useful first in even episodes and last in odd ones;
+MathCode the two solution steps with one useless cell, first in even episodes and last in odd
+ones; the answer is gold up to ``noise``; with an even ``k`` the orders balance). On ``contrast``
+every episode-level credit scores AUC 0.5 exactly, pooled and within episodes, and so do the
+position baselines within episodes: what is left is turn-level credit.
+
+The planted label is written to ``Turn.truth["planted"]`` (source ``planted``); rewards score
+episodes through :func:`turngym.truth.reward_view`, which holds no truth. ``BenchConfig.truth``
+scores against another key the episodes carry (e.g. SearchQA's ``retrieval_hit``).
+
 Every wrapper scores every group; its rewards become advantages through the estimator it is
-paired with in training (:mod:`turngym.evals.credit`), and credit accuracy is measured on
-those advantages (AUC label 1 vs 0, Spearman ρ, group-bootstrap intervals), on the raw
-turn rewards where they vary, and one turn later (does the credit land on the turn after
-the useful one?). Raw rewards are scored only where they vary on the labelled turns (an
-episode-level reward sits on the final turn, which is never labelled). Also reported: mean within-group variance of
-episode reward totals.
+paired with in training (:mod:`turngym.evals.credit`) and through each of ``estimators``, and
+credit accuracy is measured on those advantages (pooled AUC label 1 vs 0, within-episode AUC,
+Spearman ρ, group-bootstrap intervals; :mod:`turngym.evals.credit_table` adds the label-free
+baselines), on the raw turn rewards where they vary, and one turn later (does the credit land on
+the turn after the useful one?). Raw rewards are scored only where they vary on the labelled turns
+(an episode-level reward sits on the final turn, which is never labelled). Also reported: mean
+within-group variance of episode reward totals.
 """
 
 from __future__ import annotations
@@ -44,13 +59,25 @@ import numpy as np
 from turngym.episode import Episode, EpisodeWriter
 from turngym.evals.credit import (
     credit_score,
+    episode_pairs,
     group_advantages,
-    labelled_pairs,
     varies,
 )
+from turngym.evals.credit_table import (
+    LEGEND,
+    baseline_scores,
+    best_baseline,
+    estimator_scores,
+    estimators_for,
+    mark_against,
+    table,
+)
+from turngym.truth import TruthMap, TruthValue, reward_view, turn_labels
 
-LABEL_KEY = "planted_label"
+TRUTH_KEY = "planted"
 ENVS = ("searchqa", "mathcode", "bfcl")
+DESIGNS = ("random", "contrast")
+CONTRAST_ENVS = ("searchqa", "mathcode")
 
 
 @dataclass
@@ -67,8 +94,17 @@ class BenchConfig:
     mathcode_dataset: str = "gsm8k"
     bfcl_category: str = "multi_turn_base"
     bfcl_max_user_turns: int = 4
+    designs: tuple[str, ...] = ("random",)
+    truth: str = TRUTH_KEY  # the truth key scored (the planted label, or an env's own, e.g. retrieval_hit)
+    truth_map: str | None = None  # value -> label, e.g. "+1:1,-1:0,0:skip"; None: values must be binary
+    estimators: tuple[str, ...] = ()  # scored besides each wrapper's declared estimator
 
     def __post_init__(self) -> None:
+        bad = [d for d in self.designs if d not in DESIGNS]
+        if bad or not self.designs:
+            raise ValueError(f"unknown creditbench design(s) {bad or '(none)'}; choose from {list(DESIGNS)}")
+        if self.truth_map is not None:
+            TruthMap.parse(self.truth_map)  # refused here, before anything is built
         unknown = [e for e in self.envs if e not in ENVS]
         if unknown:
             raise ValueError(f"unknown creditbench env(s) {unknown}; choose from {list(ENVS)}")
@@ -79,7 +115,7 @@ class BenchConfig:
 
 
 def planted_labels(ep: Episode) -> list[int | None]:
-    return [t.metrics.get(LABEL_KEY) for t in ep.turns]
+    return turn_labels(ep, TRUTH_KEY)
 
 
 def _play(env: Any, options: dict[str, Any], seed: int, actions: Sequence[tuple[str, int | None]]) -> Episode:
@@ -88,7 +124,7 @@ def _play(env: Any, options: dict[str, Any], seed: int, actions: Sequence[tuple[
     for text, label in actions:
         _, _, terminated, truncated, _ = env.step(text)
         if label is not None:
-            env.unwrapped.episode.turns[-1].metrics[LABEL_KEY] = int(label)
+            env.unwrapped.episode.turns[-1].truth[TRUTH_KEY] = TruthValue(int(label), "planted")
         if terminated or truncated:
             break
     ep = copy.deepcopy(env.unwrapped.episode)
@@ -156,18 +192,25 @@ def searchqa_items(env: Any, cfg: BenchConfig) -> list[SearchItem]:
     return chosen
 
 
-def build_searchqa(cfg: BenchConfig) -> list[list[Episode]]:
+def _contrast_searches(k: int) -> list[int]:
+    """One useful and one useless search, useful first in even episodes, last in odd ones."""
+    return [1, 0] if k % 2 == 0 else [0, 1]
+
+
+def build_searchqa(cfg: BenchConfig, design: str = "random") -> list[list[Episode]]:
     import gymnasium
 
+    contrast = design == "contrast"
+    tag = "searchqa" + ("-contrast" if contrast else "")
     env = gymnasium.make("turngym/SearchQA-v0", dataset=cfg.searchqa_dataset, retriever=cfg.retriever,
-                         max_turns=cfg.search_turns + 1)
+                         max_turns=(2 if contrast else cfg.search_turns) + 1)
     groups = []
     for item in searchqa_items(env, cfg):
         golds = [str(a) for a in env.unwrapped.get_item(item.index)["answers"]]
         group = []
         for k in range(cfg.k):
-            rng = _rng(cfg, "searchqa", item.index, k)
-            labels = _labels(rng, cfg.search_turns, cfg.p_useful)
+            rng = _rng(cfg, tag, item.index, k)
+            labels = _contrast_searches(k) if contrast else _labels(rng, cfg.search_turns, cfg.p_useful)
             actions = []
             for t, lab in enumerate(labels):
                 query = item.useful_query if lab else item.distractors[t % len(item.distractors)]
@@ -176,8 +219,8 @@ def build_searchqa(cfg: BenchConfig) -> list[list[Episode]]:
             gold = informed != (rng.random() < cfg.noise)
             answer = golds[0] if gold else item.wrong_answers[int(rng.integers(0, len(item.wrong_answers)))]
             actions.append((f"<think>I can answer now.</think>\n<answer> {answer} </answer>", None))
-            group.append(_play(env, {"index": item.index, "episode_id": f"creditbench|searchqa|{item.index}#{k}",
-                                     "group": f"creditbench|searchqa|{item.index}"}, k, actions))
+            group.append(_play(env, {"index": item.index, "episode_id": f"creditbench|{tag}|{item.index}#{k}",
+                                     "group": f"creditbench|{tag}|{item.index}"}, k, actions))
         groups.append(group)
     env.close()
     return groups
@@ -212,8 +255,17 @@ def _number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def build_mathcode(cfg: BenchConfig) -> list[list[Episode]]:
+def _contrast_cells(k: int) -> list[int]:
+    """The two solution steps and one useless cell, first in even episodes and last in odd ones (an even
+    ``k`` balances the orders, so position scores exactly 0.5 within episodes)."""
+    return [0, 1, 1] if k % 2 == 0 else [1, 1, 0]
+
+
+def build_mathcode(cfg: BenchConfig, design: str = "random") -> list[list[Episode]]:
     import gymnasium
+
+    contrast = design == "contrast"
+    tag = "mathcode" + ("-contrast" if contrast else "")
 
     env = gymnasium.make("turngym/MathCode-v0", dataset=cfg.mathcode_dataset, max_turns=5, prompt_style="chat",
                          grading_timeout_s=60.0)  # a loaded machine must not turn a verdict into a timeout
@@ -234,8 +286,8 @@ def build_mathcode(cfg: BenchConfig) -> list[list[Episode]]:
             continue
         group = []
         for k in range(cfg.k):
-            rng = _rng(cfg, "mathcode", i, k)
-            labels = _labels(rng, 3, cfg.p_useful)
+            rng = _rng(cfg, tag, i, k)
+            labels = _contrast_cells(k) if contrast else _labels(rng, 3, cfg.p_useful)
             actions, done = [], 0
             for t, lab in enumerate(labels):
                 if lab and done < 2:
@@ -253,8 +305,8 @@ def build_mathcode(cfg: BenchConfig) -> list[list[Episode]]:
             if rng.random() < cfg.noise:
                 answer = final if answer != final else guess
             actions.append((f"The answer is \\boxed{{{answer}}}.", None))
-            group.append(_play(env, {"index": i, "episode_id": f"creditbench|mathcode|{i}#{k}",
-                                     "group": f"creditbench|mathcode|{i}"}, k, actions))
+            group.append(_play(env, {"index": i, "episode_id": f"creditbench|{tag}|{i}#{k}",
+                                     "group": f"creditbench|{tag}|{i}"}, k, actions))
         groups.append(group)
     env.close()
     return groups
@@ -355,46 +407,69 @@ BUILDERS: dict[str, Callable[[BenchConfig], list[list[Episode]]]] = {
 
 
 def build(cfg: BenchConfig) -> dict[str, list[list[Episode]]]:
-    return {name: BUILDERS[name](cfg) for name in cfg.envs}
+    """Groups per benchmark set: ``<env>`` for the random design, ``<env>-contrast`` for the contrast one
+    (SearchQA and MathCode; BFCL has no contrast design and is built once, random)."""
+    out: dict[str, list[list[Episode]]] = {}
+    for design in cfg.designs:
+        for name in cfg.envs:
+            if design == "random":
+                out[name] = BUILDERS[name](cfg)
+            elif name in CONTRAST_ENVS:
+                out[f"{name}-contrast"] = BUILDERS[name](cfg, design)
+    return out
 
 
 # ------------------------------------------------------------------ scoring
 
 
+def labels_for(cfg: BenchConfig) -> Callable[[Episode], list[int | None]]:
+    """Turn labels under the configured truth key and value map."""
+    mapping = TruthMap.parse(cfg.truth_map) if cfg.truth_map else None
+    return lambda ep: turn_labels(ep, cfg.truth, mapping)
+
+
 def score_groups(groups: Sequence[Sequence[Episode]], wrappers: dict[str, Any],
                  labels_of: Callable[[Episode], list[int | None]] = planted_labels,
                  n_boot: int = 1000, seed: int = 0,
-                 rewards_out: dict[str, list[list[list[float]]]] | None = None) -> dict[str, Any]:
-    """Credit accuracy of every wrapper on ``groups`` against ``labels_of`` (one env's groups); the per-turn
-    rewards of each wrapper that scored are put in ``rewards_out`` (by name, per group) when given."""
+                 rewards_out: dict[str, list[list[list[float]]]] | None = None,
+                 estimators: Sequence[str] = (), baselines: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Credit accuracy of every wrapper on ``groups`` against ``labels_of`` (one env's groups), under its
+    declared estimator and each of ``estimators``, each marked against the best label-free baseline
+    (``baselines``, computed here when not given). Rewards see the episodes through ``reward_view``
+    (no truth). The per-turn rewards of each wrapper that scored go to ``rewards_out`` (by name, per group)."""
     labels = [[labels_of(e) for e in g] for g in groups]
+    if baselines is None:
+        baselines = baseline_scores(groups, labels, n_boot, seed)
+    best = best_baseline(baselines)
     out: dict[str, Any] = {}
     for name, wrapper in wrappers.items():
         start = time.perf_counter()
         try:
-            rewards = [wrapper.score_group(list(g)).rewards for g in groups]
+            rewards = [wrapper.score_group(reward_view(list(g))).rewards for g in groups]
         except Exception as exc:  # noqa: BLE001 - one failing wrapper must not sink the others
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
             continue
         if rewards_out is not None:
             rewards_out[name] = rewards
+        by_est = {e: mark_against(sc, best) for e, sc in
+                  estimator_scores(rewards, labels, estimators_for(wrapper, estimators), n_boot, seed).items()}
         advantages = [group_advantages(wrapper.estimator, r) for r in rewards]
         totals = [[sum(ep) for ep in r] for r in rewards]
         variances = [float(np.var(t, ddof=1)) for t in totals if len(t) > 1]
         row: dict[str, Any] = {
             "estimator": wrapper.estimator,
-            "advantage": credit_score([labelled_pairs(a, lab) for a, lab in zip(advantages, labels, strict=True)],
-                                      n_boot, seed).to_dict(),
-            "advantage_next_turn": credit_score([labelled_pairs(a, lab, lag=1)
+            "advantage": by_est[wrapper.estimator],
+            "by_estimator": by_est,
+            "advantage_next_turn": credit_score([episode_pairs(a, lab, lag=1)
                                                  for a, lab in zip(advantages, labels, strict=True)],
                                                 n_boot, seed).to_dict(),
             "group_reward_variance": float(np.mean(variances)) if variances else None,
             "score_s": round(time.perf_counter() - start, 2),
         }
-        raw_pairs = [labelled_pairs(r, lab) for r, lab in zip(rewards, labels, strict=True)]
-        if varies([[x for g in raw_pairs for x, _ in g]]):  # only where the raw rewards vary on labelled turns
+        raw_pairs = [episode_pairs(r, lab) for r, lab in zip(rewards, labels, strict=True)]
+        if varies([[x for g in raw_pairs for ep in g for x, _ in ep]]):  # only where raw rewards vary on labelled turns
             row["raw"] = credit_score(raw_pairs, n_boot, seed).to_dict()
-            row["raw_next_turn"] = credit_score([labelled_pairs(r, lab, lag=1) for r, lab in zip(rewards, labels, strict=True)],
+            row["raw_next_turn"] = credit_score([episode_pairs(r, lab, lag=1) for r, lab in zip(rewards, labels, strict=True)],
                                                 n_boot, seed).to_dict()
         out[name] = row
     return out
@@ -414,15 +489,20 @@ def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | P
     from turngym.evals.scores import records_for
 
     records = []  # per-turn rewards for the viewer
+    labels_of = labels_for(cfg)
     for env_name, groups in built.items():
-        labs = [x for g in groups for e in g for x in planted_labels(e) if x is not None]
+        labels = [[labels_of(e) for e in g] for g in groups]
+        labs = [x for g in labels for e in g for x in e if x is not None]
         per_group: dict[str, list[list[list[float]]]] = {}
+        baselines = baseline_scores(groups, labels, n_boot, cfg.seed)
         summary["envs"][env_name] = {
             "groups": len(groups), "episodes": sum(len(g) for g in groups), "labelled_turns": len(labs),
             "useful_turns": int(sum(labs)),
             "items": [g[0].task.get("index") for g in groups],
             "outcome_rate": float(np.mean([_outcome(e) for g in groups for e in g])) if groups else None,
-            "wrappers": score_groups(groups, wrappers, n_boot=n_boot, seed=cfg.seed, rewards_out=per_group)}
+            "baselines": baselines, "best_label_free": best_baseline(baselines),
+            "wrappers": score_groups(groups, wrappers, labels_of, n_boot=n_boot, seed=cfg.seed, rewards_out=per_group,
+                                     estimators=cfg.estimators, baselines=baselines)}
         records += records_for([e for g in groups for e in g],
                                {name: [ep for grp in rs for ep in grp] for name, rs in per_group.items()})
     summary["wall_s"] = round(time.perf_counter() - start, 2)
@@ -460,24 +540,32 @@ def _cell(score: dict[str, Any] | None, key: str = "auc") -> str:
 
 def markdown(s: dict[str, Any]) -> str:
     c = s["config"]
+    designs = ", ".join(c.get("designs", ["random"]))
+    truth = c.get("truth", TRUTH_KEY) + (f" mapped by {c['truth_map']}" if c.get("truth_map") else "")
     lines = ["# Credit-assignment benchmark (planted per-turn truth)", "",
-             (f"{c['groups']} groups × {c['k']} episodes per env, seed {c['seed']}, P(useful turn) {c['p_useful']}, "
-             f"answer noise {c['noise']}; SearchQA on {c['searchqa_dataset']} over the {s['retriever']}, MathCode on "
-             f"{c['mathcode_dataset']}, BFCL on {c['bfcl_category']}. Credit accuracy = AUC of label-1 vs label-0 turns "
-             "(0.5 = no signal) and Spearman ρ, 95% group-bootstrap intervals, on the per-turn advantage of the "
-             "wrapper's paired estimator; 'next turn' scores the turn after the labelled one with the label."), ""]
+             (f"{c['groups']} groups × {c['k']} episodes per env, seed {c['seed']}, design(s) {designs}, "
+              f"P(useful turn) {c['p_useful']} (random design), answer noise {c['noise']}; truth `{truth}`; "
+              f"SearchQA on {c['searchqa_dataset']} over the {s['retriever']}, MathCode on "
+              f"{c['mathcode_dataset']}, BFCL on {c['bfcl_category']}. Credit accuracy = AUC of label-1 vs label-0 turns "
+              "(0.5 = no signal), pooled (headline) and within episodes, and Spearman ρ, 95% group-bootstrap intervals, "
+              "on the per-turn advantage of the wrapper's paired estimator (and of each estimator asked for); "
+              "'next turn' scores the turn after the labelled one with the label. Label-free baselines are rows of "
+              "the same table."), "", LEGEND, ""]
     for env_name, e in s["envs"].items():
         lines += [f"## {env_name}", "", (f"{e['groups']} groups, {e['episodes']} episodes, {e['labelled_turns']} labelled "
-                  f"turns ({e['useful_turns']} useful); gold-outcome rate {e['outcome_rate']:.2f}; items {e['items']}."), "",
-                  ("| wrapper | estimator | AUC (advantage) | ρ (advantage) | AUC next turn (advantage) | AUC (raw reward) "
-                  "| AUC next turn (raw) | group reward variance |"), "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  f"turns ({e['useful_turns']} useful); gold-outcome rate {e['outcome_rate']:.2f}; items {e['items']}."), ""]
+        rows, extra = [], {}
         for name, w in e["wrappers"].items():
             if "error" in w:
-                lines.append(f"| {name} | failed: {w['error']} | | | | | | |")
+                rows.append((name, "–", w))
                 continue
-            var = w["group_reward_variance"]
-            lines.append(f"| {name} | {w['estimator']} | {_cell(w['advantage'])} | {_cell(w['advantage'], 'spearman')} | "
-                         f"{_cell(w['advantage_next_turn'])} | {_cell(w.get('raw'))} | {_cell(w.get('raw_next_turn'))} | "
-                         f"{'–' if var is None else f'{var:.3f}'} |")
+            for est, sc in w["by_estimator"].items():
+                rows.append((name, est + (" (declared)" if est == w["estimator"] and len(w["by_estimator"]) > 1 else ""), sc))
+                var = w["group_reward_variance"]
+                extra[(name, rows[-1][1])] = (
+                    [_cell(w["advantage_next_turn"]), _cell(w.get("raw")), _cell(w.get("raw_next_turn")),
+                     "–" if var is None else f"{var:.3f}"] if est == w["estimator"] else ["–", "–", "–", "–"])
+        lines += table(rows, e.get("baselines", {}), ["AUC next turn (advantage, declared)", "AUC (raw reward)",
+                                                      "AUC next turn (raw)", "group reward variance"], extra, digits=2)
         lines.append("")
     return "\n".join(lines)

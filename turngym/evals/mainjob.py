@@ -167,30 +167,46 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
             (", first search forced" if r.env_kwargs.get("force_first_search") else "")
         lines.append(f"| {r.env_id} {r.env_kwargs.get('tool_format', '')}{forced} | {subset} | {metrics} | "
                      f"{'–' if calls is None else f'{calls:.2f}'} | [report]({r.name}/report.md) |")
+    from turngym.evals.credit_table import LEGEND, table
+
     lines += ["", "## Reward ablation on these episodes", "",
               (f"{ablation['groups']} groups, {ablation['episodes']} episodes, {ablation['turns_with_ground_truth']} turns with "
-              "per-turn truth from the envs. Credit accuracy on the paired estimator's advantages (AUC, 0.5 = none):"), "",
-              "| reward | estimator | AUC | ρ | groups / labelled turns (useful) |", "| --- | --- | --- | --- | --- |"]
+              "per-turn truth the envs declare. Credit accuracy on the paired estimator's advantages (AUC, 0.5 = none), "
+              "beside the label-free baselines:"), "", LEGEND, ""]
+
     def f(x):
         return "–" if x is None else f"{x:.3f}"
 
+    rows, extra = [], {}
     for n, m in ablation["rewards"].items():
         a = m["credit_accuracy_advantage"]
-        lines.append(f"| {n} | {a['estimator']} | {f(a['auc'])} | {f(a['spearman'])} | "
-                     f"{a.get('n_groups')} / {a.get('n_turns')} ({a.get('n_positive')}){'*' if 'scope' in m else ''} |")
+        rows.append((n, a["estimator"], a))
+        extra[(n, a["estimator"])] = [f"{a.get('n_groups')}{'*' if 'scope' in m else ''}"]
+    lines += table(rows, ablation.get("baselines", {}), ["groups"], extra)
     if ablation.get("gold_only"):
         g = ablation["gold_only"]
         lines += ["", (f"\\* needs a gold answer: scored on the {g['groups']} groups of {', '.join(g['envs'])}; "
                        f"{g['left_out_groups']} groups of {', '.join(g['left_out_envs'])} carry none.")]
     lines += ["", "Full table: [ablation/ablation.md](ablation/ablation.md).", "",
-              "## Credit benchmark (planted per-turn truth)", "", "| reward | " + " | ".join(bench["envs"]) + " |",
+              "## Credit benchmark (planted per-turn truth)", "",
+              "Pooled AUC / within-episode AUC on the paired estimator's advantages († not above the best label-free "
+              "baseline):", "", "| reward | " + " | ".join(bench["envs"]) + " |",
               "| --- |" + " --- |" * len(bench["envs"])]
+
+    def pair(sc: dict[str, Any]) -> str:
+        beats = sc.get("beats_label_free") or {}
+        return " / ".join(f(sc.get(k)) + (" †" if beats.get(k) is False else "") for k in ("auc", "within_auc"))
+
     for n in next(iter(bench["envs"].values()))["wrappers"] if bench["envs"] else []:
         cells = []
         for e in bench["envs"].values():
             w = e["wrappers"].get(n, {})
-            cells.append("failed" if "error" in w else f(w.get("advantage", {}).get("auc")))
+            cells.append("failed" if "error" in w else pair(w.get("advantage", {})))
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    for b, label in (("position", "label-free: relative position"), ("remaining", "label-free: −(turns remaining)"),
+                     ("outcome", "label-free: outcome broadcast")):
+        lines.append(f"| *{label}* | " + " | ".join(pair(e.get("baselines", {}).get(b, {})) for e in bench["envs"].values())
+                     + " |")
     cpu = times.get("cpu_s", {})
     c = lambda key: cpu.get(key, "–")  # noqa: E731
     lines += ["", ("AUC on advantages; intervals, raw-reward and next-turn columns: "

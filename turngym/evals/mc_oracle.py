@@ -48,82 +48,59 @@ def oracle_labels(values: dict[str, list[TurnValue]], episodes: Sequence[Episode
 
 # ------------------------------------------------------------------ credit against the oracle
 
-LABEL_FREE = ("relative position", "−turns remaining", "outcome broadcast")
-
-
-def label_free(episodes: Sequence[Episode]) -> dict[str, list[list[float]]]:
-    """Baselines that use no labels: a credit table must show a wrapper beats them."""
-    from turngym.rewards.base import impute_missing, outcome_score
-
-    outcome = impute_missing([outcome_score(e) for e in episodes])
-    return {
-        "relative position": [[t / max(1, len(e.turns) - 1) for t in range(len(e.turns))] for e in episodes],
-        "−turns remaining": [[-(len(e.turns) - 1 - t) for t in range(len(e.turns))] for e in episodes],
-        "outcome broadcast": [[o] * len(e.turns) for e, o in zip(episodes, outcome, strict=True)],
-    }
-
 
 def credit_against_oracle(episodes: Sequence[Episode], values: dict[str, list[TurnValue]], wrappers: dict[str, Any],
-                          estimators: Sequence[str] = (), n_boot: int = 1000) -> list[dict[str, Any]]:
-    """One row per wrapper × estimator (its declared one, then ``estimators``) and per label-free baseline:
-    AUC and Spearman of the credit against the oracle's clear signs (|Â| > 2 se, groups resampled whole),
-    and the agreement of signs."""
+                          estimators: Sequence[str] = (), n_boot: int = 1000) -> dict[str, Any]:
+    """The credit table (:mod:`turngym.evals.credit_table`) with the oracle's clear signs as labels (|Â| > 2 se):
+    every wrapper under its declared estimator and ``estimators``, the label-free baselines, and per row the
+    Spearman ρ of the credit against Â itself and the share of clear turns whose sign the credit gets right."""
     from turngym.episode import group_episodes
-    from turngym.evals.credit import credit_score, group_advantages, labelled_pairs, spearman
+    from turngym.evals.credit import group_advantages, spearman
+    from turngym.evals.credit_table import baseline_scores, best_baseline, estimator_scores, estimators_for, mark_against
+    from turngym.truth import reward_view
 
-    groups = group_episodes(episodes)
-    ordered = [e for g in groups for e in g]
-    labels = oracle_labels(values, ordered)
-    sizes = [len(g) for g in groups]
+    groups = [list(g) for g in group_episodes(episodes)]
+    labels = [oracle_labels(values, g) for g in groups]
+    oracle_adv = [[tv.advantage if tv.trusted else None for tv in values[e.id]] for g in groups for e in g]
+    baselines = baseline_scores(groups, labels, n_boot)
+    best = best_baseline(baselines)
 
-    def by_group(rows: list[list[float]]) -> list[list[tuple[float, int]]]:
-        out, start = [], 0
-        for n in sizes:
-            out.append(labelled_pairs(rows[start:start + n], labels[start:start + n]))
-            start += n
-        return out
-
-    oracle_adv = [[tv.advantage if tv.trusted else None for tv in values[e.id]] for e in ordered]
-
-    def row(name: str, estimator: str, credit: list[list[float]]) -> dict[str, Any]:
-        pairs = by_group(credit)
-        flat = [p for g in pairs for p in g]
-        agree = sum((c > 0) == bool(y) for c, y in flat if c != 0) / max(1, sum(c != 0 for c, _ in flat))
+    def against_advantage(credit: list[list[float]]) -> dict[str, float | None]:
         both = [(c, a) for cr, ar in zip(credit, oracle_adv, strict=True) for c, a in zip(cr, ar, strict=True)
                 if a is not None]
-        return {"credit": name, "estimator": estimator, **credit_score(pairs, n_boot).to_dict(),
-                "sign_agreement": agree if flat else None,
-                "spearman_vs_advantage": spearman([c for c, _ in both], [a for _, a in both])}
+        clear = [(c, y) for cr, lr in zip(credit, [x for lab in labels for x in lab], strict=True)
+                 for c, y in zip(cr, lr, strict=True) if y is not None and c != 0]
+        return {"spearman_vs_advantage": spearman([c for c, _ in both], [a for _, a in both]),
+                "sign_agreement": sum((c > 0) == bool(y) for c, y in clear) / len(clear) if clear else None}
 
-    table = []
+    rows = []
     for name, wrapper in wrappers.items():
-        per_group = [wrapper.score_group(list(g)).rewards for g in groups]
-        for est in dict.fromkeys([wrapper.estimator, *estimators]):
-            credit = [a for r in per_group for a in group_advantages(est, r)]
-            table.append(row(name, est, credit))
-    for name, credit in label_free(ordered).items():
-        table.append(row(name, "label-free", credit))
-    return table
+        rewards = [wrapper.score_group(reward_view(g)).rewards for g in groups]  # rewards never see truth
+        for est, score in estimator_scores(rewards, labels, estimators_for(wrapper, estimators), n_boot).items():
+            extra = {} if "error" in score else against_advantage(
+                [a for r in rewards for a in group_advantages(est, r)])
+            rows.append({"wrapper": name, "estimator": est, **mark_against(score, best), **extra})
+    return {"rows": rows, "baselines": baselines, "best_baseline": best}
 
 
-def markdown(table: list[dict[str, Any]], values: dict[str, list[TurnValue]], rollouts: int) -> str:
+def markdown(result: dict[str, Any], values: dict[str, list[TurnValue]], rollouts: int) -> str:
+    from turngym.evals.credit_table import LEGEND, table
+
     turns = [tv for rows in values.values() for tv in rows]
     clear = [tv for tv in turns if tv.sign is not None]
+
+    def cell(x: float | None) -> str:
+        return "–" if x is None else f"{x:.3f}"
+
+    rows = [(r["wrapper"], r["estimator"], r) for r in result["rows"]]
+    extra = {(r["wrapper"], r["estimator"]): [cell(r.get("spearman_vs_advantage")), cell(r.get("sign_agreement"))]
+             for r in result["rows"]}
     lines = [f"# Credit against the Monte-Carlo oracle ({rollouts} continuations per prefix)", "",
              f"{len(turns)} turns; {sum(tv.trusted for tv in turns)} replayed identically; {len(clear)} with a clear "
              f"sign (|Â| > 2 se: {sum(tv.sign == 1 for tv in clear)} positive, {sum(tv.sign == -1 for tv in clear)} "
-             "negative). AUC: P(credit of a turn the oracle calls good > credit of one it calls bad); 95% "
-             "intervals resample groups whole.", "",
-             "| credit | estimator | AUC [95%] | Spearman ρ vs Â | sign agreement | clear turns |", "|---|---|---|---|---|---|"]
-    best_free = max((r["auc"] for r in table if r["estimator"] == "label-free" and r["auc"] is not None), default=None)
-    for r in table:
-        ci = f" [{r['auc_ci95'][0]:.2f}, {r['auc_ci95'][1]:.2f}]" if r["auc_ci95"] else ""
-        auc = "–" if r["auc"] is None else f"{r['auc']:.3f}{ci}"
-        flag = "" if r["estimator"] == "label-free" or best_free is None or r["auc"] is None or r["auc"] > best_free \
-            else " (not above the label-free baselines)"
-        rho = "–" if r["spearman_vs_advantage"] is None else f"{r['spearman_vs_advantage']:.3f}"
-        sa = "–" if r["sign_agreement"] is None else f"{r['sign_agreement']:.3f}"
-        lines.append(f"| {r['credit']} | {r['estimator']} | {auc}{flag} | {rho} | {sa} | {r['n_turns']} |")
+             "negative), the labels of the AUCs below. ρ vs Â: Spearman of the credit against the oracle's "
+             "advantage on every trusted turn; sign agreement: share of clear turns whose credit has the oracle's "
+             "sign.", "", *table(rows, result["baselines"], ["ρ vs Â", "sign agreement"], extra), "", LEGEND]
     return "\n".join(lines) + "\n"
 
 
@@ -159,10 +136,10 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
     values = run_mc_oracle(episodes, policy, lambda: gymnasium.make(env_id, **kwargs), out_dir, rollouts, sampling,
                            concurrency, seed, progress)
     wrappers = make_wrappers(list(rewards), scorer=scorer)
-    table = credit_against_oracle(episodes, values, wrappers, estimators)
+    result = credit_against_oracle(episodes, values, wrappers, estimators)
     out = Path(out_dir)
     summary = {"env": env_id, "env_kwargs": kwargs, "model": model, "rollouts": rollouts, "episodes": len(episodes),
-               "table": table}
+               **result}
     (out / "mc_oracle.json").write_text(json.dumps(summary, indent=1))
-    (out / "mc_oracle.md").write_text(markdown(table, values, rollouts))
+    (out / "mc_oracle.md").write_text(markdown(result, values, rollouts))
     return summary

@@ -80,7 +80,6 @@ def render_viewer(episodes: Sequence[Episode], out_path: str | Path, records: Se
 
 def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], source: str,
                   notes: Sequence[str] = ()) -> dict[str, Any]:
-    from turngym.evals.credit import turn_truth
     from turngym.evals.report import model_name
 
     index = {ep.id: i for i, ep in enumerate(episodes)}
@@ -96,14 +95,15 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
         p_key = json.dumps(ep.prompt, sort_keys=True)
         p = prompts.setdefault(p_key, len(prompts))
         pi = prompt_ids.setdefault(tuple(ep.prompt_ids), len(prompt_ids)) if ep.prompt_ids is not None else -1
-        truth = turn_truth(ep)
+        truth = _truth_shown(ep)
         rows.append({
             "id": ep.id, "env": ep.env_id, "ds": str(ep.task.get("dataset", "")), "oc": _outcome_class(ep),
             "out": ep.outcome, "ans": ep.final_answer, "cl": clusters[i][0], "clk": clusters[i][1],
             "term": ep.terminated, "trunc": ep.truncated, "why": ep.meta.get("truncation"), "p": p, "pi": pi,
             "t": [{"a": t.action, "tc": t.tool_calls, "pe": t.parse_error, "o": t.observation,
                    "ot": bool(t.observation and any(m in t.observation for m in TRUNCATION_MARKERS)),
-                   "m": t.metrics, "gt": truth[j], "ai": t.action_ids, "oi": t.observation_ids,
+                   "m": t.metrics, "gt": truth[j], "gk": {k: [v.value, v.source] for k, v in t.truth.items()},
+                   "ai": t.action_ids, "oi": t.observation_ids,
                    "fi": t.prefill_ids}
                   for j, t in enumerate(ep.turns)],
         })
@@ -125,6 +125,17 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
                     "eps": m} for g, m in groups.items()],
         "eps": rows, "r": rewards, "adv": advantages,
     }
+
+
+def _truth_shown(ep: Episode) -> list[float | None]:
+    """The ✓ / ✗ chip: the turn's label when its episode carries one binary truth key, else none (every
+    key and value, with its source, is listed on the turn)."""
+    from turngym.truth import TruthError, turn_labels
+
+    try:
+        return [None if x is None else float(x) for x in turn_labels(ep)]
+    except TruthError:  # several keys, or non-binary values: no single chip
+        return [None] * len(ep.turns)
 
 
 def _scores(episodes: Sequence[Episode], index: dict[str, int], records: Sequence[ScoreRecord]):

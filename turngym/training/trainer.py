@@ -41,6 +41,7 @@ from turngym.training.advantages import (
     entropy_enhanced,
     get_estimator,
 )
+from turngym.truth import reward_view
 
 
 def task_prompt(index: int | None = None, task: dict[str, Any] | None = None) -> str:
@@ -294,7 +295,8 @@ class TurnGRPOTrainer(GRPOTrainer):
         scored: dict[int, tuple[list[float], list[float]]] = {}
         for group in groups:
             pool = voters.get(group[0].meta.get("task_key")) if voters else None
-            scores = self.reward.score_group(group, vote_pool=pool) if pool else self.reward.score_group(group)
+            seen = reward_view(group)  # rewards never see per-turn truth (turngym.truth)
+            scores = self.reward.score_group(seen, vote_pool=reward_view(pool)) if pool else self.reward.score_group(seen)
             advs = self.estimator(scores.rewards, gamma=self.gamma, **eps_kw, **self._estimator_kwargs(group))
             for ep, r, a in zip(group, scores.rewards, advs, strict=True):
                 scored[id(ep)] = (r, a)

@@ -60,6 +60,9 @@ class BFCLEnv(TextEnv):
     observation_role = "user"
     outcome_metric = "bfcl_valid"  # bfcl-eval's verdict
     reward_needs = CALL_ANSWERS
+    # the checker's verdict on the step that closes a user turn; also the metric toolcall_dense reads
+    # (a reward input by design), so credit against it is circular for that reward
+    truth_keys = ("bfcl_turn_valid",)
 
     def __init__(self, category: str = "multi_turn_base", tool_format: str = "prompting",
                  data_dir: str | None = None, max_turns: int = 400, render_mode: str | None = None,
@@ -145,6 +148,8 @@ class BFCLEnv(TextEnv):
 
     def act(self, action: str) -> ActionResult:
         result = self.mode.act(action)
+        if result.metrics.get("bfcl_turn_valid") is not None:
+            result.truth["bfcl_turn_valid"] = bool(result.metrics["bfcl_turn_valid"])
         cap = self.max_observation_chars
         if cap is None:
             return result

@@ -167,7 +167,8 @@
   function renderTurn(i, t, j) {
     const head = el("div", { class: "thead" }, el("span", { class: "tno", text: `turn ${j + 1}` }));
     const gt = t.gt === null || t.gt === undefined ? "–" : t.gt ? "✓" : "✗";
-    head.append(el("span", { class: "gt", title: "per-turn ground truth recorded by the env", text: `truth ${gt}` }));
+    const keys = Object.entries(t.gk || {}).map(([k, v]) => `${k}=${JSON.stringify(v[0])} (${v[1]})`).join(", ");
+    head.append(el("span", { class: "gt", title: keys ? `per-turn truth: ${keys}` : "no per-turn truth on this turn", text: `truth ${gt}` }));
     for (const c of chipsFor(i, j)) head.append(c);
     const li = el("li", { class: "turn", "data-turn": String(j) }, head);
     const blank = typeof t.a === "string" && t.a.trim() === "";
