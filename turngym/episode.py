@@ -464,3 +464,17 @@ def written_ids(path: str | os.PathLike) -> set[str]:
     if not Path(path).exists():
         return set()
     return {ep.id for ep in read_episodes(path).episodes}
+
+
+def reward_view(episodes: Sequence[Episode]) -> Any:
+    """The episodes as a reward may see them: shallow copies whose turns carry no truth.
+
+    Every place that hands episodes to ``score_group`` (ablate, creditbench, the trainer) goes
+    through here, so a reward cannot read the truth it is scored against. An
+    :class:`~turngym.episode.EpisodeGroup` stays one (same key and task).
+    """
+    copies = tuple(dataclasses.replace(ep, turns=[dataclasses.replace(t, truth={}) for t in ep.turns])
+                   for ep in episodes)
+    if isinstance(episodes, EpisodeGroup):
+        return EpisodeGroup(episodes.key, episodes.task, copies)
+    return list(copies)

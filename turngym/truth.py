@@ -14,7 +14,6 @@ needs a :class:`TruthMap` such as ``"+1:1,-1:0,0:skip"`` and is refused without 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -144,22 +143,6 @@ def turn_labels(ep: Episode, key: str | None = None, mapping: TruthMap | None = 
 
 
 E = TypeVar("E")
-
-
-def reward_view(episodes: Sequence[Episode]) -> Any:
-    """The episodes as a reward may see them: shallow copies whose turns carry no truth.
-
-    Every place that hands episodes to ``score_group`` (ablate, creditbench, the trainer) goes
-    through here, so a reward cannot read the truth it is scored against. An
-    :class:`~turngym.episode.EpisodeGroup` stays one (same key and task).
-    """
-    from turngym.episode import EpisodeGroup
-
-    copies = tuple(dataclasses.replace(ep, turns=[dataclasses.replace(t, truth={}) for t in ep.turns])
-                   for ep in episodes)
-    if isinstance(episodes, EpisodeGroup):
-        return EpisodeGroup(episodes.key, episodes.task, copies)
-    return list(copies)
 
 
 def check_declared(turn_truth: dict[str, Any], declared: Sequence[str], env_name: str) -> dict[str, TruthValue]:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from turngym.envs.declared import load_episodes
-from turngym.episode import Episode, EpisodeGroup, group_episodes
+from turngym.episode import Episode, EpisodeGroup, group_episodes, reward_view
 from turngym.evals.credit import turn_truth
 from turngym.evals.credit_table import (
     LEGEND,
@@ -37,7 +37,7 @@ from turngym.evals.credit_table import (
 )
 from turngym.rewards import get_reward
 from turngym.rewards.base import outcome_score
-from turngym.truth import TruthMap, reward_view
+from turngym.truth import TruthMap
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:

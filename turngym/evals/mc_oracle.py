@@ -54,10 +54,9 @@ def credit_against_oracle(episodes: Sequence[Episode], values: dict[str, list[Tu
     """The credit table (:mod:`turngym.evals.credit_table`) with the oracle's clear signs as labels (|Â| > 2 se):
     every wrapper under its declared estimator and ``estimators``, the label-free baselines, and per row the
     Spearman ρ of the credit against Â itself and the share of clear turns whose sign the credit gets right."""
-    from turngym.episode import group_episodes
+    from turngym.episode import group_episodes, reward_view
     from turngym.evals.credit import group_advantages, spearman
     from turngym.evals.credit_table import baseline_scores, best_baseline, estimator_scores, estimators_for, mark_against
-    from turngym.truth import reward_view
 
     groups = [list(g) for g in group_episodes(episodes)]
     labels = [oracle_labels(values, g) for g in groups]

@@ -30,7 +30,7 @@ from turngym.agents.branching import branch_tasks, turn_values
 from turngym.agents.hf import cut_generation
 from turngym.agents.policy import Generation, GenerationRequest, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
-from turngym.episode import Episode, EpisodeGroup, group_episodes
+from turngym.episode import Episode, EpisodeGroup, group_episodes, reward_view
 from turngym.rewards.base import outcome_score
 from turngym.training.advantages import (
     ESTIMATOR_OPTIONS,
@@ -41,7 +41,6 @@ from turngym.training.advantages import (
     entropy_enhanced,
     get_estimator,
 )
-from turngym.truth import reward_view
 
 
 def task_prompt(index: int | None = None, task: dict[str, Any] | None = None) -> str:
