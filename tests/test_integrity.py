@@ -272,7 +272,7 @@ def test_a_grader_crash_is_retried_on_a_fresh_grader():
 
 def test_an_ungraded_episode_is_missing_not_wrong():
     from turngym.episode import Episode, Turn
-    from turngym.evals.metrics import outcome_metrics
+    from turngym.evals.metrics import outcome_metrics, ungraded
     from turngym.rewards.outcome import OutcomeReward
 
     def ep(i, outcome):
@@ -285,7 +285,7 @@ def test_an_ungraded_episode_is_missing_not_wrong():
     assert scores.rewards == [[1.0], [0.0], [0.5]]  # the group's graded mean: no advantage of its own
     assert scores.diagnostics["ungraded"] == 1
     m = outcome_metrics(eps)
-    assert m["ungraded"] == 1 and m["accuracy"]["n"] == 2 and m["accuracy"]["value"] == 0.5
+    assert ungraded(eps) == 1 and m["accuracy"]["n"] == 2 and m["accuracy"]["value"] == 0.5
 
 
 # ------------------------------------------------------------------ the Gymnasium reward
@@ -487,3 +487,66 @@ def test_landlock_keeps_writes_in_the_working_folders_even_at_the_rlimits_only_l
         weak.close()
     with SandboxPool(size=1) as strong, strong.session() as s:  # bubblewrap: confined by Landlock too
         assert s.capabilities.get("landlock", 0) >= 1
+
+
+# ------------------------------------------------------------------ bad input: one clear message, nothing lost
+
+def _cli(*args, timeout=120):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "turngym.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_max_turns_given_two_ways_that_disagree_is_one_error_before_any_model_loads(tmp_path):
+    out = _cli("eval", "--env", "Calculator-v0", "--max-turns", "2", "--env-arg", "max_turns=3", "--model", "no-such-model",
+               "--out", str(tmp_path / "r"))
+    assert out.returncode != 0 and "--max-turns 2 and --env-arg max_turns=3 disagree" in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "r" / "run.json").exists()
+    from turngym.evals.commands import env_kwargs
+
+    assert env_kwargs(["max_turns=3"], None, 3) == {"max_turns": 3}  # the same value twice is fine
+
+
+def test_an_impossible_port_and_unparseable_yaml_are_messages_not_tracebacks(tmp_path):
+    port = _cli("serve-retriever", "--port", "99999")
+    assert port.returncode == 2 and "a port is 0..65535" in port.stderr and "Traceback" not in port.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env: [\n")
+    train = _cli("train", "--config", str(bad))
+    assert train.returncode != 0 and "not valid YAML (line 2" in train.stderr and "Traceback" not in train.stderr
+
+
+def test_the_retrieval_service_takes_only_json_booleans_for_return_scores():
+    from turngym.corpora.service import BadRequest, parse_request
+
+    assert parse_request(b'{"queries": ["a"], "return_scores": false}', 100)[2] is False
+    for text in ('"false"', "0", "null"):
+        with pytest.raises(BadRequest, match="must be true or false"):
+            parse_request(('{"queries": ["a"], "return_scores": %s}' % text).encode(), 100)
+
+
+def test_the_episode_reader_refuses_what_is_not_a_regular_file(tmp_path):
+    from turngym.episode import read_episodes
+
+    fifo = tmp_path / "episodes.jsonl"
+    os.mkfifo(fifo)  # opening it for reading would block; reading a link to an endless file would not stop
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_episodes(fifo)
+
+
+def test_a_full_disk_while_writing_the_viewer_is_one_message_and_the_episodes_stay(tmp_path, monkeypatch, tiny_chat_policy):
+    import errno
+
+    import turngym.evals.viewer as viewer
+    from turngym.episode import read_episodes
+    from turngym.evals.harness import EvalError, EvalSpec, run_eval
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "r" / "view.html"))
+
+    monkeypatch.setattr(viewer, "render_viewer", full)
+    spec = EvalSpec(env_id="turngym/Calculator-v0", env_kwargs={"max_turns": 1}, limit=2, max_new_tokens=4)
+    with pytest.raises(EvalError, match=r"disk full while writing .*view.html; every episode written so far is intact"):
+        run_eval(spec, tmp_path / "r", policy=tiny_chat_policy)
+    assert len(read_episodes(tmp_path / "r" / "episodes.jsonl").episodes) == 2

@@ -321,6 +321,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         bar.close()
     for name, m in results["metrics"].items():
         print(f"{name}: {m['value']:.3f} [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}] (n={m['n']})")
+    if results.get("ungraded"):
+        print(f"ungraded: {results['ungraded']} episode(s) without a verdict, left out of the rates (see report.md)")
     print(f"report: {Path(args.out) / 'report.md'}")
     return 0
 

@@ -19,7 +19,7 @@ from typing import Any
 from turngym._version import __version__
 from turngym.episode import Episode, read_episodes
 from turngym.evals.bfcl_score import bfcl_metrics
-from turngym.evals.metrics import behaviour_metrics, outcome_metrics, per_dataset
+from turngym.evals.metrics import behaviour_metrics, outcome_metrics, per_dataset, ungraded
 from turngym.evals.runs import RunError, RunLock, check_settings, store_settings, validate_run_args
 
 
@@ -229,6 +229,7 @@ def summarise(episodes: Sequence[Episode], spec: EvalSpec, subset: dict[str, Any
         "subset": subset,
         "episodes": len(episodes),
         "metrics": outcome_metrics(episodes, spec.k),
+        "ungraded": ungraded(episodes),
         "per_dataset": per_dataset(episodes, spec.k),
         **({"bfcl": bfcl} if (bfcl := bfcl_metrics(episodes)) else {}),
         "behaviour": behaviour_metrics(episodes),

@@ -30,7 +30,8 @@ def run_mc_oracle(episodes: Sequence[Episode], policy: Any, env_factory: Callabl
     if rollouts < 2:
         raise ValueError("the Monte-Carlo oracle needs at least 2 rollouts per prefix (for a standard error)")
     runner = RolloutRunner(policy, env_factory, sampling or SamplingParams(temperature=1.0), k=rollouts,
-                           concurrency=concurrency, seed=seed, run_tag="mc")
+                           concurrency=concurrency, seed=seed, run_tag="mc",
+                           batching="continuous" if hasattr(policy, "stream") else "static")
     runner.run(branch_tasks(episodes, rollouts), out / "branches.jsonl", progress=progress)
     branches = read_episodes(out / "branches.jsonl").episodes
     values = turn_values(episodes, branches)

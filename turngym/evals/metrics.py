@@ -148,13 +148,16 @@ def _score(ep: Episode, key: str) -> float:
     return float(ep.outcome.get(key) or 0.0)
 
 
+def ungraded(episodes: Sequence[Episode]) -> int:
+    """Episodes whose grader reached no verdict (a timeout, a crash, a refused answer): left out of every
+    rate, counted and shown instead, never scored as wrong."""
+    return sum(e.outcome.get("graded") is False for e in episodes)
+
+
 def outcome_metrics(episodes: Sequence[Episode], k: int = 1) -> dict[str, Any]:
     """Accuracy-style metrics for whatever outcome fields the episodes carry."""
     out: dict[str, Any] = {}
-    ungraded = sum(e.outcome.get("graded") is False for e in episodes)
-    if ungraded:  # no verdict (grader timeout or crash): counted, and left out of every rate
-        out["ungraded"] = ungraded
-        episodes = [e for e in episodes if e.outcome.get("graded") is not False]
+    episodes = [e for e in episodes if e.outcome.get("graded") is not False]  # no verdict: see ``ungraded``
     if not episodes:
         return out
     keys = set().union(*(e.outcome.keys() for e in episodes))

@@ -139,6 +139,9 @@ def render_eval_report(results: dict[str, Any], episodes: Sequence[Episode], out
         f"- model: `{model}`; k = {results['k']}; sampling: {results['sampling']}",
         _subset_line(results["subset"]),
         f"- episodes: {results['episodes']}; turngym {results['turngym']}",
+        *([f"- **ungraded: {results['ungraded']}** episodes whose grader reached no verdict (timeout, crash or a "
+           "refused answer; `outcome.grading` says which): left out of every rate above, not counted as wrong"]
+          if results.get("ungraded") else []),
     ]
     if (out / "view.html").exists():
         lines.append("- browse the episodes turn by turn: [view.html](view.html)")
