@@ -14,7 +14,13 @@ Per setting × estimator: the mean J over ``--seeds`` seeds at every step with a
 90% of the gap between the start policy's J and the optimal J*. Writes CSV, JSON, a markdown table
 and one PNG (all to ``--out``).
 
-Usage: python benchmarks/credit_learning.py [--steps 300] [--seeds 10] [--group 8] [--out docs/credit_learning]
+``--trainer-steps N`` adds the same comparison through ``TurnGRPOTrainer`` itself: a tiny random
+chat model on Digits-v0 (two turns; reply with digits), trained with the outcome reward (the mean digit
+share, on the last turn) or the env's per-turn rewards (``env``: each turn's digit share), under
+several estimators, ``--trainer-seeds`` seeds each; the mean outcome per step with a 95% interval.
+
+Usage: python benchmarks/credit_learning.py [--steps 300] [--seeds 10] [--group 8] [--out docs]
+       [--trainer-steps 30 --trainer-seeds 5]
 """
 
 from __future__ import annotations
@@ -73,16 +79,87 @@ def summarise(curves: np.ndarray, j_star: float) -> dict:
             "steps_to_90": int(reached[0]) if len(reached) else None}
 
 
+TRAINER_ARMS = (("outcome", "grpo"), ("outcome", "turn"), ("env", "turn"), ("env", "turn_loo"))
+
+
+def trainer_curve(reward: str, estimator: str, steps: int, seed: int) -> list[float]:
+    """Digits-v0 outcome per step of TurnGRPOTrainer (tiny random chat model, 8 rollouts per step)."""
+    import os
+    import tempfile
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig
+
+    from turngym.agents.tiny import tiny_model_dir
+    from turngym.envs.digits import DigitsEnv
+    from turngym.rewards import get_reward
+    from turngym.training.trainer import TurnGRPOTrainer, task_dataset
+
+    d = str(tiny_model_dir(chat=True))
+    torch.manual_seed(seed)
+    model, tok = AutoModelForCausalLM.from_pretrained(d), AutoTokenizer.from_pretrained(d)
+    args = GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=8, num_generations=8,
+                      max_completion_length=24, max_steps=steps, logging_steps=1, report_to="none", use_cpu=True,
+                      learning_rate=3e-3, save_strategy="no", seed=seed, temperature=1.0, beta=0.0, disable_tqdm=True)
+    tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: DigitsEnv(max_turns=2),
+                         reward=get_reward(reward), args=args, train_dataset=task_dataset(range(1000)),
+                         estimator=estimator, max_episode_tokens=48, stop=())
+    tr.train()
+    return [h["turngym/outcome"] for h in tr.state.log_history if "turngym/outcome" in h][:steps]
+
+
+def run_trainer_arms(steps: int, seeds: int, out: Path) -> dict:
+    results = {}
+    for reward, est in TRAINER_ARMS:
+        curves = np.stack([np.asarray(trainer_curve(reward, est, steps, seed)) for seed in range(seeds)])
+        n = curves.shape[0]
+        mean = curves.mean(axis=0)
+        half = 2.776 * curves.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(mean)  # t(0.975, 4)
+        last = curves[:, -5:].mean(axis=1)
+        results[f"{reward} + {est}"] = {"mean": mean.tolist(), "half": half.tolist(), "final": float(last.mean()),
+                                       "final_half": float(2.776 * last.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
+                                       "first": float(curves[:, :3].mean())}
+        r = results[f"{reward} + {est}"]
+        print(f"Digits-v0 {reward:>7} + {est:<9}: outcome {r['first']:.3f} (first 3 steps) -> {r['final']:.3f} "
+              f"± {r['final_half']:.3f} (last 5)", flush=True)
+    (out / "credit_learning_trainer.json").write_text(json.dumps({"steps": steps, "seeds": seeds, "arms": results}, indent=1))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for name, a in results.items():
+        m, h = np.asarray(a["mean"]), np.asarray(a["half"])
+        ax.plot(np.arange(len(m)), m, label=name, linewidth=1.3)
+        ax.fill_between(np.arange(len(m)), m - h, m + h, alpha=0.15)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("Digits-v0 outcome (mean digit share)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "credit_learning_trainer.png", dpi=110)
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--lr", type=float, default=0.3)
-    ap.add_argument("--out", default="docs/credit_learning")
+    ap.add_argument("--out", default="docs")
+    ap.add_argument("--trainer-steps", type=int, default=0, help="also train a tiny model on Digits-v0 (0: skip)")
+    ap.add_argument("--trainer-seeds", type=int, default=5)
+    ap.add_argument("--skip-tabular", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.trainer_steps:
+        run_trainer_arms(args.trainer_steps, args.trainer_seeds, out)
+    if args.skip_tabular:
+        return
     results: dict = {"steps": args.steps, "seeds": args.seeds, "group": args.group, "lr": args.lr, "settings": {}}
     start_time = time.perf_counter()
     for setting in settings():

@@ -466,3 +466,15 @@ def test_igpo_siop_preset_is_the_siop_repositorys_gold_reference_baseline():
     assert adv[0] == pytest.approx([(igs[0] - gm) / gs + (f1s[0] - fm) / fs, (f1s[0] - fm) / fs])
     assert adv[1] == pytest.approx([a1_mid, a1_mid, a1_last])
     assert adv[2] == pytest.approx([(f1s[2] - fm) / fs])
+
+
+def test_env_reward_is_what_env_step_returned():
+    from turngym.envs.digits import DigitsEnv
+    from turngym.rewards import get_reward
+
+    env = DigitsEnv(max_turns=2)
+    env.reset(seed=0, options={"index": 0})
+    rewards = [env.step("12ab")[1], env.step("x9")[1]]
+    scores = get_reward("env").score_group([env.episode])
+    assert scores.rewards == [rewards] == [[0.5, 0.5]]
+    assert get_reward("env").estimator == "turn_loo"

@@ -47,6 +47,7 @@ REWARDS = Registry("reward", {
     "funrl": "turngym.rewards.funrl:FunRLReward",
     "toolcall_dense": "turngym.rewards.funrl:ToolCallDenseReward",
     "composite": "turngym.rewards.composite:CompositeReward",
+    "env": "turngym.rewards.env_reward:EnvReward",
 })
 JOINED = "turngym.rewards.composite:composite_from_name"  # builds an ``a+b`` name
 
