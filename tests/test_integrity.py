@@ -523,7 +523,7 @@ def test_the_retrieval_service_takes_only_json_booleans_for_return_scores():
     assert parse_request(b'{"queries": ["a"], "return_scores": false}', 100)[2] is False
     for text in ('"false"', "0", "null"):
         with pytest.raises(BadRequest, match="must be true or false"):
-            parse_request(('{"queries": ["a"], "return_scores": %s}' % text).encode(), 100)
+            parse_request(b'{"queries": ["a"], "return_scores": ' + text.encode() + b"}", 100)
 
 
 def test_the_episode_reader_refuses_what_is_not_a_regular_file(tmp_path):
