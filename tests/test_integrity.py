@@ -406,50 +406,25 @@ def test_a_host_killed_while_its_workers_are_frozen_leaves_nothing_running(tmp_p
 
 # ------------------------------------------------------------------ the same sandbox started by a normal user
 
-# Root prepares a private mount namespace where each folder others cannot search (e.g. /root) is
-# replaced by a world-readable tmpfs that keeps just the needed trees, then drops to ``uid`` and runs
-# the command: a normal user's view of the same interpreter and checkout, nothing on the host changed.
-AS_USER = """set -e
-uid=$1; stash=$2; shift 2
-mount -t tmpfs -o size=64k,mode=0755 stash "$stash"
-i=0
-while [ "$1" != "--" ]; do
-  anc=$1; shift
-  for tree in $1; do mkdir "$stash/$i"; mount --rbind "$tree" "$stash/$i"; i=$((i+1)); done
-  mount -t tmpfs -o size=64k,mode=0755 view "$anc"
-  j=$((i - $(echo $1 | wc -w)))
-  for tree in $1; do mkdir -p "$tree"; mount --rbind "$stash/$j" "$tree"; j=$((j+1)); done
-  shift
-done
-shift
-exec setpriv --reuid="$uid" --regid="$uid" --clear-groups --inh-caps=-all -- "$@"
-"""
-
-
 def _as_normal_user(uid: int, code: str) -> str:
     import subprocess
     import sys
 
-    repo = str(Path(turngym.__file__).resolve().parents[1])
-    trees = sorted(set(iso.interpreter_view().trees) | {repo})
-    groups: dict[str, list[str]] = {}
-    for tree in trees:
-        parts = Path(tree).parts
-        anc = next((str(Path(*parts[:i])) for i in range(2, len(parts) + 1)
-                    if not os.stat(Path(*parts[:i])).st_mode & 0o001), None)
-        if anc is not None and anc != tree:
-            groups.setdefault(anc, []).append(tree)
-        elif anc == tree:
-            pytest.skip(f"{tree} itself is closed to other users")
-    args = [str(uid), str(iso.stage_folder())]
-    for anc, kept in groups.items():
-        args += [anc, " ".join(kept)]
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
-    out = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", AS_USER, "sh",
-                          *args, "--", sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env=env, cwd="/")
+    from as_user import as_user_command
+
+    try:
+        cmd = as_user_command(uid, [sys.executable, "-c", code])
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=as_user_env(), cwd="/")
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
+
+
+def as_user_env() -> dict[str, str]:
+    from as_user import user_env
+
+    return user_env()
 
 
 def test_a_normal_user_runs_the_sandbox_as_itself():
