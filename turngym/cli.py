@@ -518,6 +518,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_credit_commands(sub)
 
+    from turngym.importers import add_import_commands
+
+    add_import_commands(sub)
+
     lt = sub.add_parser("lm-eval-tasks", help="write lm-eval task YAMLs for turngym's benchmarks")
     lt.add_argument("--out", required=True)
     lt.add_argument("--datasets", default=None, help="comma-separated (default: all)")

@@ -122,6 +122,19 @@ SEARCH_TOOL = {
 }
 
 
+def last_answer(action: str) -> str | None:
+    """The episode's answer in ``action``: the last ``<answer>`` tag, stripped (None: no tag)."""
+    answers = [body.strip() for name, body in _TAG.findall(action) if name == "answer"]
+    return answers[-1] if answers else None
+
+
+def grade_answer(final_answer: str | None, golds: list[str]) -> dict[str, Any]:
+    """SearchQA's outcome of a final answer: EM and F1 against every gold (shared with importers)."""
+    golds = [str(a) for a in golds]
+    return {"em": exact_match(final_answer, golds), "f1": f1_score(final_answer, golds),
+            "answered": final_answer is not None}
+
+
 def format_passages(hits: list[Hit]) -> str:
     """Search-R1's rendering: ``Doc i(Title: "T") text`` per passage."""
     return "".join(f"Doc {i}(Title: \"{h.title}\") {h.text}\n" for i, h in enumerate(hits, start=1))
@@ -249,10 +262,10 @@ class SearchQAEnv(TextEnv):
         if self.tool_format == "native":
             return self._act_native(action)
         tags = _TAG.findall(action)
-        answers = [body.strip() for name, body in tags if name == "answer"]
-        if answers:
-            return ActionResult(observation=None, terminated=True, final_answer=answers[-1],
-                                tool_calls=[{"name": "answer", "arguments": {"answer": answers[-1]}}],
+        answer = last_answer(action)
+        if answer is not None:
+            return ActionResult(observation=None, terminated=True, final_answer=answer,
+                                tool_calls=[{"name": "answer", "arguments": {"answer": answer}}],
                                 metrics={"action": "answer"})
         searches = [body.strip() for name, body in tags if name == "search"]
         if not searches:
@@ -268,10 +281,10 @@ class SearchQAEnv(TextEnv):
             result.observation = result.observation.strip() + "\n" if result.observation else result.observation
             result.observation_role = "tool"
             return result
-        answers = [body.strip() for name, body in _TAG.findall(action) if name == "answer"]
-        if answers:
-            return ActionResult(observation=None, terminated=True, final_answer=answers[-1], parse_error=error,
-                                tool_calls=[{"name": "answer", "arguments": {"answer": answers[-1]}}],
+        answer = last_answer(action)
+        if answer is not None:
+            return ActionResult(observation=None, terminated=True, final_answer=answer, parse_error=error,
+                                tool_calls=[{"name": "answer", "arguments": {"answer": answer}}],
                                 metrics={"action": "answer"})
         message = f"{error}. {NATIVE_INVALID_ACTION}" if error else NATIVE_INVALID_ACTION
         return ActionResult(observation=message, parse_error=error or "no search call and no <answer> tag",
@@ -310,9 +323,8 @@ class SearchQAEnv(TextEnv):
         return {"em": 0.0, "f1": 0.0, "answered": self.episode is not None and self.episode.final_answer is not None}
 
     def grade(self, episode) -> dict[str, Any]:
-        golds = [str(a) for a in episode.task.get("answers", [])]
-        return {"em": exact_match(episode.final_answer, golds), "f1": f1_score(episode.final_answer, golds),
-                "answered": episode.final_answer is not None}
+        return grade_answer(episode.final_answer, episode.task.get("answers", []))
 
 
-__all__ = ["SearchQAEnv", "QA_DATASETS", "PROMPTS", "SEARCH_TOOL", "TOOL_FORMATS", "format_passages"]
+__all__ = ["SearchQAEnv", "QA_DATASETS", "PROMPTS", "SEARCH_TOOL", "TOOL_FORMATS", "format_passages", "grade_answer",
+           "last_answer"]
