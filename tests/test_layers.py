@@ -23,7 +23,7 @@ STAGES = {
     "turngym": 1,  # the package itself: registers the envs on import
     "agents": 2,
     "rewards": 3,
-    "training": 4, "evals": 4,
+    "training": 4, "evals": 4, "importers": 4,
     "cli": 5, "__main__": 5,
 }
 STAGE_NAMES = ["grading/episode/corpora", "envs", "agents", "rewards", "training/evals", "cli"]
