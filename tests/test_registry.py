@@ -9,7 +9,7 @@ import pytest
 
 from turngym.registry import Registry
 from turngym.rewards.base import REWARDS, register_reward
-from turngym.training.advantages import ESTIMATORS, get_estimator, register_estimator
+from turngym.training.advantages import ESTIMATORS, MC_ESTIMATORS, get_estimator, register_estimator
 
 
 def run_python(code: str) -> subprocess.CompletedProcess:
@@ -60,8 +60,9 @@ def test_every_registered_entry_resolves():
     for name in REWARDS:
         factory = REWARDS.load(name)
         assert callable(factory), name
-    for name in ESTIMATORS:
-        assert get_estimator(name)([[1.0], [0.0]]) is not None
+    for name in ESTIMATORS:  # vine also takes its Monte-Carlo advantages
+        kw = {"mc": [[0.5], [-0.5]]} if name in MC_ESTIMATORS else {}
+        assert get_estimator(name)([[1.0], [0.0]], **kw) is not None
 
 
 def test_a_user_registered_reward_builds_and_joins_a_composite():

@@ -25,12 +25,12 @@ def test_a_math_declaration_is_graded_as_math_whatever_the_env_id():
     assert isinstance(make_equivalence("auto", group), MathEquivalence)
     # math-verify's first call loads its parsers: done here with room, so the 5 s grading limit below is not hit
     assert MathEquivalence(timeout_s=120).matrix("", ["0.5", "\\frac{1}{2}"]) == [[True, True], [True, True]]
-    assert get_reward("ttrl").score_group(group).diagnostics["clusters"]["labels"] == [0, 0, 1]
+    assert get_reward("ttrl", vote_on="equivalence").score_group(group).diagnostics["clusters"]["labels"] == [0, 0, 1]
     # the same answers under the MathCode id but a text declaration: the declaration decides, not the id
     text = [ep(i, e.final_answer, env_id="turngym/MathCode-v0", needs=DEFAULT_REWARD_NEEDS)
             for i, e in enumerate(group)]
     assert isinstance(make_equivalence("auto", text), NormalizedMatch)
-    assert get_reward("ttrl").score_group(text).diagnostics["clusters"]["labels"] == [0, 1, 2]
+    assert get_reward("ttrl", vote_on="equivalence").score_group(text).diagnostics["clusters"]["labels"] == [0, 1, 2]
     calls = RewardNeeds(answer_kind="calls", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))
     assert isinstance(make_equivalence("auto", [ep(0, "[]", needs=calls)]), CallMatch)
 
@@ -65,9 +65,9 @@ def test_declared_needs_round_trip_and_an_old_file_without_them_loads_with_a_cle
     report = read_episodes(path)
     assert report.errors == [] and [e.reward_needs for e in report.episodes] == [None, None]
     with pytest.raises(MissingRewardNeeds, match=r"e1 \(lab/Unusual-v0\) does not declare.*equivalence='normalized'"):
-        get_reward("ttrl").score_group(report.episodes)
+        get_reward("ttrl", vote_on="equivalence").score_group(report.episodes)
     with pytest.raises(MissingRewardNeeds, match="evidence_source='observations'"):
-        evidence_texts(report.episodes[0])
+        evidence_texts(report.episodes[0], source="tool_results")  # the default (every tool response) needs no declaration
     with pytest.raises(MissingRewardNeeds, match="pseudo_answer='official'"):
         PseudoAnswer.for_episode("auto", report.episodes[0])
     # explicit configuration needs no declaration
