@@ -112,3 +112,9 @@ def alternate(arms: dict[str, Callable[[], float]], repeats: int) -> dict[str, f
         for name, arm in arms.items():
             times[name].append(arm())
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def pct(xs: list[float], q: float) -> float:
+    """The ``q`` quantile of ``xs`` (nearest rank)."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]

@@ -15,13 +15,9 @@ import time
 from pathlib import Path
 
 import turngym
+from bench_setup import pct
 from turngym.grading._grader_worker import verify_any
 from turngym.grading.math_answers import GraderPool, grade_answer
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def main() -> None:

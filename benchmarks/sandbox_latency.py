@@ -15,14 +15,10 @@ import sys
 import threading
 import time
 
+from bench_setup import pct
 from turngym.envs.calculator import CalculatorEnv
 from turngym.envs.math_code import MathCodeEnv
 from turngym.envs.sandbox import SandboxPool, _Worker
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def main() -> None:

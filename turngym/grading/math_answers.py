@@ -68,16 +68,11 @@ def _exponent(text: str, start: int) -> str:
     i = start
     while i < len(text) and text[i] == " ":
         i += 1
-    if i < len(text) and text[i] == "{":
+    if i < len(text) and text[i] in "{(":
+        close = "}" if text[i] == "{" else ")"
         depth, j = 1, i + 1
         while j < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            j += 1
-        return text[i + 1: j - 1]
-    if i < len(text) and text[i] == "(":
-        depth, j = 1, i + 1
-        while j < len(text) and depth:
-            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            depth += {text[i]: 1, close: -1}.get(text[j], 0)
             j += 1
         return text[i + 1: j - 1]
     m = re.match(r"-?\d+|\\?[A-Za-z]+|.", text[i:])
