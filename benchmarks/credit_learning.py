@@ -36,6 +36,7 @@ import numpy as np
 from turngym.evals.exact_oracle import ORACLE, batch_gradients, credits, settings
 from turngym.oracles.mdp import TabularMDP, sample, solve
 
+CSV_EVERY = 5
 ESTIMATORS = ("turn", "igpo_separate", "igpo_siop", "igpo", "turn_loo", "grpo", "rloo", "gigpo", ORACLE)
 
 
@@ -174,14 +175,18 @@ def main() -> None:
                   f"(J* {j_star:.3f}), steps to 90% {a['steps_to_90']}  [{time.perf_counter() - start_time:.0f} s]",
                   flush=True)
         results["settings"][setting.name] = row
-    (out / "credit_learning.json").write_text(json.dumps(results, indent=1))
-    with (out / "credit_learning.csv").open("w", newline="") as fh:
+    summary = {**results, "settings": {name: {**row, "arms": {e: {k: v for k, v in a.items() if k not in ("mean", "half")}
+                                                                for e, a in row["arms"].items()}}
+                                       for name, row in results["settings"].items()}}
+    (out / "credit_learning.json").write_text(json.dumps(summary, indent=1))
+    with (out / "credit_learning.csv").open("w", newline="") as fh:  # the curves, every CSV_EVERY steps
         w = csv.writer(fh)
         w.writerow(["setting", "estimator", "step", "mean_return", "ci95_half"])
         for name, row in results["settings"].items():
             for est, a in row["arms"].items():
                 for k, (m, h) in enumerate(zip(a["mean"], a["half"], strict=True)):
-                    w.writerow([name, est, k, f"{m:.5f}", f"{h:.5f}"])
+                    if k % CSV_EVERY == 0 or k == len(a["mean"]) - 1:
+                        w.writerow([name, est, k, f"{m:.4f}", f"{h:.4f}"])
     lines = [f"Steps {args.steps}, {args.seeds} seeds, groups of {args.group}, normalised steps of {args.lr}. "
              "Final J: mean of the last 10 steps, 95% interval over seeds; steps to 90%: first step whose mean "
              "closes 90% of the gap from the start policy's J to J*.", "",
