@@ -415,8 +415,8 @@ def test_rlimits_only_sessions_cannot_kill_each_other():
 
 
 def test_state_of_a_killed_host_is_removed_at_the_next_start(tmp_path):
-    """A host process killed with live workers (both levels) leaves folders and cgroups; the next
-    pool start removes them."""
+    """A host process killed with live workers (both levels), its watchdog killed first, leaves folders and
+    cgroups; the next pool start removes them."""
     _require_bubblewrap()
     script = textwrap.dedent("""
         import json, sys, time
@@ -427,13 +427,16 @@ def test_state_of_a_killed_host_is_removed_at_the_next_start(tmp_path):
         sa, sb = a.session(), b.session()
         sb.run("open('left.txt', 'w').write('x')")
         cg = [str(d) for d in sa._worker.cgroup.dirs] if sa._worker.cgroup else []
-        print(json.dumps({"state": str(iso.host_state().dir), "workdir": sb._worker.workdir, "cgroups": cg}), flush=True)
+        print(json.dumps({"state": str(iso.host_state().dir), "workdir": sb._worker.workdir, "cgroups": cg,
+                          "watchdog": iso.host_state()._watchdog.pid}), flush=True)
         time.sleep(60)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     try:
         left = json.loads(proc.stdout.readline())
+        os.kill(left["watchdog"], signal.SIGKILL)  # this test is about the next start; the watchdog has its own test
+        time.sleep(0.2)
     finally:
         proc.kill()
         proc.wait()

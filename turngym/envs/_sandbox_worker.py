@@ -109,7 +109,11 @@ class _Confinement:
             os.setgid(cfg["gid"])
             os.setuid(cfg["uid"])
             self.caps["dropped_uid"] = cfg["uid"]
-        self._setrlimit(resource.RLIMIT_NPROC, lim["processes"])
+        # RLIMIT_NPROC counts every process of the uid: under bubblewrap (its own user namespace) or with a
+        # throwaway uid that is the cell tree; a normal user's fallback worker shares its uid with the user's
+        # other processes, so there the cap is what it already runs plus the cell's allowance
+        shared_uid = self.fallback and "dropped_uid" not in self.caps
+        self._setrlimit(resource.RLIMIT_NPROC, lim["processes"] + (_processes_of(os.getuid()) if shared_uid else 0))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversize write fails instead of killing
         # "." is the working directory itself (its path may be covered by a private /tmp by now)
         self.caps["landlock"] = self._landlock([".", "/tmp", "/dev/shm", "/var/tmp"], ["/dev"])
@@ -238,6 +242,22 @@ class _Confinement:
                 raise PermissionError("sandbox: ctypes is not allowed")
 
         sys.addaudithook(hook)
+
+
+def _processes_of(uid):
+    """How many processes (threads included: RLIMIT_NPROC counts tasks) the uid runs now."""
+    n = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as fh:
+                fields = dict(line.split(":", 1) for line in fh if line.startswith(("Uid:", "Threads:")))
+            if int(fields["Uid"].split()[0]) == uid:
+                n += int(fields["Threads"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return n
 
 
 def _is_descendant(pid, root):
