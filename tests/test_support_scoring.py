@@ -30,6 +30,20 @@ def episodes(tiny_chat_policy):
     return runner.run([0])
 
 
+def calculator_group(plays, question, gold):
+    """One group of Calculator episodes on an ad-hoc task: per episode a (calculation, answer) pair."""
+    import copy
+
+    group = []
+    for k, (calc, answer) in enumerate(plays):
+        env = CalculatorEnv(max_turns=3)
+        env.reset(seed=k, options={"task": {"question": question, "answers": [gold]}})
+        env.step(f"<calc>{calc}</calc>")
+        env.step(f"<answer>{answer}</answer>")
+        group.append(copy.deepcopy(env.episode))
+    return group
+
+
 def conts_for(tok, refs):
     return [continuation(tok, PseudoAnswer(), r, end_of_turn_text(tok)) for r in refs]
 
@@ -287,16 +301,8 @@ def test_kept_prefixes_give_the_same_scores_with_one_forward_less(tiny_chat_poli
     """SIOP then IGPO on one shared scorer with ``prefix_cache_tokens``: SIOP's longest prefix (τ_T) runs once per
     episode and IGPO's (τ_{T−1} after its observation, a prefix of it) is cut from it, and both wrappers' rewards
     equal those of scorers that keep nothing."""
-    import copy
-
     tok = tiny_chat_policy.tokenizer
-    group = []
-    for k, (calc, answer) in enumerate([("6*7", "42"), ("6*7", "42"), ("2+2", "4"), ("6*7", "41")]):
-        env = CalculatorEnv(max_turns=3)
-        env.reset(seed=k, options={"task": {"question": "What is 6 times 7?", "answers": ["42"]}})
-        env.step(f"<calc>{calc}</calc>")
-        env.step(f"<answer>{answer}</answer>")
-        group.append(copy.deepcopy(env.episode))
+    group = calculator_group([("6*7", "42"), ("6*7", "42"), ("2+2", "4"), ("6*7", "41")], "What is 6 times 7?", "42")
     multi = len(group)  # every episode is answered and has two turns: both wrappers score all of them
 
     def run(keep):
@@ -319,16 +325,8 @@ def test_kept_prefixes_give_the_same_scores_with_one_forward_less(tiny_chat_poli
 def test_lone_surrogates_anywhere_in_a_group_score_with_siop_igpo_and_prm(tiny_chat_policy):
     """Question, gold, query and answers holding lone surrogates (a JSON reply may carry them):
     every support and judge wrapper scores the group instead of raising TypeError in the tokenizer."""
-    import copy
-    import math
-
-    group = []
-    for k, (calc, answer) in enumerate([("6*7", "42\ud800"), ("6*7", "42"), ("2+2 \udc00", "4"), ("6*7", "41")]):
-        env = CalculatorEnv(max_turns=3)
-        env.reset(seed=k, options={"task": {"question": "What is 6 \ud800 times 7?", "answers": ["42\udfff"]}})
-        env.step(f"<calc>{calc}</calc>")
-        env.step(f"<answer>{answer}</answer>")
-        group.append(copy.deepcopy(env.episode))
+    group = calculator_group([("6*7", "42\ud800"), ("6*7", "42"), ("2+2 \udc00", "4"), ("6*7", "41")],
+                             "What is 6 \ud800 times 7?", "42\udfff")
     scorer = HFSupportScorer(tiny_chat_policy.model, tiny_chat_policy.tokenizer)
     for wrapper in (get_reward("siop", scorer=scorer, tokens="text"), get_reward("igpo", scorer=scorer, tokens="text"),
                     get_reward("prm", llm=tiny_chat_policy)):
