@@ -50,7 +50,12 @@ def main() -> None:
     built = build(cfg)
     print(f"built {sum(len(g) for g in built.values())} groups in {time.perf_counter() - start:.0f} s", flush=True)
     scorer = make_scorer(args.scorer)
-    wrappers = {"siop (official: before the observation)": get_reward("siop", scorer=scorer, tokens="text"),
+    # the scorer: Δ log p(gold) per turn (the SIOP repository's gold-reference IGPO reward), cut before and
+    # after each turn's observation; then SIOP itself at both scoring points
+    wrappers = {"scorer: Δ log p(gold), before the observation": get_reward("igpo_siop", scorer=scorer, tokens="text"),
+                "scorer: Δ log p(gold), after the observation": get_reward("igpo_siop", scorer=scorer, tokens="text",
+                                                                           prefix="after_observation"),
+                "siop (official: before the observation)": get_reward("siop", scorer=scorer, tokens="text"),
                 "siop, prefix=after_observation": get_reward("siop", scorer=scorer, tokens="text",
                                                              prefix="after_observation")}
     report: dict = {"scorer": args.scorer, "groups": args.groups, "k": args.k, "sets": {}}

@@ -205,3 +205,8 @@ def test_the_mc_creditbench_command_end_to_end(tmp_path, tiny_chat_policy):
     values = [json.loads(line) for line in (tmp_path / "mc" / "values.jsonl").read_text().splitlines()]
     assert len(values) == sum(len(e.turns) for e in episodes) and all(v["n_v"] == 2 for v in values)
     assert "Monte-Carlo oracle" in (tmp_path / "mc" / "mc_oracle.md").read_text()
+    # the cost: every continuation counted (N per prefix, T + 1 prefixes per episode), restore times measured
+    cost = summary["cost"]
+    assert cost["continuations"] == sum(2 * (len(e.turns) + 1) for e in episodes)
+    assert cost["restore_half_s"] > 0 and cost["replay_whole_s"] > 0 and cost["continuations_per_s"] > 0
+    assert "## Cost" in (tmp_path / "mc" / "mc_oracle.md").read_text()

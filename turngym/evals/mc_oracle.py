@@ -9,6 +9,8 @@ the values (``values.jsonl``) are computed from that file.
 from __future__ import annotations
 
 import json
+import statistics
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -104,6 +106,37 @@ def markdown(result: dict[str, Any], values: dict[str, list[TurnValue]], rollout
     return "\n".join(lines) + "\n"
 
 
+def _branches_done(out: Path) -> int:
+    path = out / "branches.jsonl"
+    return len(read_episodes(path).episodes) if path.is_file() else 0
+
+
+def restore_cost(episodes: Sequence[Episode], env_factory: Callable[[], Any]) -> dict[str, float]:
+    """What a branch pays before it samples: the median time to restore an episode after its first half of
+    turns (what an average prefix replays) against replaying the whole episode, over ``episodes``."""
+    env = env_factory()
+    half, whole = [], []
+    try:
+        for ep in episodes:
+            for turns, into in ((len(ep.turns) // 2, half), (len(ep.turns), whole)):
+                t0 = time.perf_counter()
+                env.unwrapped.restore(ep, turns)
+                into.append(time.perf_counter() - t0)
+    finally:
+        env.close()
+    return {"restore_half_s": statistics.median(half), "replay_whole_s": statistics.median(whole)}
+
+
+def cost_markdown(cost: dict[str, Any], n_episodes: int) -> str:
+    rate = cost.get("continuations_per_s")
+    return ("\n## Cost\n\n"
+            f"{cost['continuations']} continuations in {cost['seconds']:.0f} s"
+            + (f" ({rate:.2f} continuations/s, {cost['seconds'] / n_episodes:.0f} s per episode)" if rate else "")
+            + f"; restoring a recorded episode after half its turns: median {cost['restore_half_s'] * 1e3:.1f} ms, "
+            f"replaying it whole: {cost['replay_whole_s'] * 1e3:.1f} ms (continuations then sample from the restored "
+            "state, reusing the recorded token ids).\n")
+
+
 def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: str, rewards: Sequence[str] = ("outcome",),
                        estimators: Sequence[str] = (), env_kwargs: dict[str, Any] | None = None, rollouts: int = 8,
                        base_url: str | None = None, temperature: float = 1.0, max_new_tokens: int = 256,
@@ -133,13 +166,18 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
         kwargs = dict(json.loads(settings.read_text()).get("env_kwargs") or {})
     policy = load_policy(model, base_url=base_url)
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
-    values = run_mc_oracle(episodes, policy, lambda: gymnasium.make(env_id, **kwargs), out_dir, rollouts, sampling,
-                           concurrency, seed, progress)
+    make_env = lambda: gymnasium.make(env_id, **kwargs)  # noqa: E731
+    out = Path(out_dir)
+    before = _branches_done(out)
+    start = time.perf_counter()
+    values = run_mc_oracle(episodes, policy, make_env, out_dir, rollouts, sampling, concurrency, seed, progress)
+    cost = {"seconds": time.perf_counter() - start, "continuations": _branches_done(out) - before,
+            **restore_cost(episodes, make_env)}
+    cost["continuations_per_s"] = cost["continuations"] / cost["seconds"] if cost["seconds"] > 0 else None
     wrappers = make_wrappers(list(rewards), scorer=scorer)
     result = credit_against_oracle(episodes, values, wrappers, estimators)
-    out = Path(out_dir)
     summary = {"env": env_id, "env_kwargs": kwargs, "model": model, "rollouts": rollouts, "episodes": len(episodes),
-               **result}
+               "cost": cost, **result}
     (out / "mc_oracle.json").write_text(json.dumps(summary, indent=1))
-    (out / "mc_oracle.md").write_text(markdown(result, values, rollouts))
+    (out / "mc_oracle.md").write_text(markdown(result, values, rollouts) + cost_markdown(cost, len(episodes)))
     return summary

@@ -1,0 +1,96 @@
+"""IGPO's credit accuracy before and after its repository defaults, on real SearchQA episodes.
+
+Scores recorded episodes (e.g. the main job's SearchQA stage, or ``turngym eval --env SearchQA-v0 ...``)
+with IGPO in four configurations, side by side, and reports the AUC of each one's advantages against the
+env-derived per-turn truth (``retrieval_hit``: the search returned a passage holding a gold answer):
+
+- ``before``: turngym's earlier defaults: the answer turn also gets ΔΦ_T (``final_turn_gain=True``),
+  turn-limit rollouts keep their gains, F1 against every gold answer, the format check reads the raw
+  actions (a prefill-opened call the env ran counts as unclosed) and the ``igpo_separate`` estimator;
+- ``format fix``: the same with the format check on the executed transcript;
+- ``defaults``: the IGPO repository's computation, which is turngym's default now;
+- ``defaults, igpo_separate``: today's rewards under the earlier estimator.
+
+Also reports how many episodes each configuration gives the format penalty.
+Writes ``igpo_credit_change.json`` and ``.md`` under ``--out``.
+Usage: python benchmarks/igpo_credit_change.py --episodes runs/sq/episodes.jsonl [--scorer qwen2.5-coder-0.5b-instruct]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from turngym.episode import Episode, group_episodes, read_episodes, reward_view
+from turngym.evals.credit_table import baseline_scores, estimator_scores
+from turngym.rewards.siop import IGPOReward, igpo_tags_balanced
+from turngym.rewards.support import make_scorer
+from turngym.truth import turn_labels
+
+
+@dataclass
+class RawActionFormatIGPO(IGPOReward):
+    """IGPO whose format check reads the raw actions (turngym's check before the executed-transcript fix):
+    kept here only to measure what the fix changed."""
+
+    def outcome(self, ep: Episode, golds) -> float:
+        raw = "".join(t.action + (t.observation or "") for t in ep.turns)
+        if self.format_penalty is not None and (ep.final_answer is None or not igpo_tags_balanced(raw)):
+            return float(self.format_penalty)
+        return super().outcome(ep, golds)
+
+
+def configurations(scorer) -> dict[str, tuple[IGPOReward, str]]:
+    before = dict(final_turn_gain=True, turn_limit_gains="keep", f1_golds="all")
+    return {"before (raw-action format check, ΔΦ_T, all golds)": (RawActionFormatIGPO(scorer=scorer, **before), "igpo_separate"),
+            "format fix only": (IGPOReward(scorer=scorer, **before), "igpo_separate"),
+            "defaults (IGPO repository)": (IGPOReward(scorer=scorer), "igpo"),
+            "defaults, igpo_separate estimator": (IGPOReward(scorer=scorer), "igpo_separate")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--episodes", required=True)
+    ap.add_argument("--scorer", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--truth", default="retrieval_hit")
+    ap.add_argument("--out", default="runs/igpo-change")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    groups = [list(g) for g in group_episodes(read_episodes(args.episodes).episodes)]
+    labels = [[turn_labels(e, args.truth) for e in g] for g in groups]
+    n_lab = sum(x is not None for g in labels for e in g for x in e)
+    n_pos = sum(x == 1 for g in labels for e in g for x in e)
+    print(f"{sum(map(len, groups))} episodes in {len(groups)} groups; {n_lab} labelled turns ({n_pos} useful)", flush=True)
+    scorer = make_scorer(args.scorer)
+    report = {"episodes": args.episodes, "scorer": args.scorer, "truth": args.truth, "labelled": n_lab,
+              "useful": n_pos, "rows": {}}
+    for name, (reward, est) in configurations(scorer).items():
+        scored = [reward.score_group(reward_view(g)) for g in groups]
+        penalised = sum(o == reward.format_penalty for s in scored for o in s.diagnostics["outcome"])
+        row = estimator_scores([s.rewards for s in scored], labels, [est])[est]
+        row.update(estimator=est, format_penalties=penalised)
+        report["rows"][name] = row
+        print(f"{name:<52} {est:<14} AUC {row.get('auc')} within {row.get('within_auc')} "
+              f"penalised {penalised} [{time.perf_counter() - start:.0f} s]", flush=True)
+    report["baselines"] = baseline_scores(groups, labels)
+    (out / "igpo_credit_change.json").write_text(json.dumps(report, indent=1, default=float))
+    lines = [f"IGPO on `{args.episodes}` ({sum(map(len, groups))} episodes, {n_lab} labelled turns, {n_pos} useful; "
+             f"truth `{args.truth}`; scorer `{args.scorer}`)", "",
+             "| configuration | estimator | AUC [95% CI] | within-episode AUC | format penalties |",
+             "| --- | --- | --- | --- | --- |"]
+    for name, r in report["rows"].items():
+        ci = r.get("auc_ci95") or [None, None]
+        lines.append(f"| {name} | `{r['estimator']}` | {r.get('auc')} {ci} | {r.get('within_auc')} | {r['format_penalties']} |")
+    for b, v in report["baselines"].items():
+        lines.append(f"| *label-free: {b}* | | {v.get('auc')} | {v.get('within_auc')} | |")
+    (out / "igpo_credit_change.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
