@@ -18,7 +18,7 @@ import time
 from bench_setup import pct
 from turngym.envs.calculator import CalculatorEnv
 from turngym.envs.math_code import MathCodeEnv
-from turngym.envs.sandbox import SandboxPool, _Worker
+from turngym.sandbox import SandboxPool, _Worker
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ def _closed_ancestor(path: str) -> str | None:
 
 def as_user_command(uid: int, command: list[str]) -> list[str]:
     """``command`` run as ``uid`` with this interpreter and this checkout visible (root only)."""
-    from turngym.envs import sandbox_isolation as iso
+    from turngym.sandbox import isolation as iso
 
     if os.geteuid() != 0:
         raise ValueError("only root can start a command as another user")

@@ -21,9 +21,9 @@ import psutil
 import pytest
 
 import turngym
-from turngym.envs import sandbox_isolation as iso
+from turngym.sandbox import isolation as iso
 from turngym.envs.math_code import MathCodeEnv
-from turngym.envs.sandbox import SandboxLimits, SandboxPool
+from turngym.sandbox import SandboxLimits, SandboxPool
 from turngym.grading.math_answers import GraderPool, grade_answer, unbounded_reason
 
 ROOT = os.geteuid() == 0
@@ -378,7 +378,7 @@ def test_a_host_killed_while_its_workers_are_frozen_leaves_nothing_running(tmp_p
 
     host = textwrap.dedent("""
         import json, sys, time
-        from turngym.envs.sandbox import SandboxPool
+        from turngym.sandbox import SandboxPool
         pool = SandboxPool(size=1)
         s = pool.session()
         assert s.run("x = 1").ok
@@ -431,7 +431,7 @@ def test_a_normal_user_runs_the_sandbox_as_itself():
     """The non-root path: bubblewrap started by an ordinary user maps the cell to that user."""
     if not ROOT:
         pytest.skip("this run is already a normal user's: every other test here covers that path")
-    code = ("import json, os\nfrom turngym.envs.sandbox import SandboxPool\n"
+    code = ("import json, os\nfrom turngym.sandbox import SandboxPool\n"
             "p = SandboxPool(size=1)\ns = p.session()\nr = s.run('import os; print(os.getuid())')\n"
             "print(json.dumps({'euid': os.geteuid(), 'level': p.chosen.level, 'host_uid': s.describe()['host_uid'],"
             " 'inside': r.stdout.strip(), 'ok': r.ok}))\np.close()")

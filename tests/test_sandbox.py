@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from turngym.envs.sandbox import ExecResult, SandboxLimits, SandboxPool
+from turngym.sandbox import ExecResult, SandboxLimits, SandboxPool
 
 LIMITS = SandboxLimits(wall_s=2.0, cpu_s=2.0, memory_bytes=512 << 20, processes=32, max_output=2000)
 
@@ -189,7 +189,7 @@ HOST_FORGERIES = {
 def test_the_host_turns_any_bad_reply_into_an_error_and_a_fresh_worker(pool, kind, monkeypatch):
     """Defence in depth behind the supervisor: whatever arrives on the host's result channel, the
     host checks it; a bad frame is an error result with a fresh interpreter, never an exception."""
-    import turngym.envs.sandbox as sandbox_module
+    import turngym.sandbox.local as sandbox_module
 
     monkeypatch.setattr(sandbox_module.secrets, "token_hex", lambda n=16: "n0")
     with pool.session() as s:
@@ -213,9 +213,9 @@ def test_the_host_turns_any_bad_reply_into_an_error_and_a_fresh_worker(pool, kin
 def test_without_bubblewrap_auto_falls_back_loudly_and_episodes_record_it(monkeypatch, capsys):
     """Simulates a machine without bwrap (the lookup finds none): ``auto`` warns and runs
     rlimits-only, MathCode episodes record that level, and asking for bubblewrap is an error."""
-    from turngym.envs import sandbox_isolation as iso
+    from turngym.sandbox import isolation as iso
     from turngym.envs.math_code import MathCodeEnv
-    from turngym.envs.sandbox import SandboxError
+    from turngym.sandbox import SandboxError
 
     monkeypatch.setattr(iso, "bwrap_path", lambda: None)
     with pytest.raises(SandboxError, match="bubblewrap cannot run"):

@@ -23,9 +23,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from turngym.envs import sandbox_isolation as iso
+from turngym.sandbox import isolation as iso
 from turngym.envs.math_code import MathCodeEnv
-from turngym.envs.sandbox import SandboxLimits, SandboxPool
+from turngym.sandbox import SandboxLimits, SandboxPool
 
 LIMITS = SandboxLimits(wall_s=5.0, cpu_s=5.0, memory_bytes=768 << 20, processes=32, max_output=4000,
                        tree_memory_bytes=512 << 20, disk_bytes=32 << 20)
@@ -420,8 +420,8 @@ def test_state_of_a_killed_host_is_removed_at_the_next_start(tmp_path):
     _require_bubblewrap()
     script = textwrap.dedent("""
         import json, sys, time
-        from turngym.envs import sandbox_isolation as iso
-        from turngym.envs.sandbox import SandboxPool
+        from turngym.sandbox import isolation as iso
+        from turngym.sandbox import SandboxPool
         a = SandboxPool(size=1, preload=(), isolation='auto')
         b = SandboxPool(size=1, preload=(), isolation='rlimits-only')
         sa, sb = a.session(), b.session()
