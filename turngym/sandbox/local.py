@@ -82,7 +82,7 @@ def choose_isolation(requested: str = "auto") -> Isolation:
     bwrap = iso.bwrap_path()
     why = iso.bwrap_probe(bwrap) if bwrap else "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     if why:
-        raise SandboxError(f"sandbox isolation {requested!r} needs bubblewrap, which cannot run here: {why}. "
+        raise SandboxError(f"sandbox isolation {requested!r} needs bubblewrap, but bubblewrap cannot run here: {why}. "
                            "Install bubblewrap, or (as an ordinary user, for code you trust) opt in to "
                            "isolation='rlimits-only' (sandbox='local:rlimits-only'): limits and timeouts, not isolation")
     parents, cg_note = iso.cgroup_parents()
@@ -117,7 +117,7 @@ class _Worker:
         sandboxed = isolation.bwrap is not None
         state = iso.host_state()
         self.workdir = iso.SANDBOX_WORKDIR if sandboxed else state.workdir()
-        if os.geteuid() == 0:  # never host root: this worker's own throwaway uid (only bubblewrap runs as root)
+        if os.geteuid() == 0 and sandboxed:  # never host root: this worker's own throwaway uid
             self._uid = iso.UidClaim()
         uid = self._uid.uid if self._uid else None
         self.host_uid = os.geteuid() if uid is None else uid
