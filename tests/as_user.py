@@ -65,9 +65,13 @@ def as_user_command(uid: int, command: list[str]) -> list[str]:
 
 
 def user_env() -> dict[str, str]:
-    """A plain environment for the user: its own home and caches under /tmp, no bytecode writes."""
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1", "TURNGYM_CACHE": "/tmp/turngym-cache-as-user"}
+    """A plain environment for the user: its own home and caches under /tmp, no bytecode writes; the
+    caller's PYTHONPATH is kept (a checkout that is not the installed one then tests itself)."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+           "PYTHONDONTWRITEBYTECODE": "1", "TURNGYM_CACHE": "/tmp/turngym-cache-as-user"}
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
 
 
 if __name__ == "__main__":
