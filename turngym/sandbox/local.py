@@ -42,8 +42,8 @@ from pathlib import Path
 
 import psutil
 
+import turngym.sandbox.isolation as iso
 from turngym.procs import spawn
-from turngym.sandbox import isolation as iso
 from turngym.sandbox.base import ExecResult, SandboxError, SandboxLimits, check_code
 
 WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
