@@ -3,7 +3,7 @@ isolation level the machine allows (bubblewrap, with a cgroup where possible; as
 unprivileged host uid) vs the rlimits-only level (an ordinary user's opt-in, not isolation; skipped
 as root, where it is refused) vs the same cell through ``MathCodeEnv.step`` (what an agent pays) vs
 a SandboxFusion server (``--sandboxfusion URL`` or TURNGYM_SANDBOXFUSION_URL: a cell in a fresh
-session, and a 4th cell, which replays the session's 3 earlier ones) vs a fresh `python -c`
+session, a 4th cell, which replays the session's 3 earlier ones, and a bare request) vs a fresh `python -c`
 subprocess (p50/p95; goal: warm cell through env.step >= 50x faster than `python -c` at p50),
 worker start-up time per level, executions per second on 2 workers, and env.step overhead without
 code. Usage: python benchmarks/sandbox_latency.py [--n 300] [--sandboxfusion http://127.0.0.1:8080]
@@ -38,10 +38,10 @@ def main() -> None:
           + (f" vs {weak.chosen.level}" if weak else " (rlimits-only is refused as root: not measured)")
           + (f" vs SandboxFusion at {args.sandboxfusion}" if fusion else " (no SandboxFusion URL: not measured)"))
     arm_env = "MathCodeEnv.step (" + strong.chosen.level + ")"
-    arm_f0, arm_f3 = "sandboxfusion, 1st cell", "sandboxfusion, 4th cell"
+    arm_f0, arm_f3, arm_raw = "sandboxfusion, 1st cell", "sandboxfusion, 4th cell", "sandboxfusion, bare request"
     times: dict[str, list[float]] = {strong.chosen.level: [], arm_env: []}
     times.update({weak.chosen.level: []} if weak else {})
-    times.update({arm_f0: [], arm_f3: []} if fusion else {})
+    times.update({arm_f0: [], arm_f3: [], arm_raw: []} if fusion else {})
     times["fresh python -c"] = []
     env = MathCodeEnv(dataset="gsm8k", max_turns=10**6, sandbox=strong)
     env.reset(options={"index": 0})
@@ -74,7 +74,7 @@ def main() -> None:
                 subprocess.run([sys.executable, "-c", "print(1+1)"], capture_output=True, check=True)
                 times["fresh python -c"].append((time.perf_counter() - t) * 1000)
                 if fusion:
-                    _fusion_round(fusion, times[arm_f0], times[arm_f3])
+                    _fusion_round(fusion, times[arm_f0], times[arm_f3], times[arm_raw])
         if s_old:
             s_old.close()
     fresh50 = pct(times["fresh python -c"], .5)
@@ -127,8 +127,15 @@ def main() -> None:
         weak.close()
 
 
-def _fusion_round(fusion, first: list[float], fourth: list[float]) -> None:
-    """One fresh session's first cell, then its 4th (MathCode's default turn budget) after two more."""
+def _fusion_round(fusion, first: list[float], fourth: list[float], bare: list[float]) -> None:
+    """One fresh session's first cell, then its 4th (MathCode's default turn budget) after two more;
+    and the same cell as a bare ``/run_code`` request (no driver, no replay: the server's own cost)."""
+    from sandbox_fusion import RunCodeRequest, run_code
+
+    t = time.perf_counter()
+    r = run_code(RunCodeRequest(code="print(1+1)", language="python"), endpoint=fusion.url, max_attempts=1)
+    bare.append((time.perf_counter() - t) * 1000)
+    assert r.run_result.stdout == "2\n", r
     with fusion.session() as s:
         t = time.perf_counter()
         r = s.run("x = 1 + 1\nprint(x)")
