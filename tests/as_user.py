@@ -69,8 +69,8 @@ def user_env() -> dict[str, str]:
     caller's PYTHONPATH is kept (a checkout that is not the installed one then tests itself)."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
            "PYTHONDONTWRITEBYTECODE": "1", "TURNGYM_CACHE": "/tmp/turngym-cache-as-user"}
-    if os.environ.get("PYTHONPATH"):
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    if os.environ.get("PYTHONPATH"):  # absolute: the command may run in another folder
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in os.environ["PYTHONPATH"].split(os.pathsep))
     return env
 
 
