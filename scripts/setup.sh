@@ -26,7 +26,7 @@ if ! command -v javac >/dev/null 2>&1; then
   fi
 fi
 .venv/bin/python -m turngym.corpora.java_helper || true
-# bubblewrap: kernel isolation of the Python sandbox (turngym/envs/sandbox_isolation.py).
+# bubblewrap: kernel isolation of the Python sandbox (turngym/sandbox/isolation.py).
 if ! command -v bwrap >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     (apt-get install -y -qq bubblewrap || (apt-get update -qq && apt-get install -y -qq bubblewrap)) >/dev/null

@@ -43,7 +43,7 @@ def _closed_ancestor(path: str) -> str | None:
 
 def as_user_command(uid: int, command: list[str]) -> list[str]:
     """``command`` run as ``uid`` with this interpreter and this checkout visible (root only)."""
-    from turngym.envs import sandbox_isolation as iso
+    from turngym.sandbox import isolation as iso
 
     if os.geteuid() != 0:
         raise ValueError("only root can start a command as another user")
@@ -65,9 +65,13 @@ def as_user_command(uid: int, command: list[str]) -> list[str]:
 
 
 def user_env() -> dict[str, str]:
-    """A plain environment for the user: its own home and caches under /tmp, no bytecode writes."""
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1", "TURNGYM_CACHE": "/tmp/turngym-cache-as-user"}
+    """A plain environment for the user: its own home and caches under /tmp, no bytecode writes; the
+    caller's PYTHONPATH is kept (a checkout that is not the installed one then tests itself)."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+           "PYTHONDONTWRITEBYTECODE": "1", "TURNGYM_CACHE": "/tmp/turngym-cache-as-user"}
+    if os.environ.get("PYTHONPATH"):  # absolute: the command may run in another folder
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in os.environ["PYTHONPATH"].split(os.pathsep))
+    return env
 
 
 if __name__ == "__main__":

@@ -21,10 +21,10 @@ import psutil
 import pytest
 
 import turngym
-from turngym.envs import sandbox_isolation as iso
 from turngym.envs.math_code import MathCodeEnv
-from turngym.envs.sandbox import SandboxLimits, SandboxPool
 from turngym.grading.math_answers import GraderPool, grade_answer, unbounded_reason
+from turngym.sandbox import SandboxLimits, SandboxPool
+from turngym.sandbox import isolation as iso
 
 ROOT = os.geteuid() == 0
 DATA = Path(turngym.__file__).resolve().parent / "data" / "math" / "gsm8k" / "test.jsonl"
@@ -378,7 +378,7 @@ def test_a_host_killed_while_its_workers_are_frozen_leaves_nothing_running(tmp_p
 
     host = textwrap.dedent("""
         import json, sys, time
-        from turngym.envs.sandbox import SandboxPool
+        from turngym.sandbox import SandboxPool
         pool = SandboxPool(size=1)
         s = pool.session()
         assert s.run("x = 1").ok
@@ -431,7 +431,7 @@ def test_a_normal_user_runs_the_sandbox_as_itself():
     """The non-root path: bubblewrap started by an ordinary user maps the cell to that user."""
     if not ROOT:
         pytest.skip("this run is already a normal user's: every other test here covers that path")
-    code = ("import json, os\nfrom turngym.envs.sandbox import SandboxPool\n"
+    code = ("import json, os\nfrom turngym.sandbox import SandboxPool\n"
             "p = SandboxPool(size=1)\ns = p.session()\nr = s.run('import os; print(os.getuid())')\n"
             "print(json.dumps({'euid': os.geteuid(), 'level': p.chosen.level, 'host_uid': s.describe()['host_uid'],"
             " 'inside': r.stdout.strip(), 'ok': r.ok}))\np.close()")
@@ -441,14 +441,15 @@ def test_a_normal_user_runs_the_sandbox_as_itself():
 
 
 def test_landlock_keeps_writes_in_the_working_folders_even_at_the_rlimits_only_level(tmp_path):
-    """Defence in depth: at the weakest level the host's world-writable folders are visible to the
-    throwaway uid, and a child process is not seen by the audit hook; Landlock still refuses the write."""
-    if not ROOT:
-        pytest.skip("the rlimits-only level drops to a throwaway uid only when started by root")
+    """Defence in depth: rlimits-only (an ordinary user's opt-in, not isolation) sees the host's
+    world-writable folders; where the kernel has Landlock a child process still cannot write there."""
+    if ROOT:
+        pytest.skip("rlimits-only is refused as root (test_sandbox_isolation.py); the ordinary-user pass runs this")
     target = next((d for d in ("/run/lock", "/var/lock") if os.path.isdir(d) and os.stat(d).st_mode & 0o002), None)
     if target is None:
         pytest.skip("no world-writable host folder outside /tmp to try")
-    weak = SandboxPool(size=1, isolation=iso.RLIMITS_ONLY)
+    with pytest.warns(RuntimeWarning, match="NOT ISOLATION"):
+        weak = SandboxPool(size=1, isolation=iso.RLIMITS_ONLY)
     try:
         with weak.session() as s:
             if not s.capabilities.get("landlock"):

@@ -7,8 +7,8 @@ from gymnasium.utils.env_checker import check_env
 import turngym  # noqa: F401
 from turngym.corpora.datasets import load_dataset
 from turngym.envs.math_code import MathCodeEnv
-from turngym.envs.sandbox import SandboxLimits, SandboxPool
 from turngym.grading.math_answers import extract_boxed, grade_answer
+from turngym.sandbox import SandboxLimits, SandboxPool
 
 
 @pytest.fixture(scope="module")

@@ -1,27 +1,38 @@
 """Hostile code: each kind returns a clear error within the limits, the session keeps working
 for the next cell, and the host is untouched. Every test runs at the strongest isolation level
-the machine allows (``auto``) and at the ``rlimits-only`` fallback; the kernel-isolation probes
-are in test_sandbox_isolation.py."""
+the machine allows (``auto``); the tests of limits also run at ``rlimits-only`` (an ordinary
+user's opt-in: limits and timeouts, not isolation, so the isolation tests skip it there). The
+kernel-isolation probes are in test_sandbox_isolation.py."""
 
 import json
 import os
 import socket
 import struct
 import time
+from contextlib import nullcontext
 
 import psutil
 import pytest
 
-from turngym.envs.sandbox import ExecResult, SandboxLimits, SandboxPool
+from turngym.sandbox import ExecResult, SandboxLimits, SandboxPool
+from turngym.sandbox import isolation as iso
 
 LIMITS = SandboxLimits(wall_s=2.0, cpu_s=2.0, memory_bytes=512 << 20, processes=32, max_output=2000)
 
 
 @pytest.fixture(scope="module", params=["auto", "rlimits-only"])
 def pool(request):
-    p = SandboxPool(size=1, limits=LIMITS, preload=("math",), isolation=request.param)
+    if request.param == iso.RLIMITS_ONLY and os.geteuid() == 0:
+        pytest.skip("rlimits-only is refused as root (test_rlimits_only_is_opt_in_and_refused_as_root)")
+    with pytest.warns(RuntimeWarning, match="NOT ISOLATION") if request.param == iso.RLIMITS_ONLY else nullcontext():
+        p = SandboxPool(size=1, limits=LIMITS, preload=("math",), isolation=request.param)
     yield p
     p.close()
+
+
+def _isolating(pool):
+    if pool.chosen.level == iso.RLIMITS_ONLY:
+        pytest.skip("rlimits-only is limits and timeouts, not isolation: nothing keeps a cell from the host")
 
 
 def test_state_persists_between_cells_and_output_comes_back(pool):
@@ -76,23 +87,29 @@ def test_huge_output_is_capped_and_marked(pool):
         assert len(r.stdout) <= LIMITS.max_output
 
 
-def test_file_size_and_working_directory(pool, tmp_path):
+def test_file_size_and_working_directory(pool):
+    with pool.session() as s:
+        r = s.run("import os\nopen('local.txt', 'w').write('ok')\nprint(sorted(os.listdir('.')))")
+        assert r.ok and "local.txt" in r.stdout
+        r = s.run("f = open('big.bin', 'wb')\nf.write(b'0' * (64 << 20))")
+        assert r.status == "error" and ("File too large" in r.error or "Errno 27" in r.error)
+
+
+def test_no_writes_outside_the_sandbox(pool, tmp_path):
+    _isolating(pool)
     outside = tmp_path / "host_file.txt"
     with pool.session() as s:
         r = s.run(f"open({str(outside)!r}, 'w').write('pwned')")
         assert r.status == "error" and ("PermissionError" in r.error or "FileNotFoundError" in r.error), r.error
         r = s.run("open('/etc/turngym_pwned', 'w')")
         assert r.status == "error"
-        r = s.run("import os\nopen('local.txt', 'w').write('ok')\nprint(sorted(os.listdir('.')))")
-        assert r.ok and "local.txt" in r.stdout
-        r = s.run("f = open('big.bin', 'wb')\nf.write(b'0' * (64 << 20))")
-        assert r.status == "error" and ("File too large" in r.error or "Errno 27" in r.error)
     assert not outside.exists() and not os.path.exists("/etc/turngym_pwned")
 
 
 def test_parent_cannot_be_signalled(pool):
     """The cell's parent is the sandbox's own supervisor (killing it ends only this session);
     the host is out of reach."""
+    _isolating(pool)
     with pool.session() as s:
         s.run("x = 1")
         r = s.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time; time.sleep(1)")
@@ -110,6 +127,7 @@ def test_parent_cannot_be_signalled(pool):
 
 def test_no_network(pool):
     """A port the host listens on is not reachable, nor is any outside address."""
+    _isolating(pool)
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
@@ -189,7 +207,7 @@ HOST_FORGERIES = {
 def test_the_host_turns_any_bad_reply_into_an_error_and_a_fresh_worker(pool, kind, monkeypatch):
     """Defence in depth behind the supervisor: whatever arrives on the host's result channel, the
     host checks it; a bad frame is an error result with a fresh interpreter, never an exception."""
-    import turngym.envs.sandbox as sandbox_module
+    import turngym.sandbox.local as sandbox_module
 
     monkeypatch.setattr(sandbox_module.secrets, "token_hex", lambda n=16: "n0")
     with pool.session() as s:
@@ -210,25 +228,32 @@ def test_the_host_turns_any_bad_reply_into_an_error_and_a_fresh_worker(pool, kin
         assert s.run("print(2)").stdout == "2\n"
 
 
-def test_without_bubblewrap_auto_falls_back_loudly_and_episodes_record_it(monkeypatch, capsys):
-    """Simulates a machine without bwrap (the lookup finds none): ``auto`` warns and runs
-    rlimits-only, MathCode episodes record that level, and asking for bubblewrap is an error."""
-    from turngym.envs import sandbox_isolation as iso
+def test_rlimits_only_is_opt_in_and_refused_as_root(monkeypatch, capsys):
+    """Simulates a machine without bwrap (the lookup finds none): ``auto`` and ``bubblewrap`` are
+    errors that name the opt-in; ``rlimits-only`` is refused as root, and for an ordinary user it
+    is announced as not isolation and MathCode episodes record that level."""
     from turngym.envs.math_code import MathCodeEnv
-    from turngym.envs.sandbox import SandboxError
+    from turngym.sandbox import SandboxError
 
     monkeypatch.setattr(iso, "bwrap_path", lambda: None)
     with pytest.raises(SandboxError, match="bubblewrap cannot run"):
         SandboxPool(size=0, isolation="bubblewrap")
-    with pytest.warns(RuntimeWarning, match="SANDBOX IS WEAK"):
-        weak = SandboxPool(size=0, limits=LIMITS, preload=(), isolation="auto")
-    assert "SANDBOX IS WEAK" in capsys.readouterr().err
+    with pytest.raises(SandboxError, match="opt in to isolation='rlimits-only'"):
+        SandboxPool(size=0, isolation="auto")
+    if os.geteuid() == 0:
+        with pytest.raises(SandboxError, match="does not run as root"):
+            SandboxPool(size=0, isolation="rlimits-only")
+        return
+    with pytest.warns(RuntimeWarning, match="SANDBOX IS NOT ISOLATION"):
+        weak = SandboxPool(size=0, limits=LIMITS, preload=(), isolation="rlimits-only")
+    assert "SANDBOX IS NOT ISOLATION" in capsys.readouterr().err
     with weak:
         env = MathCodeEnv(dataset="gsm8k", sandbox=weak, max_turns=3)
         env.reset(options={"index": 0})
         obs, *_ = env.step("```python\nprint(6 * 7)\n```")
         assert "42" in obs
         assert env.episode.meta["sandbox"]["isolation"] == "rlimits-only"
+        assert env.episode.meta["sandbox"]["host_uid"] == os.geteuid() != 0
         env.close()
 
 

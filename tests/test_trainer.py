@@ -191,7 +191,7 @@ def _train(tmp_path, env_factory, steps=1, **kw):
 
 def test_real_steps_on_calculator_and_mathcode(tmp_path):
     from turngym.envs.math_code import MathCodeEnv
-    from turngym.envs.sandbox import SandboxLimits, SandboxPool
+    from turngym.sandbox import SandboxLimits, SandboxPool
 
     tr = _train(tmp_path, lambda: CalculatorEnv(max_turns=3), steps=2)
     assert tr.state.global_step == 2 and all(math.isfinite(h.get("loss", 0.0)) for h in tr.state.log_history)

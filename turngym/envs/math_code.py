@@ -4,19 +4,23 @@ The agent writes ```python blocks (or ``<code>`` tags); each runs, in order, in 
 stateful sandboxed interpreter owned by the episode, and the output comes back in a
 ```output block appended to the agent's text. A ``\\boxed{}`` answer ends the episode
 (the last box counts) and is graded with math-verify.
+
+``sandbox`` names the backend that runs the cells (``"local"``: the warm bubblewrap pool;
+``"sandboxfusion:URL"``: a SandboxFusion server; see docs/sandbox.md) or is a
+:class:`~turngym.sandbox.base.CodeSandbox` object; the env depends only on that protocol.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from turngym.corpora.datasets import Dataset, load_dataset
 from turngym.envs.base import ActionResult, TextEnv
 from turngym.envs.parsing import parse_code_blocks
-from turngym.envs.sandbox import SandboxLimits, SandboxPool, SandboxSession
 from turngym.episode import RewardNeeds
 from turngym.grading.math_answers import default_grader, extract_boxed, grade_answer
+from turngym.sandbox.base import CodeSandbox, CodeSession, SandboxLimits
+from turngym.sandbox.registry import parse_spec, shared_sandbox
 
 CHAT_SYSTEM = (
     "Solve the math problem step by step. You may run Python: write code in a ```python block and "
@@ -29,19 +33,6 @@ BASE_TEMPLATE = (
     "Problem: {question}\n\nSolution:"
 )
 
-_POOL_LOCK = threading.Lock()
-_SHARED_POOLS: dict[SandboxLimits, SandboxPool] = {}
-
-
-def shared_pool(limits: SandboxLimits | None = None, size: int = 2) -> SandboxPool:
-    """One warm pool per process and limits, shared by all MathCode envs in that process."""
-    limits = limits or SandboxLimits()
-    with _POOL_LOCK:
-        if limits not in _SHARED_POOLS:
-            _SHARED_POOLS[limits] = SandboxPool(size=size, limits=limits)
-        return _SHARED_POOLS[limits]
-
-
 class MathCodeEnv(TextEnv):
     env_name = "turngym/MathCode-v0"
     observation_role = None
@@ -51,7 +42,7 @@ class MathCodeEnv(TextEnv):
 
     def __init__(self, dataset: str = "math500", split: str | None = None, max_turns: int = 4,
                  prompt_style: str = "chat", max_output_chars: int = 2000,
-                 sandbox: SandboxPool | None = None, limits: SandboxLimits | None = None,
+                 sandbox: str | CodeSandbox = "local", limits: SandboxLimits | None = None,
                  grading_timeout_s: float = 5.0, render_mode: str | None = None):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         if prompt_style not in ("chat", "base"):
@@ -61,9 +52,11 @@ class MathCodeEnv(TextEnv):
         self.prompt_style = prompt_style
         self.max_output_chars = int(max_output_chars)
         self.limits = limits or SandboxLimits()
-        self._pool = sandbox
+        if isinstance(sandbox, str):
+            parse_spec(sandbox)  # a wrong name is an error now, not at the first cell
+        self._sandbox_spec = sandbox  # a backend name (see turngym.sandbox.registry) or a sandbox object
         self.grading_timeout_s = grading_timeout_s
-        self._session: SandboxSession | None = None
+        self._session: CodeSession | None = None
         default_grader().warm()  # a grader process is ready before the first answer (in the background)
 
     @property
@@ -84,12 +77,13 @@ class MathCodeEnv(TextEnv):
     def on_reset(self, task: dict[str, Any]) -> None:
         self._session = None  # started lazily: episodes that never run code cost no worker
 
-    def _sandbox(self) -> SandboxSession:
+    def _sandbox(self) -> CodeSession:
         if self._session is None:
-            pool = self._pool or shared_pool(self.limits)
-            self._session = pool.session()
+            spec = self._sandbox_spec
+            sandbox = shared_sandbox(spec, self.limits) if isinstance(spec, str) else spec
+            self._session = sandbox.session()
         if self.episode is not None:
-            self.episode.meta["sandbox"] = self._session.describe()  # which isolation level ran
+            self.episode.meta["sandbox"] = self._session.describe()  # which backend and isolation level ran
         return self._session
 
     def on_close_episode(self) -> None:

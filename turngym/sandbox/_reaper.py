@@ -1,6 +1,6 @@
 """Removing a sandbox host's workers: thaw and kill what is left in its cgroups, remove its state folder.
 
-Standard library only: :mod:`turngym.envs.sandbox_isolation` calls it in-process (a worker's end, the
+Standard library only: :mod:`turngym.sandbox.isolation` calls it in-process (a worker's end, the
 host's exit, the next start's clean-up of killed hosts), and each host process also starts it as a
 watchdog, ``python -I -S -c SOURCE STATE_DIR``, that waits for the host's end of a pipe to close and
 then removes what the host left. So a host killed with SIGKILL while its workers sit frozen between

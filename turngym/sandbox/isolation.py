@@ -13,9 +13,11 @@ Levels, strongest first (recorded in every MathCode episode's ``meta["sandbox"]`
   cell tree.
 - ``bubblewrap``: the same without the cgroup (the machine lets us create none); per-process
   rlimits and the tmpfs sizes remain.
-- ``rlimits-only``: bubblewrap cannot run here; the worker confines itself (rlimits, and as
-  root a network namespace, private ``/tmp`` and a throwaway uid). Chosen only with a loud
-  warning.
+- ``rlimits-only``: NOT isolation. Time, CPU, memory, file-size and process limits (and
+  Landlock where the kernel has it) on a worker that runs as the user who started turngym: a
+  cell can read what that user can, reach the network and signal that user's processes. Never
+  chosen automatically (``auto`` is an error where bubblewrap cannot run), refused as root, and
+  announced loudly when an ordinary user opts in.
 
 Identity: the interpreter never runs as host uid 0. Under bubblewrap each worker is its own
 user and PID namespace (and cgroup), and bubblewrap itself runs as the user who started
@@ -25,8 +27,7 @@ after the worker joined its cgroup. Interpreter trees that uid could not reach (
 ``/root``) are first bind-mounted read-only onto a world-readable staging folder inside a private
 mount namespace (util-linux ``unshare`` and ``mount``), so nothing on the host changes. ``/proc/sys``
 is read-only inside. A machine where this cannot run refuses bubblewrap (see ``bwrap_probe``)
-rather than map the sandbox to root. At the ``rlimits-only`` level as root each worker drops to
-such a uid before any cell runs. The host kills a worker by killing its namespace's init and its
+rather than map the sandbox to root. The host kills a worker by killing its namespace's init and its
 cgroup, never by uid, so no kill reaches another session.
 """
 
@@ -49,7 +50,7 @@ from pathlib import Path
 
 import psutil
 
-from turngym.envs._sandbox_reaper import recorded_cgroups, remove_cgroup_dirs, remove_state_dir
+from turngym.sandbox._reaper import recorded_cgroups, remove_cgroup_dirs, remove_state_dir
 
 BUBBLEWRAP_CGROUP = "bubblewrap+cgroup"
 BUBBLEWRAP = "bubblewrap"
@@ -104,10 +105,6 @@ def interpreter_view(python: str = sys.executable) -> InterpreterView:
     packages |= {os.path.realpath(p) for p in sys.modules["turngym"].__path__} if "turngym" in sys.modules else set()
     hidden = sorted(p for p in packages if os.path.isdir(p) and any(_within(p, t) for t in (*trees, *_SYSTEM_TOPS)))
     return InterpreterView(tuple(trees), tuple(hidden))
-
-
-def interpreter_trees(python: str = sys.executable) -> tuple[str, ...]:
-    return interpreter_view(python).trees
 
 
 def _within(path: str, tree: str) -> bool:
@@ -474,10 +471,6 @@ class WorkerCgroup:
         except (OSError, ValueError):
             return 0
 
-    @property
-    def can_freeze(self) -> bool:
-        return self._freeze_file is not None and self._freeze_file.exists()
-
     def freeze(self, frozen: bool) -> None:
         """Stop (or resume) every process of the worker: between cells nothing a cell left
         behind (a thread, a child it forks later) gets any CPU time."""
@@ -503,7 +496,7 @@ def _start_ticks(pid: int) -> int | None:
 
 
 class HostState:
-    """This process's folder of sandbox state: fallback working directories and one record per
+    """This process's folder of sandbox state: rlimits-only working directories and one record per
     live worker cgroup (removed when the worker ends, so the folder does not grow). Named after
     the host's pid and start time, so the next start can tell a folder whose owner is gone
     (killed without clean-up) and remove what it lists."""
@@ -537,8 +530,8 @@ class HostState:
 
 def _start_watchdog(state_dir: Path) -> subprocess.Popen:
     """The reaper that removes this host's workers when the host ends, however it ends (see
-    :mod:`turngym.envs._sandbox_reaper`): it holds the read end of a pipe only this process writes to."""
-    source = Path(__file__).with_name("_sandbox_reaper.py").read_text()
+    :mod:`turngym.sandbox._reaper`): it holds the read end of a pipe only this process writes to."""
+    source = Path(__file__).with_name("_reaper.py").read_text()
     return subprocess.Popen([sys.executable, "-I", "-S", "-c", source, str(state_dir)], stdin=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             close_fds=True)
@@ -600,11 +593,11 @@ def _remove_unheld_uid_locks(lock_dir: Path) -> list[str]:
     return removed
 
 
-# ---------------------------------------------------------------- fallback identities
+# ---------------------------------------------------------------- throwaway identities (started by root)
 
 
 class UidClaim:
-    """A throwaway uid held by one live worker (rlimits-only level, as root): claimed by an
+    """A throwaway uid held by one live worker (bubblewrap started by root): claimed by an
     exclusive lock on a file, so no two live workers on this machine, in any process, share one;
     the kernel drops the lock when its holder dies. Release deletes the file (while still
     holding the lock); a claim counts only if its locked file is still the one at the path."""

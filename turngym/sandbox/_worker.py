@@ -1,9 +1,10 @@
 """Sandbox worker: a supervisor and a stateful Python interpreter. Standard library only.
 
-Started by :mod:`turngym.envs.sandbox` (inside bubblewrap where the machine allows it) as
+Started by :mod:`turngym.sandbox.local` (inside bubblewrap where the machine allows it) as
 ``python -I -c SOURCE CMD_FD RES_FD CONFIG_JSON``. The process imports the preload modules,
-confines itself (rlimits; at the ``rlimits-only`` level also namespaces, a throwaway uid and
-audit hooks), makes itself non-dumpable and forks the interpreter. Only the supervisor holds
+sets its rlimits (and Landlock where the kernel has it), makes itself non-dumpable and forks the
+interpreter. At the ``rlimits-only`` level that is all there is: limits and timeouts, not
+isolation (and it refuses to start as root). Only the supervisor holds
 the host's two descriptors: the interpreter closes them before any cell runs, and cannot
 reach them through ``/proc`` or ptrace (the supervisor is non-dumpable and the sandbox has no
 capabilities). Cells report to the supervisor on a pipe of their own; the supervisor checks
@@ -26,11 +27,6 @@ import sys
 import time
 import traceback
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWNET = 0x40000000
-MS_REC = 16384
-MS_PRIVATE = 1 << 18
-MS_BIND = 4096
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
@@ -76,7 +72,8 @@ def _send(fd, obj):
 
 
 class _Confinement:
-    """Self-confinement. Under bubblewrap only the rlimits apply (the kernel does the rest)."""
+    """The limits the worker sets on itself: rlimits, Landlock where the kernel has it, non-dumpable.
+    Under bubblewrap the kernel's namespaces do the isolating; at ``rlimits-only`` nothing does."""
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -88,34 +85,21 @@ class _Confinement:
         cfg = self.cfg
         self.caps["subreaper"] = self.libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
         self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        os.chdir(cfg["workdir"])  # keeps pointing at the real directory even under a new /tmp
-        is_root = os.geteuid() == 0
-        if self.fallback and is_root:
-            self.caps["no_network"] = self.libc.unshare(CLONE_NEWNET) == 0
-            if self.libc.unshare(CLONE_NEWNS) == 0 and self._mount(None, "/", None, MS_REC | MS_PRIVATE):
-                self.caps["private_tmp"] = all(
-                    self._overlay(d, "size=64m,mode=1777") for d in ("/tmp", "/var/tmp", "/dev/shm") if os.path.isdir(d))
-                if cfg.get("uid") is not None:
-                    self.caps["interpreter_exposed"] = all(
-                        self._overlay(d, "size=1m,mode=755") for d in self._private_ancestors())
+        if self.fallback and os.geteuid() == 0:  # the host refuses this too; never run cells as host root
+            raise PermissionError("the rlimits-only level does not run as root")
+        os.chdir(cfg["workdir"])
         lim = cfg["limits"]
         self._setrlimit(resource.RLIMIT_AS, lim["memory_bytes"])
         self._setrlimit(resource.RLIMIT_FSIZE, lim["file_bytes"])
         self._setrlimit(resource.RLIMIT_NOFILE, lim["open_files"])
         self._setrlimit(resource.RLIMIT_CORE, 0)
         self._setrlimit(resource.RLIMIT_CPU, lim["session_cpu_s"])
-        if self.fallback and is_root and cfg.get("uid") is not None:
-            os.setgroups([])
-            os.setgid(cfg["gid"])
-            os.setuid(cfg["uid"])
-            self.caps["dropped_uid"] = cfg["uid"]
-        # RLIMIT_NPROC counts every process of the uid: under bubblewrap (its own user namespace) or with a
-        # throwaway uid that is the cell tree; a normal user's fallback worker shares its uid with the user's
-        # other processes, so there the cap is what it already runs plus the cell's allowance
-        shared_uid = self.fallback and "dropped_uid" not in self.caps
-        self._setrlimit(resource.RLIMIT_NPROC, lim["processes"] + (_processes_of(os.getuid()) if shared_uid else 0))
+        # RLIMIT_NPROC counts every process of the uid: under bubblewrap (its own user namespace) that is the
+        # cell tree; a rlimits-only worker shares its uid with the user's other processes, so there the cap is
+        # what the user already runs plus the cell's allowance
+        self._setrlimit(resource.RLIMIT_NPROC, lim["processes"] + (_processes_of(os.getuid()) if self.fallback else 0))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversize write fails instead of killing
-        # "." is the working directory itself (its path may be covered by a private /tmp by now)
+        # "." is the working directory itself
         self.caps["landlock"] = self._landlock([".", "/tmp", "/dev/shm", "/var/tmp"], ["/dev"])
         self.caps["non_dumpable"] = self.libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
@@ -152,53 +136,6 @@ class _Confinement:
         finally:
             os.close(ruleset)
 
-    def _mount(self, src, target, fstype, flags=0, data=None):
-        def enc(v):
-            return None if v is None else os.fsencode(v)
-
-        return self.libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)) == 0
-
-    @staticmethod
-    def _interpreter_paths():
-        paths = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
-        paths |= {p for p in sys.path if p and os.path.isdir(p)}
-        return {os.path.realpath(p) for p in paths}
-
-    def _private_ancestors(self):
-        """Directories others cannot traverse that hold the interpreter (e.g. /root for pyenv)."""
-        out = set()
-        for path in self._interpreter_paths():
-            parts = path.strip("/").split("/")
-            for i in range(1, len(parts)):
-                anc = "/" + "/".join(parts[:i])
-                if not os.stat(anc).st_mode & 0o001:
-                    out.add(anc)
-                    break
-        return sorted(out)
-
-    def _overlay(self, directory, options):
-        """Replace ``directory`` (in this private mount namespace only) by an empty tmpfs that
-        keeps bind mounts of just the interpreter's own trees below it; the rest is hidden.
-        Stashes live in the working directory, reached through the cwd while they are moved."""
-        keep = sorted(p for p in self._interpreter_paths() if p.startswith(directory.rstrip("/") + "/"))
-        keep = [p for p in keep if not any(p != q and p.startswith(q + "/") for q in keep)]
-        stashes = []
-        for n, path in enumerate(keep):
-            stash = f"./.stash-{n}"
-            os.mkdir(stash)
-            if not self._mount(path, stash, None, MS_BIND | MS_REC):
-                return False
-            stashes.append((path, stash))
-        if not self._mount("tmpfs", directory, "tmpfs", 0, options):
-            return False
-        for path, stash in stashes:
-            os.makedirs(path, exist_ok=True)
-            if not self._mount(stash, path, None, MS_BIND | MS_REC):
-                return False
-            self.libc.umount2(os.fsencode(stash), 2)
-            os.rmdir(stash)
-        return True
-
     def _setrlimit(self, which, value):
         soft, hard = resource.getrlimit(which)
         new_hard = value if hard == resource.RLIM_INFINITY or hard > value else hard
@@ -206,43 +143,6 @@ class _Confinement:
             resource.setrlimit(which, (min(value, new_hard), new_hard))
         except (ValueError, OSError):
             resource.setrlimit(which, (min(value, hard) if hard != resource.RLIM_INFINITY else value, hard))
-
-    def install_audit_hook(self, workdir):
-        """rlimits-only level: a best-effort guard (no kernel confinement to rely on)."""
-        workdir = os.path.realpath(workdir)
-        own_pid = os.getpid()
-        net_blocked = self.caps.get("no_network", False)
-        is_root = os.geteuid() == 0 or "dropped_uid" in self.caps
-
-        def inside(path):
-            try:
-                p = os.path.realpath(os.fsdecode(path))
-            except (TypeError, ValueError):
-                return True  # file descriptors and odd objects: let the OS decide
-            return p == workdir or p.startswith((workdir + os.sep, "/dev/null"))
-
-        def hook(event, args):
-            if event == "open":
-                path, mode, flags = args
-                writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                    isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
-                if writing and path is not None and not isinstance(path, int) and not inside(path):
-                    raise PermissionError(f"sandbox: writing outside the working directory is not allowed: {path}")
-            elif event in ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.chmod", "os.chown"):
-                path = args[0]
-                if not isinstance(path, int) and not inside(path):
-                    raise PermissionError(f"sandbox: changing files outside the working directory is not allowed: {path}")
-            elif event == "os.kill":
-                pid = args[0]
-                if pid in (0, -1) or (pid > 0 and pid != own_pid and not _is_descendant(pid, own_pid)):
-                    raise PermissionError(f"sandbox: signalling process {pid} is not allowed")
-            elif event in ("socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo") and not net_blocked:
-                raise PermissionError("sandbox: network access is not allowed")
-            elif event == "ctypes.dlopen" and not is_root:
-                raise PermissionError("sandbox: ctypes is not allowed")
-
-        sys.addaudithook(hook)
-
 
 def _processes_of(uid):
     """How many processes (threads included: RLIMIT_NPROC counts tasks) the uid runs now."""
@@ -299,7 +199,7 @@ def _descendants(root):
 class _Interpreter:
     """The forked child that runs cells, seen from the supervisor."""
 
-    def __init__(self, cfg, host_fds, out_fd, err_fd, conf):
+    def __init__(self, cfg, host_fds, out_fd, err_fd):
         code_r, self.code_w = os.pipe()
         self.done_r, done_w = os.pipe()
         pid = os.fork()
@@ -309,8 +209,6 @@ class _Interpreter:
                     os.close(fd)
                 # readable by the supervisor (see ``idle``); it holds no secret: the host's descriptors are closed
                 ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-                if conf.fallback:
-                    conf.install_audit_hook(cfg["workdir"])
                 _interpreter_loop(code_r, done_w, out_fd, err_fd, cfg)
             finally:
                 os._exit(0)
@@ -521,7 +419,7 @@ def _reap(keep):
 def main():
     cmd_fd, res_fd = int(sys.argv[1]), int(sys.argv[2])
     cfg = json.loads(sys.argv[3])
-    for module in cfg.get("preload", []):  # imported before privileges drop and /tmp is replaced
+    for module in cfg.get("preload", []):  # imported before the rlimits and Landlock apply
         try:
             __import__(module)
         except ImportError:
@@ -531,7 +429,7 @@ def main():
         conf.apply()
         # capture in memory (memfd), not in the working folder: a cell that fills its tmpfs cannot break it
         out_fd, err_fd = (os.memfd_create(name, 0) for name in ("cell-stdout", "cell-stderr"))
-        interp = _Interpreter(cfg, (cmd_fd, res_fd), out_fd, err_fd, conf)
+        interp = _Interpreter(cfg, (cmd_fd, res_fd), out_fd, err_fd)
     except Exception as exc:  # report and stop: never run code half-confined
         _send(res_fd, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
         return

@@ -7,7 +7,7 @@ bubblewrap in its own user, PID, network, IPC and UTS namespaces with a read-onl
 the interpreter only, private size-capped tmpfs working directory, ``/tmp`` and
 ``/dev/shm``, and one cgroup capping memory and processes for the whole cell tree and frozen
 between cells (see
-:mod:`turngym.envs.sandbox_isolation` for the levels; the pool's ``isolation`` says which
+:mod:`turngym.sandbox.isolation` for the levels; the pool's ``isolation`` says which
 ran). Each cell runs under wall-clock and CPU limits; address-space, file-size and
 open-file rlimits apply per process. The host talks only to a supervisor inside the
 sandbox that the cell cannot reach; any malformed, forged or out-of-order frame ends the
@@ -42,67 +42,16 @@ from pathlib import Path
 
 import psutil
 
-from turngym.envs import sandbox_isolation as iso
+import turngym.sandbox.isolation as iso
 from turngym.procs import spawn
+from turngym.sandbox.base import ExecResult, SandboxError, SandboxLimits, check_code
 
-WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    wall_s: float = 10.0
-    cpu_s: float = 10.0
-    memory_bytes: int = 1 << 30
-    processes: int = 64
-    file_bytes: int = 16 << 20
-    open_files: int = 64
-    max_output: int = 4000
-    session_cpu_s: int = 3600
-    recursion: int = 3000
-    startup_s: float = 30.0
-    tree_memory_bytes: int = 1 << 30  # the cgroup cap: all processes and tmpfs pages of one worker
-    disk_bytes: int = 64 << 20  # size of each private tmpfs (working directory, /tmp, /dev/shm)
-
-
-@dataclass
-class ExecResult:
-    status: str  # "ok" | "error" | "timeout" | "crashed"
-    stdout: str = ""
-    stderr: str = ""
-    error: str | None = None
-    truncated: bool = False
-    elapsed_s: float = 0.0
-    restarted: bool = False  # the interpreter was replaced: earlier variables are gone
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    def render(self, max_chars: int | None = None) -> str:
-        """What an agent sees: output, then the error, with truncation marked."""
-        parts = [self.stdout]
-        if self.stderr.strip():
-            parts.append(self.stderr)
-        if self.error:
-            parts.append(self.error)
-        text = "\n".join(p.rstrip("\n") for p in parts if p)
-        if max_chars is not None and len(text) > max_chars:
-            text = text[:max_chars]
-            self.truncated = True
-        if self.truncated:
-            text += "\n... [output truncated]"
-        if self.restarted:
-            text += "\n[the interpreter was restarted; variables from earlier cells are gone]"
-        return text
-
-
-class SandboxError(RuntimeError):
-    pass
+WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 
 
 @dataclass(frozen=True)
 class Isolation:
-    """The confinement a pool's workers get (one of ``sandbox_isolation.LEVELS``), and why."""
+    """The confinement a pool's workers get (one of ``isolation.LEVELS``), and why."""
 
     level: str
     bwrap: str | None = None
@@ -117,22 +66,25 @@ class Isolation:
 
 
 def choose_isolation(requested: str = "auto") -> Isolation:
-    """The strongest level this machine allows (``auto``), or exactly the one asked for."""
+    """The strongest level this machine allows (``auto``), or exactly the one asked for.
+
+    ``rlimits-only`` is never chosen for you: it is limits and timeouts, not isolation, and only
+    an ordinary user can opt in to it (as root it would run model code as host root)."""
     if requested not in ("auto", *iso.LEVELS):
         raise ValueError(f"isolation must be 'auto' or one of {iso.LEVELS}, got {requested!r}")
     if requested == iso.RLIMITS_ONLY:
-        return Isolation(iso.RLIMITS_ONLY, note="requested")
+        if os.geteuid() == 0:
+            raise SandboxError("isolation 'rlimits-only' does not run as root: cells would run as host root. "
+                               "Use bubblewrap (the default), or run turngym as an ordinary user")
+        warnings.warn(RLIMITS_ONLY_WARNING, RuntimeWarning, stacklevel=3)
+        print(f"turngym: {RLIMITS_ONLY_WARNING}", file=sys.stderr)
+        return Isolation(iso.RLIMITS_ONLY, note="requested: rlimits and timeouts only, not isolation")
     bwrap = iso.bwrap_path()
     why = iso.bwrap_probe(bwrap) if bwrap else "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     if why:
-        if requested != "auto":
-            raise SandboxError(f"sandbox isolation {requested!r} was requested but bubblewrap cannot run: {why}")
-        msg = (f"SANDBOX IS WEAK: bubblewrap cannot run here ({why}); code cells run with rlimits only "
-               "(plus a network namespace, private /tmp and a throwaway uid when root). Do not run untrusted "
-               "model code like this; install bubblewrap.")
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
-        print(f"turngym: {msg}", file=sys.stderr)
-        return Isolation(iso.RLIMITS_ONLY, note=why)
+        raise SandboxError(f"sandbox isolation {requested!r} needs bubblewrap, but bubblewrap cannot run here: {why}. "
+                           "Install bubblewrap, or (as an ordinary user, for code you trust) opt in to "
+                           "isolation='rlimits-only' (sandbox='local:rlimits-only'): limits and timeouts, not isolation")
     parents, cg_note = iso.cgroup_parents()
     if parents is not None:
         return Isolation(iso.BUBBLEWRAP_CGROUP, bwrap, parents, cg_note)
@@ -141,6 +93,11 @@ def choose_isolation(requested: str = "auto") -> Isolation:
     warnings.warn(f"sandbox: no cgroup can be created here ({cg_note}); memory and process caps are per process "
                   "(rlimits) and the tmpfs sizes, not one cap for the whole cell tree", RuntimeWarning, stacklevel=3)
     return Isolation(iso.BUBBLEWRAP, bwrap, None, cg_note)
+
+
+RLIMITS_ONLY_WARNING = ("SANDBOX IS NOT ISOLATION: isolation 'rlimits-only' gives code cells time, CPU, memory, "
+                        "file-size and process limits only; a cell can read and write what this user can, reach "
+                        "the network and signal this user's processes. Use it only for code you trust.")
 
 
 class ProtocolError(ValueError):
@@ -152,7 +109,7 @@ class _Worker:
         self.limits = limits
         self.isolation = isolation
         self.cgroup: iso.WorkerCgroup | None = None
-        self._uid: iso.UidClaim | None = None
+        self._uid: iso.UidClaim | None = None  # bubblewrap started by root: this worker's throwaway host uid
         self._cmd_w = self._res_r = -1
         self.ready: dict | None = None
         self._ready_lock = threading.Lock()
@@ -160,15 +117,12 @@ class _Worker:
         sandboxed = isolation.bwrap is not None
         state = iso.host_state()
         self.workdir = iso.SANDBOX_WORKDIR if sandboxed else state.workdir()
-        if os.geteuid() == 0:  # never host root: this worker's own throwaway uid
+        if os.geteuid() == 0 and sandboxed:  # never host root: this worker's own throwaway uid
             self._uid = iso.UidClaim()
-            if not sandboxed:
-                os.chown(self.workdir, self._uid.uid, self._uid.uid)
         uid = self._uid.uid if self._uid else None
         self.host_uid = os.geteuid() if uid is None else uid
         cfg = {
-            "workdir": self.workdir, "isolation": isolation.level, "uid": None if sandboxed else uid,
-            "gid": None if sandboxed else uid,
+            "workdir": self.workdir, "isolation": isolation.level,
             "preload": list(preload),
             "limits": {
                 "memory_bytes": limits.memory_bytes, "file_bytes": limits.file_bytes,
@@ -371,24 +325,17 @@ class _Worker:
                     p.kill()
                 except psutil.Error:
                     pass
-        else:
-            procs: list[psutil.Process] = []
+        else:  # rlimits-only: the worker's process tree (its supervisor is the subreaper of what cells start)
             try:
                 root = psutil.Process(self.proc.pid)
                 procs = root.children(recursive=True) + [root]
             except psutil.NoSuchProcess:
-                pass
-            for _ in range(20):
-                for p in procs:
-                    try:
-                        p.kill()
-                    except psutil.Error:
-                        pass
-                # the uid is this worker's alone (see UidClaim): a sweep reaches no other session
-                procs = _processes_of_uid(self._uid.uid) if self._uid else []
-                if not procs:
-                    break
-                time.sleep(0.02)
+                procs = []
+            for p in procs:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -428,17 +375,6 @@ def _worker_source() -> str:
     return WORKER_SCRIPT.read_text()
 
 
-def _processes_of_uid(uid: int) -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter(["uids"]):
-        try:
-            if p.info["uids"] and p.info["uids"].real == uid:
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
-
-
 class SandboxSession:
     """One stateful interpreter; replaced transparently (and said so) after a crash."""
 
@@ -448,10 +384,9 @@ class SandboxSession:
 
     def run(self, code: str, limits: SandboxLimits | None = None) -> ExecResult:
         limits = limits or self.pool.limits
-        if not isinstance(code, str):
-            return ExecResult(status="error", error=f"TypeError: code must be text, got {type(code).__name__}")
-        if "\x00" in code:
-            return ExecResult(status="error", error="SyntaxError: source code contains a null byte")
+        refused = check_code(code)
+        if refused is not None:
+            return refused
         if self._worker is None:
             raise SandboxError("session is closed")
         restarted = False
@@ -469,7 +404,7 @@ class SandboxSession:
     def describe(self) -> dict:
         """The isolation level this session's interpreter runs under and its host uid (for ``episode.meta``)."""
         uid = self._worker.host_uid if self._worker is not None else None
-        return {**self.pool.chosen.describe(), "host_uid": uid}
+        return {"backend": "local", **self.pool.chosen.describe(), "host_uid": uid}
 
     @property
     def capabilities(self) -> dict:
@@ -500,10 +435,10 @@ class SandboxSession:
 class SandboxPool:
     """Keeps ``size`` workers started in advance; ``session()`` hands one out and refills.
 
-    ``isolation``: ``"auto"`` (the strongest level the machine allows, with a loud warning
-    when bubblewrap cannot run) or one of ``sandbox_isolation.LEVELS`` (an error when the
-    machine cannot provide it). Starting a pool also removes sandbox folders and cgroups
-    left by hosts that were killed.
+    ``isolation``: ``"auto"`` (the strongest bubblewrap level the machine allows; an error
+    when bubblewrap cannot run) or one of ``isolation.LEVELS`` (an error when the machine
+    cannot provide it; ``rlimits-only`` is an ordinary user's opt-in, not isolation). Starting
+    a pool also removes sandbox folders and cgroups left by hosts that were killed.
     """
 
     size: int = 2
@@ -577,4 +512,4 @@ class SandboxPool:
 
     def describe(self) -> dict:
         """What an episode records in ``meta["sandbox"]``: the isolation level that ran, and the limits."""
-        return {**self.chosen.describe(), "size": self.size, "limits": asdict(self.limits)}
+        return {"backend": "local", **self.chosen.describe(), "size": self.size, "limits": asdict(self.limits)}
