@@ -377,10 +377,10 @@ def build_bfcl(cfg: BenchConfig) -> list[list[Episode]]:
         if len(groups) == cfg.groups:
             break
         env.reset(seed=0, options={"index": i})
-        truth = base.data.answers.get(base._entry["id"]) or []
+        truth = base.context.ground_truth or []
         if not 2 <= len(truth) <= cfg.bfcl_max_user_turns:
             continue
-        per_turn = [calls_from_strings(t, base._session.parameters) if t else [] for t in truth]
+        per_turn = [calls_from_strings(t, base.session.parameters) if t else [] for t in truth]
         wrong = [_mutated(c) if c else None for c in per_turn]
         for u, bad in enumerate(wrong):  # keep only mutations bfcl-eval's checker rejects after a correct history
             if bad is not None and not _rejected(env, i, per_turn, u, bad):
