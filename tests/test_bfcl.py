@@ -332,10 +332,10 @@ def test_native_tool_calling_through_the_runner_keeps_the_token_invariant(tiny_c
     """A fake scripted policy plays one entry's ground truth as Hermes calls through the runner."""
     import copy
 
+    from bfcl_cases import render_native
     from conftest import FakeScriptedPolicy
     from turngym.agents.policy import SamplingParams
     from turngym.agents.runner import RolloutRunner, RolloutTask
-    from turngym.envs.bfcl.calls import render_native
 
     tok = copy.deepcopy(tiny_chat_policy.tokenizer)
     tok.chat_template = TOOLS_TEMPLATE
