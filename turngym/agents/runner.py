@@ -224,7 +224,7 @@ class RolloutRunner:
         probe = self._env()
         env_id = probe.unwrapped.env_name
         self._free_envs.append(probe)
-        if getattr(probe.unwrapped, "prefills", False) and self.tokens is None:
+        if probe.unwrapped.prefills and self.tokens is None:
             raise PolicyError(
                 f"{env_id} starts the agent's reply with a forced prefix (reply_prefill, e.g. SearchQA-v0's "
                 f"force_first_search=True), which needs a backend that continues token ids; "
@@ -244,7 +244,7 @@ class RolloutRunner:
             return str(task.branch.task.get("dataset", "") or "")
         if task.task is not None:
             return str(task.task.get("dataset", "adhoc"))
-        return str(getattr(env.unwrapped, "dataset_name", "") or "")
+        return str(env.unwrapped.dataset_name or "")
 
     def _env(self) -> Any:
         return self._free_envs.pop() if self._free_envs else self.env_factory()
