@@ -114,7 +114,7 @@ class OpenAICompatPolicy:
             body = {**common, "prompt": req.prompt_ids if req.prompt_ids is not None else req.prompt_text}
             if vllm:
                 body.update(logprobs=1, return_tokens_as_token_ids=True)
-            data = self._post("/completions", body)
+            data = self.post_json("/completions", body)
             choice = data["choices"][0]
             text = choice.get("text", "")
             ids, lps = _ids_and_logprobs(choice.get("logprobs"))
@@ -125,7 +125,7 @@ class OpenAICompatPolicy:
             if req.json_schema:  # OpenAI / vLLM structured output
                 body["response_format"] = {"type": "json_schema",
                                            "json_schema": {"name": "reply", "schema": req.json_schema, "strict": True}}
-            data = self._post("/chat/completions", body)
+            data = self.post_json("/chat/completions", body)
             choice = data["choices"][0]
             message = choice.get("message") or {}
             text = "\n".join(t for t in (message.get("content") or "", hermes_text(message.get("tool_calls") or [])) if t)
@@ -142,7 +142,10 @@ class OpenAICompatPolicy:
         text, _ = trim_at_stop(text, sampling.stop)
         return Generation(text=text, token_ids=ids, logprobs=lps, finish_reason="length" if reason == "length" else "stop")
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def post_json(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to ``path`` of the server and return its JSON answer, with this policy's retries and
+        timeout; a failure raises :class:`PolicyError` (e.g. a support scorer asking ``/completions`` for
+        prompt log-probabilities)."""
         return self._request("POST", path, encodable(body))
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
