@@ -403,23 +403,3 @@ def cmd_import(args: Any) -> int:
     for ds, c in sorted(s.skipped.items()):
         print(f"skipped {c} trajectory(ies) of {ds}: no turngym env for it")
     return 0
-
-
-def add_import_commands(sub: Any) -> None:
-    """``turngym import agentprocessbench FILE`` and ``turngym import messages FILE --env ENV``."""
-    imp = sub.add_parser("import", help="labelled chat trajectories -> turngym episodes with human step labels")
-    kinds = imp.add_subparsers(dest="import_kind", required=True, metavar="KIND")
-    apb = kinds.add_parser("agentprocessbench", help="AgentProcessBench JSONL (HotpotQA -> SearchQA-v0, BFCL -> BFCL-v0)")
-    msg = kinds.add_parser("messages", help="OpenAI-message trajectories with per-step labels")
-    msg.add_argument("--env", required=True, help="SearchQA-v0 or BFCL-v0")
-    msg.add_argument("--dataset", default=None, help="task dataset name recorded on each episode (e.g. hotpotqa)")
-    msg.add_argument("--source", default="messages", help="prefix of episode ids and meta.imported.source")
-    for name, default in (("messages", "messages"), ("labels", "step_labels"), ("question", "question"),
-                          ("answers", "answers"), ("id", None), ("final-label", None)):
-        msg.add_argument(f"--{name}-field", default=default, help=f"record field of the {name.replace('-', ' ')} "
-                         f"(dotted path; default {default or 'none'})")
-    for p in (apb, msg):
-        p.add_argument("file", help="JSONL (one trajectory per line) or a JSON array")
-        p.add_argument("--out", required=True, help="episodes JSONL to write")
-        p.add_argument("--overwrite", action="store_true", help="replace --out if it exists (else refused)")
-        p.set_defaults(func=cmd_import)
