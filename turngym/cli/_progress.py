@@ -35,7 +35,7 @@ class BarProgress(StageClock):
     def start(self, total: int) -> None:
         from tqdm import tqdm
 
-        self.stage(f"playing {total} episode(s)")
+        self.stage(f"{total} episode(s) in the subset; playing those not yet written")
         self.bar = tqdm(total=total, desc=self.desc, unit="ep", file=sys.stderr, dynamic_ncols=True)
         self.bar.set_postfix_str("0 turns")
 
