@@ -382,24 +382,3 @@ def import_agentprocessbench(path: str | os.PathLike, out: str | os.PathLike, ov
     if not eps:
         raise TrajectoryError(f"{path} holds no HotpotQA or BFCL trajectories (skipped: {dict(skipped) or 'none'})")
     return _summary(eps, write_all(eps, out, overwrite), skipped)
-
-
-# ------------------------------------------------------------------ command line
-
-
-def cmd_import(args: Any) -> int:
-    try:
-        if args.import_kind == "agentprocessbench":
-            s = import_agentprocessbench(args.file, args.out, overwrite=args.overwrite)
-        else:
-            fields = Fields(messages=args.messages_field, labels=args.labels_field, question=args.question_field,
-                            answers=args.answers_field, id=args.id_field, final_label=args.final_label_field)
-            s = import_messages(args.file, args.out, args.env, fields, source=args.source, dataset=args.dataset,
-                                overwrite=args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError) as exc:
-        raise SystemExit(f"error: {exc}") from None
-    labels = ", ".join(f"{v:+d}: {c}" if v else f"0: {c}" for v, c in sorted(s.labels.items()))
-    print(f"wrote {s.written} episode(s) to {s.out} (step labels {labels or 'none'})")
-    for ds, c in sorted(s.skipped.items()):
-        print(f"skipped {c} trajectory(ies) of {ds}: no turngym env for it")
-    return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from turngym.cli._common import fail
+
 COMMANDS = ("import",)
 
 
@@ -28,6 +30,20 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turngym.importers import cmd_import
+    from turngym.importers import Fields, import_agentprocessbench, import_messages
 
-    return cmd_import(args)
+    try:
+        if args.import_kind == "agentprocessbench":
+            s = import_agentprocessbench(args.file, args.out, overwrite=args.overwrite)
+        else:
+            fields = Fields(messages=args.messages_field, labels=args.labels_field, question=args.question_field,
+                            answers=args.answers_field, id=args.id_field, final_label=args.final_label_field)
+            s = import_messages(args.file, args.out, args.env, fields, source=args.source, dataset=args.dataset,
+                                overwrite=args.overwrite)
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+        fail(exc)
+    labels = ", ".join(f"{v:+d}: {c}" if v else f"0: {c}" for v, c in sorted(s.labels.items()))
+    print(f"wrote {s.written} episode(s) to {s.out} (step labels {labels or 'none'})")
+    for ds, c in sorted(s.skipped.items()):
+        print(f"skipped {c} trajectory(ies) of {ds}: no turngym env for it")
+    return 0
