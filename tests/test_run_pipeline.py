@@ -243,3 +243,30 @@ def test_cli_prints_intervals_as_report_md_does(tmp_path, capsys, fake_loader):
                  "--out", str(tmp_path / "ev")]) == 0
     out = capsys.readouterr().out
     assert "nan" not in out and re.search(r"accuracy: \d\.\d{3} (\[\d\.\d{3}, \d\.\d{3}\]|\(.+\)) \(n=1\)", out)
+
+
+def test_help_imports_only_parsers_and_import_turngym_still_registers_the_envs():
+    import subprocess
+
+    heavy = ("numpy", "gymnasium", "httpx", "torch", "transformers", "tqdm")
+    probe = ("import sys, turngym.cli\ntry:\n    turngym.cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("[]") and "eval" in out
+    for order in ("import turngym; import gymnasium", "import gymnasium; import turngym",
+                  "import turngym.envs.base; import gymnasium"):
+        code = f"{order}; gymnasium.make('turngym/Calculator-v0'); print('ok')"
+        assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "ok\n"
+
+
+@pytest.mark.parametrize("env", sorted(ENTRY_POINTS))
+def test_each_env_declares_the_prompt_styles_its_constructor_takes(env):
+    import inspect
+
+    from turngym.evals.pipeline import env_class
+
+    cls = env_class(env)
+    takes = "prompt_style" in inspect.signature(cls.__init__).parameters
+    assert takes == bool(cls.prompt_styles), f"{env}: prompt_styles {cls.prompt_styles} but prompt_style argument {takes}"
+    if takes:
+        assert inspect.signature(cls.__init__).parameters["prompt_style"].default in cls.prompt_styles
