@@ -270,3 +270,24 @@ def test_each_env_declares_the_prompt_styles_its_constructor_takes(env):
     assert takes == bool(cls.prompt_styles), f"{env}: prompt_styles {cls.prompt_styles} but prompt_style argument {takes}"
     if takes:
         assert inspect.signature(cls.__init__).parameters["prompt_style"].default in cls.prompt_styles
+
+
+def test_every_option_with_a_default_shows_it_in_help():
+    import argparse
+
+    from turngym.cli import build_parser
+
+    missing = []
+
+    def walk(parser, path):
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sp in a.choices.items():
+                    walk(sp, [*path, name])
+            elif a.option_strings and a.default not in (None, False, argparse.SUPPRESS, []) and a.dest != "help":
+                shown = parser.formatter_class("x")._get_help_string(a) or ""
+                if not a.help or "%(default)" not in shown:
+                    missing.append(f"{' '.join(path)} {a.option_strings[0]}")
+
+    walk(build_parser(), [])
+    assert missing == []
