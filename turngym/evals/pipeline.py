@@ -198,16 +198,16 @@ def prompt_style(policy: Any) -> str:
     return "chat" if tok is None or getattr(tok, "chat_template", None) else "base"
 
 
-def env_factory(spec: RunSpec, policy: Any) -> Callable[[], Any]:
-    """Fresh envs for the runner, with the policy's prompt style where the env declares styles."""
+def env_factory(spec: RunSpec, policy: Any) -> tuple[Callable[[], Any], Any]:
+    """Fresh envs for the runner, with the policy's prompt style where the env declares styles; and the first
+    one, made now so that an argument the style makes invalid fails here as one message (the runner reuses it)."""
     cls = env_class(spec.env_id)
     kwargs = dict(spec.env_kwargs)
     style = prompt_style(policy)
     check_prompt_style(cls, spec.env_id, kwargs, style)
     if cls.prompt_styles and "prompt_style" not in kwargs:
         kwargs["prompt_style"] = style
-    make_env(spec.env_id, kwargs).close()  # an argument the style makes invalid fails here, as one message
-    return lambda: make_env(spec.env_id, kwargs)
+    return (lambda: make_env(spec.env_id, kwargs)), make_env(spec.env_id, kwargs)
 
 
 @dataclass
@@ -452,10 +452,10 @@ def _locked(spec: RunSpec, prepared: Prepared, writer: Writer, policy: Any, prog
     writer.check(spec, overwrite)
     if policy is None:
         policy = load_policy(spec, progress)
-    factory = env_factory(spec, policy)
+    factory, first = env_factory(spec, policy)
     try:
         runner = RolloutRunner(policy, factory, _sampling(spec), k=spec.k, concurrency=spec.concurrency, seed=spec.seed,
-                               batching=spec.batching)
+                               batching=spec.batching, env_pool=[first])
     except (ValueError, ChatTemplateError) as exc:
         raise PipelineError(str(exc)) from None
     note = writer.store(spec, overwrite)  # the run can start
