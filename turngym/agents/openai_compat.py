@@ -26,13 +26,12 @@ from typing import Any
 
 import httpx
 
+from turngym.agents.options import PROMPT_FORMATS, SERVERS  # noqa: F401 - declared where the parsers read them
 from turngym.agents.policy import Generation, GenerationRequest, PolicyError, SamplingParams, trim_at_stop
 from turngym.envs.base import as_encodable_text
 from turngym.envs.parsing import parse_hermes_tool_calls
 
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
-SERVERS = ("auto", "vllm", "openai")  # openai: the common API only
-PROMPT_FORMATS = ("chat", "text")  # how a runner without a tokenizer sends the conversation
 
 
 @dataclass

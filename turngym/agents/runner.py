@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from turngym._version import __version__ as _VERSION
+from turngym.agents.options import BATCHING
 from turngym.agents.policy import Generation, GenerationRequest, Policy, PolicyError, SamplingParams
 from turngym.agents.tokenization import ChatTemplateError, ConversationTokenizer, plain_prompt, tokenizer_fingerprint
 from turngym.envs.base import TextEnv, restore
 from turngym.episode import Episode, EpisodeWriter, written_ids
-
-BATCHING = ("static", "continuous")
 
 
 @dataclass(frozen=True)
@@ -99,6 +98,7 @@ class RolloutRunner:
         self.tokens = ConversationTokenizer(tok, self.use_chat_template) if tok is not None else None
         self.tokenizer_id = tokenizer_fingerprint(tok) if tok is not None else None  # recorded with the ids
         self._free_envs: list[Any] = self.env_pool if self.env_pool is not None else []
+        self._on_turn: Callable[[Episode], None] | None = None
 
     # ------------------------------------------------------------------ ids
 
@@ -114,8 +114,12 @@ class RolloutRunner:
     # ------------------------------------------------------------------ main loop
 
     def run(self, tasks: Iterable[RolloutTask | int], out_path: str | Path | None = None,
-            progress: Callable[[int, int], None] | None = None) -> list[Episode]:
-        """Play every task ``k`` times; returns the episodes finished by this call."""
+            progress: Callable[[int, int], None] | None = None,
+            on_turn: Callable[[Episode], None] | None = None) -> list[Episode]:
+        """Play every task ``k`` times; returns the episodes finished by this call. ``progress(done, total)``
+        follows finished episodes; ``on_turn(episode)`` is called once an episode has its prompt (no turns yet)
+        and after every turn (its last turn is the new one), so a caller can stream an episode as it is played."""
+        self._on_turn = on_turn
         tasks = [t if isinstance(t, RolloutTask) else RolloutTask(index=int(t)) for t in tasks]
         done_ids = written_ids(out_path) if out_path else set()
         writer = EpisodeWriter(out_path) if out_path else None
@@ -267,6 +271,8 @@ class RolloutRunner:
         if self.tokens is not None:
             ids = self.tokens.prompt_ids(ep.prompt, tools=ep.tools)
             ep.add_run_record(prompt_ids=ids, meta={"tokenizer": self.tokenizer_id})
+        if self._on_turn is not None:
+            self._on_turn(ep)  # the prompt, before the first turn
         return _Slot(env=env, episode=ep, ids=ids, started=time.perf_counter())
 
     def _run_meta(self, task: RolloutTask, k: int) -> dict[str, Any]:
@@ -407,5 +413,7 @@ class RolloutRunner:
             ep.add_run_record(turn.index, action_ids=gen.token_ids, action_logprobs=gen.logprobs, observation_ids=obs_ids)
             slot.ids.extend(gen.token_ids)
             slot.ids.extend(obs_ids or [])
+        if self._on_turn is not None:
+            self._on_turn(slot.episode)
         return terminated or truncated
 

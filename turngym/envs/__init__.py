@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gymnasium
-
 ENTRY_POINTS = {
     "turngym/Calculator-v0": "turngym.envs.calculator:CalculatorEnv",
     "turngym/Digits-v0": "turngym.envs.digits:DigitsEnv",
@@ -18,6 +16,8 @@ ENTRY_POINTS = {
 
 
 def register_envs() -> None:
+    import gymnasium  # here, not at the top: `import turngym` registers these when gymnasium loads
+
     for env_id, entry in ENTRY_POINTS.items():
         if env_id not in gymnasium.registry:
             gymnasium.register(id=env_id, entry_point=entry, disable_env_checker=True)

@@ -62,6 +62,7 @@ def _format_number(x: int | float) -> str:
 
 
 class CalculatorEnv(TextEnv):
+    prompt_styles = ("chat", "base")
     env_name = "turngym/Calculator-v0"
     dataset_name = "calculator"
     observation_role = None
@@ -72,7 +73,7 @@ class CalculatorEnv(TextEnv):
 
     def __init__(self, max_turns: int = 4, prompt_style: str = "chat", render_mode: str | None = None):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
-        if prompt_style not in ("chat", "base"):
+        if prompt_style not in self.prompt_styles:
             raise ValueError(f"prompt_style must be 'chat' or 'base', got {prompt_style!r}")
         self.prompt_style = prompt_style
 

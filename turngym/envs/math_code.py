@@ -34,6 +34,7 @@ BASE_TEMPLATE = (
 )
 
 class MathCodeEnv(TextEnv):
+    prompt_styles = ("chat", "base")
     env_name = "turngym/MathCode-v0"
     observation_role = None
     stop = ("```output",)
@@ -45,7 +46,7 @@ class MathCodeEnv(TextEnv):
                  sandbox: str | CodeSandbox = "local", limits: SandboxLimits | None = None,
                  grading_timeout_s: float = 5.0, render_mode: str | None = None):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
-        if prompt_style not in ("chat", "base"):
+        if prompt_style not in self.prompt_styles:
             raise ValueError(f"prompt_style must be 'chat' or 'base', got {prompt_style!r}")
         self.data: Dataset = load_dataset(dataset, split)
         self.dataset_name = self.data.manifest.dataset

@@ -146,6 +146,7 @@ def contains_answer(text: str, answers: list[str]) -> bool:
 
 
 class SearchQAEnv(TextEnv):
+    prompt_styles = ("chat", "base")
     env_name = "turngym/SearchQA-v0"
     observation_role = None
     stop = ("</search>", "</answer>")
@@ -179,7 +180,7 @@ class SearchQAEnv(TextEnv):
         self.force_first_search = self.prefills = force_first_search
         if tool_format == "native":
             self.stop = ("</tool_call>", "</answer>")
-        if prompt_style not in ("chat", "base"):
+        if prompt_style not in self.prompt_styles:
             raise ValueError(f"prompt_style must be 'chat' or 'base', got {prompt_style!r}")
         if topk < 1:
             raise ValueError(f"topk must be >= 1, got {topk}")

@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from turngym.evals.pipeline import RunProgress
 
 INSTRUCT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
@@ -75,8 +79,9 @@ class MainJobConfig:
     runs: list[EnvRun] = field(default_factory=list)
 
 
-def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
-    """``policy``: an already loaded agent (then ``cfg.model`` only names it)."""
+def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str], RunProgress] | None = None) -> Path:
+    """``policy``: an already loaded agent (then ``cfg.model`` only names it); ``progress(name)``: how each
+    env's eval reports its turns and episodes (turngym.evals.pipeline.RunProgress)."""
     from turngym.agents.loading import load_policy, model_identity
     from turngym.episode import read_episodes
     from turngym.evals.ablate import ablate, make_wrappers
@@ -90,7 +95,9 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
     runs = cfg.runs or default_runs(cfg.limit)
     times: dict[str, Any] = {"setup_s": cfg.setup_s, "cpu_s": {}}  # cpu_s: this process's CPU time per stage
     t0, c0 = time.perf_counter(), time.process_time()
-    policy = load_policy(cfg.model) if policy is None else policy
+    if policy is None:
+        print(f"[main-job] loading agent {cfg.model!r}", flush=True)
+        policy = load_policy(cfg.model)
     times["load_agent_s"] = round(time.perf_counter() - t0, 1)
     times["cpu_s"]["load_agent"] = round(time.process_time() - c0, 1)
     results: dict[str, Any] = {}
@@ -101,7 +108,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
         spec = EvalSpec(env_id=r.env_id, env_kwargs=r.env_kwargs, model=cfg.model, k=cfg.k, limit=r.limit,
                         concurrency=cfg.concurrency, max_new_tokens=r.max_new_tokens, temperature=cfg.temperature,
                         seed=cfg.seed)
-        results[r.name] = run_eval(spec, out / r.name, policy=policy)
+        results[r.name] = run_eval(spec, out / r.name, policy=policy, progress=progress(r.name) if progress else None)
         times["generation_s"][r.name] = round(time.perf_counter() - t0, 1)
         times["cpu_s"][f"generation: {r.name}"] = round(time.process_time() - c0, 1)
         episodes += read_episodes(out / r.name / "episodes.jsonl").episodes
@@ -122,6 +129,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
     times["load_scorer_s"] = round(time.perf_counter() - t0, 1)
     times["cpu_s"]["load_scorer"] = round(time.process_time() - c0, 1)
     t0, c0 = time.perf_counter(), time.process_time()
+    print(f"[main-job] reward ablation: {len(episodes)} episodes, rewards {', '.join(names)}", flush=True)
     wrappers = make_wrappers(names, scorer=scorer, scribe_llm=policy if cfg.scribe else None, scribe_episodes=episodes)
     ablation = ablate(episodes, wrappers, out / "ablation")
     times["ablation_s"] = round(time.perf_counter() - t0, 1)
@@ -129,6 +137,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
     if scorer is not None:
         scorer.clear_prefixes()  # the planted episodes share no prefix with the real ones
     t0, c0 = time.perf_counter(), time.process_time()
+    print(f"[main-job] creditbench: envs {', '.join(cfg.bench_envs)}, {cfg.bench_groups} groups x {cfg.bench_k}", flush=True)
     bench_cfg = BenchConfig(envs=cfg.bench_envs, groups=cfg.bench_groups, k=cfg.bench_k, seed=cfg.seed)
     # scripted episodes are text: the rewards that score support re-tokenise them
     bench_wrappers = {**wrappers, **make_wrappers(support, scorer=scorer, tokens="text")}

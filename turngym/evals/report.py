@@ -21,7 +21,8 @@ def _plt():
     return plt
 
 
-def _fmt(m: Any) -> str:
+def format_metric(m: Any) -> str:
+    """A metric as report.md shows it: value and 95% interval, or the reason there is no interval (small n)."""
     if isinstance(m, dict) and "value" in m:
         lo, hi = m["ci95"]
         if not (math.isfinite(m["value"])):
@@ -150,15 +151,15 @@ def render_eval_report(results: dict[str, Any], episodes: Sequence[Episode], out
         "| metric | value [95% CI] | interval |",
         "| --- | --- | --- |",
     ]
-    lines += [f"| {k} | {_fmt(v)} | {v.get('ci', '') if isinstance(v, dict) else ''} |" for k, v in metrics.items()]
+    lines += [f"| {k} | {format_metric(v)} | {v.get('ci', '') if isinstance(v, dict) else ''} |" for k, v in metrics.items()]
     beh = results["behaviour"]
     lines += ["", "| behaviour | value |", "| --- | --- |"]
-    lines += [f"| {k} | {_fmt(v)} |" for k, v in beh.items() if k != "latency_ms"]
+    lines += [f"| {k} | {format_metric(v)} |" for k, v in beh.items() if k != "latency_ms"]
     lines += [f"| latency {k} (ms) | {v:.1f} |" for k, v in beh.get("latency_ms", {}).items()]
     if len([k for k in results["per_dataset"] if not k.startswith("_")]) > 1:
         lines += ["", "## Per dataset", "", "| dataset | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
         for ds, m in results["per_dataset"].items():
-            lines.append(f"| {ds} | " + " | ".join(_fmt(m.get(n, "")) for n in names) + " |")
+            lines.append(f"| {ds} | " + " | ".join(format_metric(m.get(n, "")) for n in names) + " |")
     if "bfcl" in results:
         lines += bfcl_lines(results["bfcl"])
     lines += ["", ("Intervals: the unit is the task when any task has several samples, else the episode; "
@@ -176,7 +177,7 @@ def render_eval_report(results: dict[str, Any], episodes: Sequence[Episode], out
 def bfcl_lines(b: dict[str, Any]) -> list[str]:
     """The BFCL section: accuracy per category, V4 group scores and the weighted overall."""
     lines = ["", "## BFCL", "", "| category | accuracy [95% CI] | episodes |", "| --- | --- | --- |"]
-    lines += [f"| {c} | {_fmt(m)} | {b['episodes_per_category'].get(c, '')} |" for c, m in b["per_category"].items()]
+    lines += [f"| {c} | {format_metric(m)} | {b['episodes_per_category'].get(c, '')} |" for c, m in b["per_category"].items()]
     lines += ["", "| V4 group (weight) | score |", "| --- | --- |"]
     from turngym.evals.bfcl_score import V4_WEIGHTS
 
@@ -203,7 +204,7 @@ def compare_runs(dirs: Sequence[str | Path], out: str | Path) -> Path:
              "|---" * (6 + len(names)) + "|"]
     for name, r in runs:
         turns = r["behaviour"].get("turns_per_episode", {}).get("value", float("nan"))
-        cells = [_fmt(r["metrics"].get(n, "–")) for n in names]
+        cells = [format_metric(r["metrics"].get(n, "–")) for n in names]
         items = r["subset"].get("count", len(r["subset"].get("indices", [])))
         lines.append(f"| {name} | {r['env']} | {model_name(r['model'])} | {items} | {r['k']} | "
                      + " | ".join(cells) + f" | {turns:.2f} |")

@@ -1,15 +1,14 @@
 """Who may write a run's output, and with which settings.
 
 A run's output (an eval's ``--out`` folder, a rollout's JSONL file) is locked while a process
-writes it, so two writers never interleave episodes; the lock is an ``flock`` the kernel drops
-when its holder dies, so a lock left by a killed run is simply taken over. The settings that
+writes it, so two writers never interleave episodes; the lock is ``filelock``'s ``flock``, which the
+kernel drops when its holder dies, so a lock left by a killed run is simply taken over. The settings that
 decide what an episode contains are stored beside the output (``run.json``); a rerun resumes
 only with the same settings, and otherwise refuses, naming every difference.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -24,41 +23,50 @@ class RunError(RuntimeError):
 
 
 class RunLock:
-    """An exclusive, non-blocking ``flock`` on ``path`` holding the writer's pid, host and start time."""
+    """An exclusive, non-blocking lock (``filelock``'s kernel ``flock``) on ``path``, holding the writer's pid,
+    host and start time so that a refused second writer can say who holds it."""
 
     def __init__(self, path: str | os.PathLike, what: str):
         self.path, self.what = Path(path), what
-        self._fd = -1
+        self._lock: Any = None
 
     def acquire(self) -> RunLock:
+        from filelock import FileLock, Timeout
+
+        # no soft fallback: a marker file would outlive a killed writer; the kernel drops an flock with its holder
+        lock = FileLock(self.path, blocking=False, fallback_to_soft=False, on_acquired=_write_holder)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            lock.acquire()
+        except Timeout:
+            try:
+                holder = self.path.read_text("utf-8", "replace").strip()
+            except OSError:
+                holder = ""
+            raise RunError(f"{self.what} is being written by another run ({holder or 'unknown process'}); wait for it "
+                           "to finish or choose another --out") from None
         except OSError as exc:
             raise RunError(f"cannot write to {self.what}: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "unknown process"
-            os.close(fd)
-            raise RunError(f"{self.what} is being written by another run ({holder}); wait for it to finish "
-                           "or choose another --out") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
-                     f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}\n".encode())
-        self._fd = fd
+        self._lock = lock
         return self
 
     def release(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)  # closing drops the flock; the file stays (removing it would race a new holder)
-            self._fd = -1
+        if self._lock is not None:
+            self._lock.release()  # drops the flock; the file stays (removing it would race a new holder)
+            self._lock = None
 
     def __enter__(self) -> RunLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _write_holder(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
+                 f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}\n".encode())
 
 
 def differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:

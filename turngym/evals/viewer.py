@@ -325,25 +325,3 @@ def render_html(payload: dict[str, Any]) -> str:
             .replace("/*CSS*/", _asset("viewer.css"))
             .replace("/*JS*/", _asset("viewer.js"))
             .replace("/*DATA*/", embed_json(payload)))
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def add_view_command(sub: Any) -> None:
-    """``turngym view EPISODES.jsonl [--ablation DIR] [--scores FILE] --out view.html``."""
-    vw = sub.add_parser("view", help="write a self-contained HTML viewer of saved episodes and their per-turn credit")
-    vw.add_argument("episodes", help="an episodes JSONL file")
-    vw.add_argument("--ablation", default=None, help="a `turngym ablate` output folder (its scores.jsonl)")
-    vw.add_argument("--scores", default=None, help="a per-turn scores JSONL file (format: turngym.evals.scores)")
-    vw.add_argument("--out", required=True, help="the HTML file to write")
-    vw.set_defaults(func=_cmd_view)
-
-
-def _cmd_view(args: Any) -> int:
-    try:
-        path = write_viewer(args.episodes, args.out, ablation_dir=args.ablation, scores_path=args.scores)
-    except (FileNotFoundError, ValueError, OSError) as exc:
-        raise SystemExit(f"error: {exc}") from None
-    print(f"viewer: {path} ({path.stat().st_size / 1e6:.1f} MB); open it in a browser")
-    return 0

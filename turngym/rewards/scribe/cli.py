@@ -1,4 +1,4 @@
-"""``turngym scribe build-library`` and ``turngym scribe diagnose``."""
+"""``turngym scribe build-library`` and ``turngym scribe diagnose`` (their parsers: turngym.cli.scribe)."""
 
 from __future__ import annotations
 
@@ -71,36 +71,3 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         Path(args.out).write_text(text)
     print(text)
     return 0
-
-
-def add_scribe_commands(sub: Any) -> None:
-    scribe = sub.add_parser("scribe", help="SCRIBE skill libraries and judge diagnostics").add_subparsers(
-        dest="scribe_command", required=True)
-
-    def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("episodes", help="episodes JSONL")
-        sp.add_argument("--llm", default="default", help="decomposer/judge model: 'default', a directory, a hub id, "
-                                                         "or a served model name with --base-url")
-        sp.add_argument("--base-url", default=None, help="OpenAI-compatible server URL")
-        sp.add_argument("--embedder", default="default", help="sentence-transformers model (default all-MiniLM-L6-v2)")
-        sp.add_argument("--concurrency", type=int, default=8)
-        sp.add_argument("--cache", default=None, help="JSONL file caching LLM replies across runs")
-        sp.add_argument("--window-tokens", type=int, default=1024, help="decomposer window (tokens)")
-
-    b = scribe.add_parser("build-library", help="decompose episodes, cluster skills, distil prototypes")
-    common(b)
-    b.add_argument("--out", required=True, help="library JSON to write")
-    b.add_argument("--min-cluster-size", type=int, default=5)
-    b.set_defaults(func=cmd_build_library)
-
-    d = scribe.add_parser("diagnose", help="judge reliability of scribe and prm: repeat and cross-instance consistency")
-    common(d)
-    d.add_argument("--library", required=True)
-    d.add_argument("--router", choices=["embedding", "llm"], default="embedding")
-    d.add_argument("--repeats", type=int, default=5)
-    d.add_argument("--temperature", type=float, default=0.7)
-    d.add_argument("--neighbour-threshold", type=float, default=0.8,
-                   help="cosine similarity of step texts for cross-instance pairs")
-    d.add_argument("--no-prm", action="store_true", help="judge with the rubric judge only")
-    d.add_argument("--out", default=None, help="write the result JSON here too")
-    d.set_defaults(func=cmd_diagnose)

@@ -1,41 +1,11 @@
-"""``turngym creditbench`` and ``turngym main-job``."""
+"""``turngym creditbench`` (planted, exact or Monte-Carlo oracle) and ``turngym main-job``."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-
-def env_kwargs(pairs: Sequence[str], dataset: str | None = None, max_turns: int | None = None) -> dict[str, Any]:
-    """``--env-arg key=value`` pairs (a value is read as JSON when it parses, else kept as text),
-    with ``--dataset`` and ``--max-turns`` added; the same key given two ways with two values is an
-    error, not a silent override."""
-    out = _pairs(pairs)
-    for key, value in (("dataset", dataset), ("max_turns", max_turns)):
-        if value is None or value == "":
-            continue
-        if key in out and out[key] != value:
-            flag = "--" + key.replace("_", "-")
-            raise SystemExit(f"error: {flag} {value} and --env-arg {key}={out[key]} disagree; give one of them")
-        out[key] = value
-    return out
-
-
-def _pairs(pairs: Sequence[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise SystemExit(f"--env-arg takes key=value, got {pair!r}")
-        key, value = pair.split("=", 1)
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
 
 
 def cmd_exact_creditbench(args: argparse.Namespace) -> int:
@@ -62,6 +32,7 @@ def cmd_mc_creditbench(args: argparse.Namespace) -> int:
     from turngym.agents.policy import PolicyError
     from turngym.evals.credit_table import parse_estimators
     from turngym.evals.mc_oracle import run_mc_creditbench
+    from turngym.evals.pipeline import PipelineError, env_kwargs
 
     if not args.episodes:
         raise SystemExit("error: --oracle mc needs --episodes FILE (e.g. a turngym eval run's episodes.jsonl)")
@@ -79,7 +50,7 @@ def cmd_mc_creditbench(args: argparse.Namespace) -> int:
                                      temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                                      concurrency=args.concurrency, seed=args.seed, scorer=args.scorer,
                                      progress=progress)
-    except (ValueError, FileNotFoundError, PolicyError) as exc:
+    except (ValueError, FileNotFoundError, PolicyError, PipelineError) as exc:
         raise SystemExit(f"error: {exc}") from None
     finally:
         bar.close()
@@ -125,6 +96,7 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
 
 
 def cmd_main_job(args: argparse.Namespace) -> int:
+    from turngym.cli._progress import BarProgress
     from turngym.evals.mainjob import MainJobConfig, run_main_job
 
     cfg = MainJobConfig(out=Path(args.out), model=args.model, scorer=args.scorer or args.model, k=args.k, limit=args.limit,
@@ -133,59 +105,20 @@ def cmd_main_job(args: argparse.Namespace) -> int:
                         bench_envs=tuple(e.strip() for e in args.bench_envs.split(",") if e.strip()),
                         scorer_dtype=args.scorer_dtype, prefix_cache_tokens=args.prefix_cache_tokens)
     try:
-        path = run_main_job(cfg)
+        path = run_main_job(cfg, progress=lambda name: BarProgress(desc=name))
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         raise SystemExit(f"error: {exc}") from None
     print(f"report: {path}")
     return 0
 
 
-def eval_many(args: argparse.Namespace) -> int:
-    """``turngym eval --env A[:dataset],B[:dataset] --out DIR``: one process, the model loaded once and
-    reused for every env; each env's results go to ``DIR/<env>[-<dataset>]``."""
-    from turngym.agents.loading import load_policy
-    from turngym.agents.openai_compat import server_options
-    from turngym.agents.policy import PolicyError
-    from turngym.agents.tokenization import ChatTemplateError
-    from turngym.evals.harness import EvalError, EvalSpec, run_eval
-
-    if args.dataset:
-        raise SystemExit("error: with several envs give each its dataset as --env NAME:DATASET, not --dataset")
-    if args.subset:
-        raise SystemExit("error: --subset names items of one dataset; evaluate several envs with --limit/--start")
-    runs = []
-    for part in (p.strip() for p in args.env.split(",") if p.strip()):
-        name, _, dataset = part.partition(":")
-        env_id = name if "/" in name else f"turngym/{name}"
-        kwargs = env_kwargs(args.env_arg, dataset or None, args.max_turns)
-        runs.append((env_id, kwargs, Path(args.out) / (env_id.split("/")[-1] + (f"-{dataset}" if dataset else ""))))
-    try:
-        options = server_options(args.base_url, args.server, args.prompt_format)
-    except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from None
-    print(f"loading model {args.model!r} once for {len(runs)} envs ...", flush=True)
-    try:
-        policy = load_policy(args.model, base_url=args.base_url, **options)
-    except (RuntimeError, FileNotFoundError, ValueError) as exc:
-        raise SystemExit(f"error: {exc}") from None
-    for env_id, kwargs, out in runs:
-        spec = EvalSpec(env_id=env_id, env_kwargs=kwargs, model=args.model, base_url=args.base_url, k=args.k,
-                        limit=args.limit, start=args.start, concurrency=args.concurrency,
-                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed, **options)
-        try:
-            results = run_eval(spec, out, policy=policy)
-        except (EvalError, PolicyError, RuntimeError, FileNotFoundError, ChatTemplateError) as exc:
-            raise SystemExit(f"error ({env_id}): {exc}") from None
-        for name, m in results["metrics"].items():
-            print(f"{env_id} {name}: {m['value']:.3f} [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}] (n={m['n']})")
-        print(f"report: {out / 'report.md'}")
-    return 0
+COMMANDS = ("creditbench", "main-job")
 
 
-def add_credit_commands(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Any) -> None:
     cb = sub.add_parser("creditbench", help="reward wrappers on episodes with planted per-turn truth (credit accuracy)")
     cb.add_argument("--out", required=True)
-    cb.add_argument("--envs", default="searchqa,mathcode,bfcl")
+    cb.add_argument("--envs", default="searchqa,mathcode,bfcl", help="envs with planted truth, comma-separated")
     cb.add_argument("--rewards", default="outcome,ttrl,empo,funrl,siop,igpo", help="add scribe to judge with --scribe-llm")
     cb.add_argument("--scorer", default="qwen2.5-coder-0.5b-instruct", help="support-scoring model for siop/igpo")
     cb.add_argument("--scribe-llm", default="qwen2.5-coder-0.5b-instruct", help="scribe's decomposer/judge model")
@@ -217,23 +150,27 @@ def add_credit_commands(sub: argparse._SubParsersAction) -> None:
     cb.add_argument("--batch-sizes", default="4,32,256", help="--oracle exact: episodes per batch")
     cb.add_argument("--group-size", type=int, default=None, help="--oracle exact: episodes per group (default: the batch)")
     cb.add_argument("--seeds", type=int, default=200, help="--oracle exact: independent batches per batch size")
-    cb.set_defaults(func=cmd_creditbench)
+    cb.set_defaults(run=run)
 
     mj = sub.add_parser("main-job", help="evals on every env, reward ablation and creditbench in one process")
-    mj.add_argument("--out", default="runs/main")
-    mj.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    mj.add_argument("--out", default="runs/main", help="output folder (one subfolder per stage)")
+    mj.add_argument("--model", default="qwen2.5-coder-0.5b-instruct", help="the agent model")
     mj.add_argument("--scorer", default=None, help="support scorer for siop/igpo (default: the agent model, fp32)")
-    mj.add_argument("--k", type=int, default=4)
+    mj.add_argument("--k", type=int, default=4, help="samples per item (one group)")
     mj.add_argument("--limit", type=int, default=3, help="items per env")
-    mj.add_argument("--concurrency", type=int, default=16)
+    mj.add_argument("--concurrency", type=int, default=16, help="episodes in flight")
     mj.add_argument("--scribe", action="store_true", help="also score with SCRIBE judged by the agent model (slow on CPU)")
-    mj.add_argument("--bench-groups", type=int, default=4)
+    mj.add_argument("--bench-groups", type=int, default=4, help="creditbench groups per env")
     mj.add_argument("--bench-envs", default="searchqa,mathcode", help="creditbench envs (bfcl too: slow on CPU)")
-    mj.add_argument("--bench-k", type=int, default=4)
+    mj.add_argument("--bench-k", type=int, default=4, help="creditbench episodes per group")
     mj.add_argument("--seed", type=int, default=0)
     mj.add_argument("--setup-s", type=float, default=None, help="set-up seconds measured by the caller, for the report")
     mj.add_argument("--scorer-dtype", default="float32", choices=("float32", "bfloat16"),
                     help="dtype the support scorer runs in (float32: the reference setting)")
     mj.add_argument("--prefix-cache-tokens", type=int, default=40_000,
                     help="tokens of longest-prefix forwards the scorer keeps for siop and igpo to share (0: none)")
-    mj.set_defaults(func=cmd_main_job)
+    mj.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return cmd_creditbench(args) if args.command == "creditbench" else cmd_main_job(args)

@@ -1,0 +1,76 @@
+"""What the command modules share: the parser class, argument groups, and turning errors into one line.
+
+Imports nothing heavy: ``turngym --help`` builds every parser without numpy, gymnasium, httpx or torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NoReturn
+
+from turngym.agents.options import BATCHING, PROMPT_FORMATS, SERVERS
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in its help, except the uninformative ones (None, off, suppressed)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or action.default == []:
+            return text
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose help shows each option's default (subcommands inherit it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def fail(exc: object) -> NoReturn:
+    """End the command with one line on stderr and exit status 1."""
+    raise SystemExit(f"error: {exc}")
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def port(text: str) -> int:
+    """A TCP port for argparse: 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
+    return value
+
+
+def add_env_args(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--env", default="Calculator-v0", help="env id, e.g. MathCode-v0 or turngym/MathCode-v0")
+    sp.add_argument("--dataset", default=None, help="dataset name, local file, or HF dataset id (default: the env's)")
+    sp.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="extra env argument")
+    sp.add_argument("--max-turns", type=int, default=None, help="turn limit (default: the env's)")
+
+
+def add_model_args(sp: argparse.ArgumentParser, temperature: float = 0.7) -> None:
+    sp.add_argument("--model", default="default", help="'default' (Gemma 3 270M), a directory, a .gguf file, or a hub id")
+    sp.add_argument("--base-url", default=None, help="OpenAI-compatible server URL (then --model is its model name)")
+    sp.add_argument("--server", default="auto", choices=SERVERS,
+                    help="with --base-url: vllm (sends vLLM-only fields, gets token ids), openai (the common API "
+                         "only), or auto (asks the server's /models)")
+    sp.add_argument("--prompt-format", default="chat", choices=PROMPT_FORMATS,
+                    help="with --base-url: chat (/chat/completions with messages) or text (/completions with the "
+                         "plain prompt, for base models)")
+    sp.add_argument("--max-new-tokens", type=int, default=256, help="tokens per turn")
+    sp.add_argument("--temperature", type=float, default=temperature, help="sampling temperature (0: greedy)")
+    sp.add_argument("--seed", type=int, default=0, help="base seed of every episode's env and sampling")
+
+
+def add_batching(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--batching", choices=BATCHING, default="static",
+                    help="continuous (local models): a slot is refilled as soon as its turn ends")

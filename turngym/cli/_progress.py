@@ -1,0 +1,84 @@
+"""Progress from the first second: each stage as a line, then a bar that counts turns as well as episodes.
+
+The bar is made when generation starts (so its elapsed time and ETA are the run's, not the time since the
+first episode ended); every finished turn refreshes it, so a slow first episode still shows movement.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from turngym.cli._common import say
+
+
+class StageClock:
+    """Stage lines stamped with the seconds since the command started."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def stage(self, text: str) -> None:
+        say(f"[{time.perf_counter() - self.t0:6.1f} s] {text}")
+
+
+class BarProgress(StageClock):
+    """``turngym eval`` / ``rollout`` / the main job: stage lines, then an episodes bar with a turn count."""
+
+    def __init__(self, desc: str = "episodes") -> None:
+        super().__init__()
+        self.desc = desc
+        self.bar: Any = None
+        self.turns = 0
+
+    def start(self, total: int) -> None:
+        from tqdm import tqdm
+
+        self.stage(f"{total} episode(s) in the subset; playing those not yet written")
+        self.bar = tqdm(total=total, desc=self.desc, unit="ep", file=sys.stderr, dynamic_ncols=True)
+        self.bar.set_postfix_str("0 turns")
+
+    def turn(self, episode: Any) -> None:
+        if self.bar is None or not episode.turns:
+            return
+        self.turns += 1
+        self.bar.set_postfix_str(f"{self.turns} turns")  # refreshes: elapsed and rate stay current
+
+    def episode(self, done: int, total: int) -> None:
+        if self.bar is None:
+            return
+        self.bar.total = total
+        self.bar.n = done
+        self.bar.refresh()
+
+    def finish(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class TurnPrinter(StageClock):
+    """``turngym play``: the prompt as soon as the episode starts, then each turn as it ends."""
+
+    def start(self, total: int) -> None:
+        self.stage("playing")
+
+    def turn(self, episode: Any) -> None:
+        from turngym.envs.base import render_messages
+
+        if not episode.turns:
+            print(render_messages(episode.prompt), flush=True)
+            return
+        t = episode.turns[-1]
+        print(f"\n--- turn {t.index} [agent] ({t.latency_ms.get('generate', 0):.0f} ms)\n{t.action}", flush=True)
+        if t.parse_error:
+            print(f"--- [parse error] {t.parse_error}", flush=True)
+        if t.observation is not None:
+            print(f"--- turn {t.index} [env]\n{t.observation}", flush=True)
+
+    def episode(self, done: int, total: int) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass

@@ -1,0 +1,91 @@
+"""``turngym ablate``, ``report`` and ``view``: reading saved episodes (credit per reward, runs side by side, HTML)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from turngym.cli._common import fail
+
+COMMANDS = ("ablate", "report", "view")
+
+
+def add_parser(sub: Any) -> None:
+    ab = sub.add_parser("ablate", help="score saved groups with several reward wrappers and compare credit")
+    ab.add_argument("--episodes", required=True, help="episodes JSONL (groups of k rollouts)")
+    ab.add_argument("--rewards", default="outcome,ttrl,empo,siop,igpo", help="reward wrappers, comma-separated")
+    ab.add_argument("--scorer", default=None, help="support-scoring model for siop/igpo ('default', a directory, a hub id) "
+                    "or JSON: {\"model\": ..., \"dtype\": ...} or {\"base_url\": ..., \"model\": ..., \"tokenizer\": ...}, "
+                    "plus \"tokens\": \"text\" for a scorer of another model family")
+    ab.add_argument("--scribe-llm", default="default", help="scribe's decomposer/judge model (or a served model name)")
+    ab.add_argument("--scribe-base-url", default=None, help="OpenAI-compatible server for --scribe-llm")
+    ab.add_argument("--scribe-library", default=None, help="a skill library JSON (default: built from the episodes)")
+    ab.add_argument("--reliability-repeats", type=int, default=0,
+                    help="N >= 2: add the judge-reliability table of scribe and prm (each step judged N times)")
+    ab.add_argument("--truth", default=None, help="the per-turn truth key scored (Turn.truth; default: the one key "
+                    "each episode carries)")
+    ab.add_argument("--truth-map", default=None, help="truth value -> label, e.g. '+1:1,-1:0,0:skip' (needed for "
+                    "non-binary truth such as human -1/0/+1 step labels)")
+    ab.add_argument("--estimators", default="", help="score every reward under these estimators too (a,b,...), "
+                    "besides its declared one")
+    ab.add_argument("--out", required=True, help="output folder (ablation.md, scores.jsonl, view.html)")
+    ab.set_defaults(run=run)
+
+    rp = sub.add_parser("report", help="runs side by side")
+    rp.add_argument("dirs", nargs="+", help="eval run folders")
+    rp.add_argument("--out", default="comparison.md", help="the comparison to write")
+    rp.set_defaults(run=run)
+
+    vw = sub.add_parser("view", help="write a self-contained HTML viewer of saved episodes and their per-turn credit")
+    vw.add_argument("episodes", help="an episodes JSONL file")
+    vw.add_argument("--ablation", default=None, help="a `turngym ablate` output folder (its scores.jsonl)")
+    vw.add_argument("--scores", default=None, help="a per-turn scores JSONL file (format: turngym.evals.scores)")
+    vw.add_argument("--out", required=True, help="the HTML file to write")
+    vw.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"ablate": _ablate, "report": _report, "view": _view}[args.command](args)
+
+
+def _ablate(args: argparse.Namespace) -> int:
+    from turngym.evals.ablate import run_ablation
+    from turngym.evals.credit_table import parse_estimators
+
+    try:
+        summary = run_ablation(args.episodes, [r.strip() for r in args.rewards.split(",") if r.strip()], args.out,
+                               scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_library=args.scribe_library,
+                               scribe_base_url=args.scribe_base_url, reliability_repeats=args.reliability_repeats,
+                               truth=args.truth, truth_map=args.truth_map, estimators=parse_estimators(args.estimators))
+    except (FileNotFoundError, ValueError) as exc:
+        fail(exc)
+    for name, m in summary["rewards"].items():
+        ca = m["credit_accuracy"]
+        print(f"{name:8s} credit accuracy {'–' if ca is None else f'{ca:.3f}'}")
+    for name, err in summary["errors"].items():
+        print(f"{name:8s} FAILED: {err}")
+    print(f"report: {Path(args.out) / 'ablation.md'}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from turngym.evals.report import compare_runs
+
+    try:
+        path = compare_runs(args.dirs, args.out)
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        fail(exc)
+    print(f"report: {path}")
+    return 0
+
+
+def _view(args: argparse.Namespace) -> int:
+    from turngym.evals.viewer import write_viewer
+
+    try:
+        path = write_viewer(args.episodes, args.out, ablation_dir=args.ablation, scores_path=args.scores)
+    except (FileNotFoundError, ValueError, OSError) as exc:
+        fail(exc)
+    print(f"viewer: {path} ({path.stat().st_size / 1e6:.1f} MB); open it in a browser")
+    return 0

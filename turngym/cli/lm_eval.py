@@ -1,0 +1,35 @@
+"""``turngym lm-eval-tasks`` (task YAMLs for turngym's benchmarks) and ``turngym lm-eval`` (lm-eval's own command line)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+COMMANDS = ("lm-eval-tasks", "lm-eval")
+
+
+def add_parser(sub: Any) -> None:
+    lt = sub.add_parser("lm-eval-tasks", help="write lm-eval task YAMLs for turngym's benchmarks")
+    lt.add_argument("--out", required=True, help="folder for the task YAMLs")
+    lt.add_argument("--datasets", default=None, help="comma-separated (default: all)")
+    lt.add_argument("--limit", type=int, default=None, help="items per task (default: all)")
+    lt.set_defaults(run=run)
+    # listed for --help only: main() hands `turngym lm-eval ARGS` to lm-eval's own parser before this one runs
+    sub.add_parser("lm-eval", add_help=False, help="lm-eval's own command line with the 'turngym' model registered")
+
+
+def run(args: argparse.Namespace) -> int:
+    from turngym.evals.lm_eval_bridge import write_tasks
+
+    names = write_tasks(args.out, args.datasets.split(",") if args.datasets else None, args.limit)
+    print(f"wrote {len(names)} tasks to {args.out}: {', '.join(names)}")
+    print(f"run: turngym lm-eval --include_path {args.out} --tasks {names[0]} --model turngym "
+          "--model_args backend=hf,pretrained=MODEL")
+    return 0
+
+
+def run_lm_eval(argv: list[str]) -> int:
+    from turngym.evals.lm_eval_bridge import main as lm_eval_main
+
+    lm_eval_main(argv)
+    return 0

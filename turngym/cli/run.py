@@ -1,0 +1,242 @@
+"""``turngym play``, ``rollout`` and ``eval``: the run commands, each a writer over one pipeline (turngym.evals.pipeline)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from turngym.cli._common import add_batching, add_env_args, add_model_args, fail
+
+COMMANDS = ("play", "rollout", "eval")
+
+
+def add_parser(sub: Any) -> None:
+    play = sub.add_parser("play", help="play one episode, printing each turn as it happens")
+    add_env_args(play)
+    add_model_args(play)
+    play.add_argument("--index", type=int, default=0, help="dataset item (file order)")
+    play.add_argument("--question", default=None, help="an ad-hoc question instead of a dataset item")
+    play.add_argument("--answer", action="append", default=None, help="gold answer for --question (repeatable)")
+    play.add_argument("--human", action="store_true", help="type the agent's actions yourself")
+    play.add_argument("--out", default=None, help="append the episode to this JSONL file")
+    play.set_defaults(run=run)
+
+    ro = sub.add_parser("rollout", help="play many episodes concurrently into a resumable JSONL file")
+    add_env_args(ro)
+    add_model_args(ro)
+    ro.add_argument("--out", required=True, type=Path, help="episodes JSONL (settings and subset are kept beside it)")
+    ro.add_argument("--limit", type=int, default=8, help="first N items (file order) from --start")
+    ro.add_argument("--start", type=int, default=0, help="first item (file order)")
+    ro.add_argument("--k", type=int, default=1, help="rollouts per item (one group)")
+    ro.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
+    add_batching(ro)
+    ro.add_argument("--overwrite", action="store_true",
+                    help="start fresh when --out holds episodes of other settings (they are moved aside, not deleted)")
+    ro.set_defaults(run=run)
+
+    ev = sub.add_parser("eval", help="evaluate a model on an env and dataset subset (resumable, shardable)")
+    add_env_args(ev)
+    add_model_args(ev, temperature=0.0)
+    ev.add_argument("--out", required=True, help="the run's folder (episodes, run.json, results, report, viewer)")
+    ev.add_argument("--limit", type=int, default=None, help="first N items (file order) from --start (default: all)")
+    ev.add_argument("--start", type=int, default=0, help="first item (file order)")
+    ev.add_argument("--subset", default=None, help="file of item ids or indices (JSON list or one per line)")
+    ev.add_argument("--k", type=int, default=1, help="samples per item (pass@k)")
+    ev.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
+    add_batching(ev)
+    ev.add_argument("--shard", default=None, metavar="I/N",
+                    help="play only slice I of N of the subset (every N-th item from the I-th); merge the N folders "
+                         "with --merge")
+    ev.add_argument("--merge", nargs="+", default=None, metavar="SHARD_DIR",
+                    help="merge the folders of --shard 1/N..N/N into --out (one run; nothing is played)")
+    ev.add_argument("--overwrite", action="store_true",
+                    help="start fresh when --out holds a run of other settings (its files are moved aside, not deleted)")
+    ev.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from turngym.agents.policy import PolicyError
+    from turngym.evals.pipeline import PipelineError
+
+    try:
+        return {"play": _play, "rollout": _rollout, "eval": _eval}[args.command](args)
+    except (PipelineError, PolicyError, FileNotFoundError) as exc:
+        fail(exc)
+
+
+def _spec(args: argparse.Namespace, env: str | None = None, dataset: str | None = None, **fields: Any):
+    from turngym.evals.pipeline import RunSpec, env_id, env_kwargs
+
+    kwargs = env_kwargs(args.env_arg, args.dataset if dataset is None else dataset, args.max_turns)
+    return RunSpec(env_id=env_id(env or args.env), env_kwargs=kwargs, model=args.model, base_url=args.base_url,
+                   server=args.server, prompt_format=args.prompt_format, max_new_tokens=args.max_new_tokens,
+                   temperature=args.temperature, seed=args.seed, **fields)
+
+
+# ----------------------------------------------------------------------------- play
+
+
+def _play(args: argparse.Namespace) -> int:
+    from turngym.agents.runner import RolloutTask
+    from turngym.cli._progress import TurnPrinter
+    from turngym.evals.pipeline import NoWriter, execute
+
+    if args.human:
+        return _play_human(args)
+    task = (RolloutTask(index=args.index) if args.question is None
+            else RolloutTask(task={"question": args.question, "answers": args.answer or []}))
+    spec = _spec(args, k=1, concurrency=1, tasks=[task])
+    printer = TurnPrinter()
+    outcome = execute(spec, NoWriter(), progress=printer)
+    [episode] = outcome.episodes
+    state = "terminated" if episode.terminated else "truncated"
+    print(f"\n=== {state} after {len(episode.turns)} turns; final answer {episode.final_answer!r}; "
+          f"gold {episode.task.get('answers')}; outcome {episode.outcome}")
+    if args.out:
+        from turngym.episode import EpisodeWriter
+
+        with EpisodeWriter(args.out) as w:
+            w.write(episode)
+        print(f"episode appended to {args.out}")
+    return 0
+
+
+def _play_human(args: argparse.Namespace) -> int:
+    from turngym.evals.pipeline import check_prompt_style, env_class, make_env
+
+    spec = _spec(args)
+    cls = env_class(spec.env_id)
+    kwargs = dict(spec.env_kwargs)
+    check_prompt_style(cls, spec.env_id, kwargs, "chat")
+    if cls.prompt_styles and "prompt_style" not in kwargs:
+        kwargs["prompt_style"] = "chat"
+    env = make_env(spec.env_id, kwargs)
+    options: dict[str, Any] = ({"index": args.index} if args.question is None
+                               else {"task": {"question": args.question, "answers": args.answer or []}})
+    obs, info = env.reset(seed=args.seed, options=options)
+    print(obs)
+    while True:
+        try:
+            action = input("\n[you] > ")
+        except EOFError:
+            print("\n(input closed)")
+            return 0
+        obs, reward, terminated, truncated, info = env.step(action)
+        print(f"[env] {obs}" if obs else "")
+        if terminated or truncated:
+            print(f"episode ended ({'terminated' if terminated else 'truncated'}); outcome: {info['outcome']}")
+            return 0
+
+
+# ----------------------------------------------------------------------------- rollout
+
+
+def _rollout(args: argparse.Namespace) -> int:
+    from turngym.agents.openai_compat import server_settings
+    from turngym.cli._progress import BarProgress
+    from turngym.episode import read_episodes
+    from turngym.evals.pipeline import JsonlWriter, PipelineError, env_id, env_kwargs, execute
+
+    spec = _spec(args, k=args.k, concurrency=args.concurrency, batching=args.batching, start=args.start, limit=args.limit)
+    try:
+        options = spec.server_options()
+    except ValueError as exc:
+        raise PipelineError(str(exc)) from None
+    settings = {"env": env_id(args.env), "env_kwargs": env_kwargs(args.env_arg), "dataset": args.dataset,
+                "max_turns": args.max_turns, "model": args.model, "base_url": args.base_url, "k": args.k,
+                "sampling": {"temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "seed": args.seed},
+                **server_settings(options)}
+    bar = BarProgress()
+    try:
+        outcome = execute(spec, JsonlWriter(args.out, settings), progress=bar, overwrite=args.overwrite)
+    finally:
+        bar.finish()
+    if outcome.note:
+        bar.stage(outcome.note)
+    report = read_episodes(args.out)
+    acc = [e.outcome.get("correct") for e in report.episodes if "correct" in e.outcome]
+    print(f"{len(outcome.episodes)} new episodes; {len(report.episodes)} in {args.out}"
+          + (f"; accuracy {sum(map(bool, acc)) / len(acc):.3f}" if acc else ""))
+    return 0
+
+
+# ----------------------------------------------------------------------------- eval
+
+
+def _eval(args: argparse.Namespace) -> int:
+    if args.merge:
+        return _merge(args)
+    if "," in args.env:  # several envs in one process: the model is loaded once and reused
+        return _eval_many(args)
+    from turngym.cli._progress import BarProgress
+    from turngym.evals.harness import run_eval
+    from turngym.evals.pipeline import Shard
+
+    spec = _spec(args, k=args.k, limit=args.limit, start=args.start, subset_file=args.subset,
+                 concurrency=args.concurrency, batching=args.batching,
+                 shard=Shard.parse(args.shard) if args.shard else None)
+    bar = BarProgress()
+    try:
+        results = run_eval(spec, args.out, progress=bar, overwrite=args.overwrite)
+    finally:
+        bar.finish()
+    _print_results(results, Path(args.out))
+    return 0
+
+
+def _print_results(results: dict[str, Any], out: Path, prefix: str = "") -> None:
+    from turngym.evals.report import format_metric
+
+    for name, m in results["metrics"].items():
+        print(f"{prefix}{name}: {format_metric(m)} (n={m['n']})")
+    if results.get("ungraded"):
+        print(f"ungraded: {results['ungraded']} episode(s) without a verdict, left out of the rates (see report.md)")
+    print(f"report: {out / 'report.md'}")
+
+
+def _eval_many(args: argparse.Namespace) -> int:
+    """``--env A[:dataset],B[:dataset] --out DIR``: every env checked first, the model loaded once and reused;
+    each env's results go to ``DIR/<env>[-<dataset>]``."""
+    from turngym.cli._progress import BarProgress
+    from turngym.evals.harness import run_eval
+    from turngym.evals.pipeline import PipelineError, load_policy, prepare, validate
+
+    if args.dataset:
+        fail("with several envs give each its dataset as --env NAME:DATASET, not --dataset")
+    if args.subset or args.shard:
+        fail("--subset and --shard name items of one dataset; evaluate several envs with --limit/--start")
+    runs = []
+    for part in (p.strip() for p in args.env.split(",") if p.strip()):
+        name, _, dataset = part.partition(":")
+        spec = _spec(args, env=name, dataset=dataset or "", k=args.k, limit=args.limit, start=args.start,
+                     concurrency=args.concurrency, batching=args.batching)
+        out = Path(args.out) / (spec.env_id.split("/")[-1] + (f"-{dataset}" if dataset else ""))
+        try:
+            validate(spec)
+            prepare(spec)
+        except PipelineError as exc:
+            fail(f"({spec.env_id}) {exc}")
+        runs.append((spec, out))
+    bar = BarProgress()
+    bar.stage(f"{len(runs)} envs checked; the model is loaded once for all of them")
+    policy = load_policy(runs[0][0], bar)
+    for spec, out in runs:
+        bar = BarProgress(desc=spec.env_id.split("/")[-1])
+        try:
+            results = run_eval(spec, out, policy=policy, progress=bar, overwrite=args.overwrite)
+        except PipelineError as exc:
+            fail(f"({spec.env_id}) {exc}")
+        finally:
+            bar.finish()
+        _print_results(results, out, prefix=f"{spec.env_id} ")
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from turngym.evals.harness import merge_shards
+
+    results = merge_shards(args.merge, args.out)
+    print(f"merged {len(args.merge)} shards: {results['episodes']} episodes")
+    _print_results(results, Path(args.out))
+    return 0
