@@ -13,7 +13,12 @@ env-derived per-turn truth (``retrieval_hit``: the search returned a passage hol
 
 Also reports how many episodes each configuration gives the format penalty.
 Writes ``igpo_credit_change.json`` and ``.md`` under ``--out``.
-Usage: python benchmarks/igpo_credit_change.py --episodes runs/sq/episodes.jsonl [--scorer qwen2.5-coder-0.5b-instruct]
+Real episodes rarely carry a useful search (on the main job's HotpotQA items most searches miss), so
+``--planted G`` scores the planted SearchQA sets of ``turngym creditbench`` instead (G groups per design,
+random and contrast; Search-R1 tags without a forced prefill, so there the format fix changes nothing:
+the real episodes show it, through the count of format penalties).
+Usage: python benchmarks/igpo_credit_change.py --episodes runs/sq/episodes.jsonl | --planted 4
+       [--scorer qwen2.5-coder-0.5b-instruct]
 """
 
 from __future__ import annotations
@@ -43,17 +48,20 @@ class RawActionFormatIGPO(IGPOReward):
         return super().outcome(ep, golds)
 
 
-def configurations(scorer) -> dict[str, tuple[IGPOReward, str]]:
-    before = dict(final_turn_gain=True, turn_limit_gains="keep", f1_golds="all")
-    return {"before (raw-action format check, ΔΦ_T, all golds)": (RawActionFormatIGPO(scorer=scorer, **before), "igpo_separate"),
-            "format fix only": (IGPOReward(scorer=scorer, **before), "igpo_separate"),
-            "defaults (IGPO repository)": (IGPOReward(scorer=scorer), "igpo"),
-            "defaults, igpo_separate estimator": (IGPOReward(scorer=scorer), "igpo_separate")}
+def configurations(scorer, tokens: str) -> dict[str, tuple[IGPOReward, str]]:
+    before = dict(scorer=scorer, tokens=tokens, final_turn_gain=True, turn_limit_gains="keep", f1_golds="all")
+    today = dict(scorer=scorer, tokens=tokens)
+    return {"before (raw-action format check, ΔΦ_T, all golds)": (RawActionFormatIGPO(**before), "igpo_separate"),
+            "format fix only": (IGPOReward(**before), "igpo_separate"),
+            "defaults (IGPO repository)": (IGPOReward(**today), "igpo"),
+            "defaults, igpo_separate estimator": (IGPOReward(**today), "igpo_separate")}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--episodes", required=True)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--episodes", help="recorded episodes (JSONL) with per-turn truth")
+    src.add_argument("--planted", type=int, help="groups per design of the planted SearchQA benchmark")
     ap.add_argument("--scorer", default="qwen2.5-coder-0.5b-instruct")
     ap.add_argument("--truth", default="retrieval_hit")
     ap.add_argument("--out", default="runs/igpo-change")
@@ -61,15 +69,23 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    groups = [list(g) for g in group_episodes(read_episodes(args.episodes).episodes)]
-    labels = [[turn_labels(e, args.truth) for e in g] for g in groups]
+    if args.episodes:
+        groups = [list(g) for g in group_episodes(read_episodes(args.episodes).episodes)]
+        labels = [[turn_labels(e, args.truth) for e in g] for g in groups]
+    else:
+        from turngym.evals.creditbench import BenchConfig, build
+
+        built = build(BenchConfig(envs=("searchqa",), groups=args.planted, k=4, designs=("random", "contrast")))
+        groups = [list(g) for sets in built.values() for g in sets]
+        labels = [[turn_labels(e, "planted") for e in g] for g in groups]
+        args.episodes, args.truth = f"planted SearchQA, {args.planted} groups per design", "planted"
     n_lab = sum(x is not None for g in labels for e in g for x in e)
     n_pos = sum(x == 1 for g in labels for e in g for x in e)
     print(f"{sum(map(len, groups))} episodes in {len(groups)} groups; {n_lab} labelled turns ({n_pos} useful)", flush=True)
     scorer = make_scorer(args.scorer)
     report = {"episodes": args.episodes, "scorer": args.scorer, "truth": args.truth, "labelled": n_lab,
               "useful": n_pos, "rows": {}}
-    for name, (reward, est) in configurations(scorer).items():
+    for name, (reward, est) in configurations(scorer, "ids" if args.episodes else "text").items():
         scored = [reward.score_group(reward_view(g)) for g in groups]
         penalised = sum(o == reward.format_penalty for s in scored for o in s.diagnostics["outcome"])
         row = estimator_scores([s.rewards for s in scored], labels, [est])[est]
