@@ -69,6 +69,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    tokens = "ids" if args.episodes else "text"  # planted episodes are text only: re-tokenised by the scorer
     if args.episodes:
         groups = [list(g) for g in group_episodes(read_episodes(args.episodes).episodes)]
         labels = [[turn_labels(e, args.truth) for e in g] for g in groups]
@@ -85,7 +86,7 @@ def main() -> None:
     scorer = make_scorer(args.scorer)
     report = {"episodes": args.episodes, "scorer": args.scorer, "truth": args.truth, "labelled": n_lab,
               "useful": n_pos, "rows": {}}
-    for name, (reward, est) in configurations(scorer, "ids" if args.episodes else "text").items():
+    for name, (reward, est) in configurations(scorer, tokens).items():
         scored = [reward.score_group(reward_view(g)) for g in groups]
         penalised = sum(o == reward.format_penalty for s in scored for o in s.diagnostics["outcome"])
         row = estimator_scores([s.rewards for s in scored], labels, [est])[est]
