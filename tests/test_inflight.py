@@ -1,0 +1,93 @@
+"""Many episodes in flight through the OpenAI-compatible backend (``OpenAICompatPolicy.stream``,
+the runner's ``batching="continuous"``), against a fake model behind a real loopback HTTP server
+(a real socket and real HTTP; only the model is fake, named as such)."""
+
+import dataclasses
+
+import pytest
+
+from conftest import FakeJSONServer
+from turngym.agents.openai_compat import OpenAICompatPolicy
+from turngym.agents.policy import GenerationRequest, PolicyError, SamplingParams
+from turngym.agents.runner import RolloutRunner
+from turngym.envs.calculator import CalculatorEnv
+
+
+def fake_calculator_model(fail_every=0, delay=0.0):
+    """A fake chat model: it computes with ``<calc>`` on its first turn and answers on its second;
+    every ``fail_every``-th request is answered 503 first (a busy server)."""
+
+    def reply(path, body, n):
+        if fail_every and n % fail_every == 0:
+            return 503, {"error": "busy"}
+        turns = sum(m["role"] == "assistant" for m in body["messages"])
+        text = "<calc>6*7</calc>" if turns == 0 else "<answer>42</answer>"
+        return 200, {"choices": [{"message": {"content": text}, "finish_reason": "stop"}]}
+
+    return FakeJSONServer(reply, delay=delay, get_reply=lambda path: (404, {"error": "no /models here"}))
+
+
+def comparable(ep):
+    d = dataclasses.asdict(ep)
+    d["meta"].pop("wall_ms", None)
+    for t in d["turns"]:
+        t.pop("latency_ms", None)
+    return d
+
+
+def play(server, batching, concurrency, n=24, retries=3):
+    pol = OpenAICompatPolicy(model="fake", base_url=server.url, server="openai", concurrency=concurrency,
+                             retries=retries, backoff_s=0.01)
+    runner = RolloutRunner(policy=pol, env_factory=lambda: CalculatorEnv(max_turns=4), concurrency=concurrency,
+                           batching=batching, sampling=SamplingParams(max_new_tokens=16))
+    try:
+        return sorted(runner.run(range(n)), key=lambda e: e.id)
+    finally:
+        pol.close()
+
+
+def test_continuous_over_http_keeps_every_slot_busy_and_matches_static():
+    server = fake_calculator_model(delay=0.05)
+    try:
+        streamed = play(server, "continuous", concurrency=24)
+        assert server.max_active == 24  # every episode's request was open at once, past the thread pool's 16
+    finally:
+        server.close()
+    server = fake_calculator_model()
+    try:
+        static = play(server, "static", concurrency=4)
+    finally:
+        server.close()
+    assert len(streamed) == 24 and all(len(e.turns) == 2 for e in streamed)
+    assert [comparable(e) for e in streamed] == [comparable(e) for e in static]
+
+
+def test_in_flight_requests_never_exceed_the_bound():
+    server = fake_calculator_model(delay=0.02)
+    try:
+        episodes = play(server, "continuous", concurrency=5, n=20)
+        assert len(episodes) == 20 and server.max_active <= 5 and len(server.requests) == 40
+    finally:
+        server.close()
+
+
+def test_busy_answers_are_retried_in_the_stream():
+    server = fake_calculator_model(fail_every=3)
+    try:
+        episodes = play(server, "continuous", concurrency=8, n=12)
+        assert len(episodes) == 12 and all(len(e.turns) == 2 and e.final_answer == "42" for e in episodes)
+        assert len(server.requests) > 24  # the 503s were asked again
+    finally:
+        server.close()
+
+
+def test_a_server_that_stays_busy_stops_the_stream_with_a_clear_error():
+    server = FakeJSONServer(lambda path, body, n: (503, {"error": "busy"}))
+    try:
+        pol = OpenAICompatPolicy(model="fake", base_url=server.url, server="openai", retries=2, backoff_s=0.01)
+        fed = iter([("a", GenerationRequest(messages=[{"role": "user", "content": "hi"}]))])
+        with pytest.raises(PolicyError, match=r"failed after 3 attempts: HTTP 503"):
+            pol.stream(lambda free: list(fed), lambda key, gen: None, SamplingParams(), 4)
+        assert len(server.requests) == 3
+    finally:
+        server.close()
