@@ -47,7 +47,7 @@ def play(server, batching, concurrency, n=24, retries=3):
 
 
 def test_continuous_over_http_keeps_every_slot_busy_and_matches_static():
-    server = fake_calculator_model(delay=0.05)
+    server = fake_calculator_model(delay=0.5)
     try:
         streamed = play(server, "continuous", concurrency=24)
         assert server.max_active == 24  # every episode's request was open at once, past the thread pool's 16
