@@ -3,6 +3,7 @@ the runner's ``batching="continuous"``), against a fake model behind a real loop
 (a real socket and real HTTP; only the model is fake, named as such)."""
 
 import dataclasses
+import threading
 
 import pytest
 
@@ -13,14 +14,17 @@ from turngym.agents.runner import RolloutRunner
 from turngym.envs.calculator import CalculatorEnv
 
 
-def fake_calculator_model(fail_every=0, delay=0.0):
+def fake_calculator_model(fail_every=0, delay=0.0, gather=None):
     """A fake chat model: it computes with ``<calc>`` on its first turn and answers on its second;
-    every ``fail_every``-th request is answered 503 first (a busy server)."""
+    every ``fail_every``-th request is answered 503 first (a busy server). ``gather``: a barrier every
+    first-turn request waits at, so none is answered until that many are open at once."""
 
     def reply(path, body, n):
         if fail_every and n % fail_every == 0:
             return 503, {"error": "busy"}
         turns = sum(m["role"] == "assistant" for m in body["messages"])
+        if gather is not None and turns == 0:
+            gather.wait()
         text = "<calc>6*7</calc>" if turns == 0 else "<answer>42</answer>"
         return 200, {"choices": [{"message": {"content": text}, "finish_reason": "stop"}]}
 
@@ -47,10 +51,11 @@ def play(server, batching, concurrency, n=24, retries=3):
 
 
 def test_continuous_over_http_keeps_every_slot_busy_and_matches_static():
-    server = fake_calculator_model(delay=0.5)
+    gather = threading.Barrier(24, timeout=60)  # broken (and the test failed) unless all 24 are open at once
+    server = fake_calculator_model(gather=gather)
     try:
-        streamed = play(server, "continuous", concurrency=24)
-        assert server.max_active == 24  # every episode's request was open at once, past the thread pool's 16
+        streamed = play(server, "continuous", concurrency=24)  # past the 16 threads of generate()'s pool
+        assert not gather.broken
     finally:
         server.close()
     server = fake_calculator_model()
