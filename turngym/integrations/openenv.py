@@ -55,9 +55,11 @@ class TurnObservation(Observation):
 
 
 class TurnState(State):
-    """The env id and the episode record (``Episode.to_dict``; labels only once the episode has ended)."""
+    """The env id, its dataset's name and the episode record (``Episode.to_dict``; labels only once
+    the episode has ended)."""
 
     env_id: str = ""
+    dataset_name: str = ""
     episode: dict[str, Any] | None = None
 
 
@@ -125,7 +127,7 @@ class TurngymEnvironment(Environment[TurnAction, TurnObservation, TurnState]):
             if not ep.done:  # the labels stay on the server until the episode is graded
                 record["task"] = self.env.unwrapped.public_task(ep.task)
         return TurnState(episode_id=None if ep is None else ep.id, step_count=self._steps, env_id=self.env_id,
-                         episode=record)
+                         dataset_name=str(getattr(self.env.unwrapped, "dataset_name", "") or ""), episode=record)
 
     def get_metadata(self) -> EnvironmentMetadata:
         return EnvironmentMetadata(name=self.env_id, description=(type(self.env.unwrapped).__doc__ or "").strip()[:500],
@@ -222,6 +224,9 @@ class OpenEnvTextEnv(TextEnv):
         self.stop, self.observation_role, self.reward_needs = tuple(stop), observation_role, reward_needs
         self.client = GenericEnvClient(base_url=base_url, message_timeout_s=message_timeout_s).sync()
         self.client.connect()
+        if served_by_turngym:  # ids of groups and episodes name the served env, as in-process
+            state = self.client.state()
+            self.env_name, self.dataset_name = state["env_id"], state["dataset_name"]
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         gymnasium.Env.reset(self, seed=seed)
