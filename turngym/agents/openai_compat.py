@@ -186,20 +186,26 @@ class OpenAICompatPolicy:
                         resp = self._client.post(path, json=body) if method == "POST" else self._client.get(path)
                     except httpx.HTTPError as exc:
                         raise _Transient(self._transport_reason(exc)) from exc
-                    return self._answer(path, resp)
+                    return self._answer(path, resp.status_code, resp.text)
         except RetryError as exc:
             raise self._gave_up(exc) from None
         raise AssertionError("unreachable: tenacity returns or raises")
 
-    async def _arequest(self, client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _arequest(self, session: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One POST on an aiohttp session, retried as :meth:`_request`."""
+        import aiohttp
+
         try:
             async for attempt in self._retrying(AsyncRetrying):
                 with attempt:
                     try:
-                        resp = await client.post(path, json=body)
-                    except httpx.HTTPError as exc:
-                        raise _Transient(self._transport_reason(exc)) from exc
-                    return self._answer(path, resp)
+                        async with session.post(self.base_url + path, json=body) as resp:
+                            status, text = resp.status, await resp.text()
+                    except TimeoutError as exc:
+                        raise _Transient(f"no answer within {self.timeout_s:g} s") from exc
+                    except aiohttp.ClientError as exc:
+                        raise _Transient(f"cannot connect ({type(exc).__name__}: {exc})") from exc
+                    return self._answer(path, status, text)
         except RetryError as exc:
             raise self._gave_up(exc) from None
         raise AssertionError("unreachable: tenacity returns or raises")
@@ -209,16 +215,16 @@ class OpenAICompatPolicy:
             return f"no answer within {self.timeout_s:g} s"
         return f"cannot connect ({type(exc).__name__}: {exc})"
 
-    def _answer(self, path: str, resp: httpx.Response) -> dict[str, Any]:
+    def _answer(self, path: str, status: int, text: str) -> dict[str, Any]:
         """The JSON of a 200; a transient status to retry; any other status a :class:`PolicyError`."""
-        if resp.status_code == 200:
+        if status == 200:
             try:
-                return resp.json()
+                return json.loads(text)
             except ValueError:
                 raise PolicyError(f"{self.base_url}{path} answered 200 with a body that is not JSON") from None
-        if resp.status_code in _RETRY_STATUS:
-            raise _Transient(f"HTTP {resp.status_code}")
-        raise PolicyError(f"{self.base_url}{path} answered HTTP {resp.status_code}: {resp.text[:300]}")
+        if status in _RETRY_STATUS:
+            raise _Transient(f"HTTP {status}")
+        raise PolicyError(f"{self.base_url}{path} answered HTTP {status}: {text[:300]}")
 
     def _gave_up(self, exc: RetryError) -> PolicyError:
         last = exc.last_attempt.exception()
@@ -228,21 +234,23 @@ class OpenAICompatPolicy:
         """The runner's continuous loop over HTTP: up to ``max_rows`` requests in flight at once.
 
         ``feed(free)`` gives up to ``free`` new ``(key, request)`` pairs; ``deliver(key, generation)``
-        steps that episode and returns its next request or None. Both run on one worker thread, one
-        call at a time (the runner's state is not shared between threads), while the event loop
-        keeps every other request moving; a slot is refilled as soon as its reply is delivered
-        (back-pressure: never more than ``max_rows`` requests open). A request that fails for good
-        raises its :class:`PolicyError` here, after the requests in flight are cancelled."""
+        steps that episode and returns its next request or None. Both are called on this thread,
+        between awaits of the event loop (the runner's state is never shared between threads; the
+        requests in flight keep going on the server meanwhile, as the static runner's replies wait
+        while it steps envs); a slot is refilled as soon as its reply is delivered (back-pressure:
+        never more than ``max_rows`` requests open). A request that fails for good raises its
+        :class:`PolicyError` here, after the requests in flight are cancelled."""
         if max_rows < 1:
             raise ValueError("max_rows must be >= 1")
         self.server_kind  # noqa: B018 - asked once, before the loop (a blocking GET)
         asyncio.run(self._stream(feed, deliver, sampling, max_rows))
 
     async def _stream(self, feed: Any, deliver: Any, sampling: SamplingParams, max_rows: int) -> None:
-        loop = asyncio.get_running_loop()
-        limits = httpx.Limits(max_connections=max_rows, max_keepalive_connections=max_rows)
+        # aiohttp, not httpx: httpx's async pool spends time quadratic in its open connections, so it
+        # served 8x fewer requests/s at 64 in flight (benchmarks/inflight.py)
+        import aiohttp
+
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        callbacks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turngym-stream")
 
         async def one(key: Hashable, req: GenerationRequest) -> tuple[Hashable, Generation]:
             start = time.perf_counter()
@@ -253,27 +261,24 @@ class OpenAICompatPolicy:
 
         inflight: set[asyncio.Task] = set()
         try:
-            async with httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout_s, headers=headers,
-                                         limits=limits) as client:
-                for key, req in await loop.run_in_executor(callbacks, feed, max_rows):
-                    inflight.add(asyncio.create_task(one(key, req)))
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=max_rows), headers=headers,
+                                             timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as client:
+                inflight.update(asyncio.create_task(one(key, req)) for key, req in feed(max_rows))
                 while inflight:
                     done, inflight = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
                     for task in done:
                         key, gen = task.result()
-                        nxt = await loop.run_in_executor(callbacks, deliver, key, gen)
+                        nxt = deliver(key, gen)
                         if nxt is not None:
                             inflight.add(asyncio.create_task(one(key, nxt)))
                     free = max_rows - len(inflight)
                     if free > 0:
-                        for key, req in await loop.run_in_executor(callbacks, feed, free):
-                            inflight.add(asyncio.create_task(one(key, req)))
+                        inflight.update(asyncio.create_task(one(key, req)) for key, req in feed(free))
         finally:
             for task in inflight:
                 task.cancel()
             if inflight:
                 await asyncio.gather(*inflight, return_exceptions=True)
-            callbacks.shutdown(wait=True)
 
     def close(self) -> None:
         self._client.close()
