@@ -203,3 +203,47 @@ def test_an_outside_env_is_recorded_from_the_fields_it_is_told_to_read():
                 other.close()
     finally:
         server.close()
+
+
+@pytest.mark.slow
+def test_one_trl_training_step_on_an_openenv_env(tmp_path):
+    """TRL's OpenEnv path: GRPOTrainer's ``rollout_func`` (turngym's TurnGRPOTrainer) plays its rollouts on
+    an OpenEnv server, one real optimiser step on a tiny random model."""
+    import math
+    import os
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig
+
+    from turngym.agents.tiny import tiny_model_dir
+    from turngym.rewards import get_reward
+    from turngym.training.trainer import TurnGRPOTrainer, task_dataset
+
+    server = Served("Calculator-v0", max_turns=2)
+    envs = []
+
+    def remote():
+        envs.append(OpenEnvTextEnv(server.url))
+        return envs[-1]
+
+    try:
+        d = str(tiny_model_dir(chat=True))
+        torch.manual_seed(0)
+        model, tok = AutoModelForCausalLM.from_pretrained(d), AutoTokenizer.from_pretrained(d)
+        before = [p.detach().clone() for p in model.parameters()]
+        args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
+                          max_completion_length=16, max_steps=1, logging_steps=1, report_to="none", use_cpu=True,
+                          learning_rate=1e-2, save_strategy="no", seed=0, temperature=1.0)
+        tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=remote, reward=get_reward("outcome"),
+                             args=args, train_dataset=task_dataset(range(4)), estimator="turn")
+        tr.train()
+    finally:
+        for env in envs:
+            env.close()
+        server.close()
+    assert tr.state.global_step == 1 and all(math.isfinite(h.get("loss", 0.0)) for h in tr.state.log_history)
+    played = [e.episode for e in envs if e.episode is not None]  # (one env only told the runner its stop strings)
+    assert played and all(ep.env_id == "turngym/Calculator-v0" and ep.done and ep.prompt_ids for ep in played)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))  # the step moved weights
