@@ -64,9 +64,9 @@ def served(request):
     server.close()
 
 
-def reference(env_id, index, actions, seed=7):
+def reference(env_id, index, actions, seed=7, **env_kwargs):
     """The episode in-process: what reset and each step return, and the record."""
-    env = gymnasium.make(env_id)
+    env = gymnasium.make(env_id, **env_kwargs)
     obs, info = env.reset(seed=seed, options={"index": index, "episode_id": "ep-1"})
     steps = [(obs, 0.0, False, False, info)]
     for a in actions:
@@ -105,6 +105,26 @@ def test_openenv_generic_client_plays_the_same_episode_as_gymnasium(served):
         state = client.state()
     assert state["env_id"] == env_id and state["step_count"] == len(got)
     assert record(state["episode"]) == record(ep.to_dict())  # the graded record, labels and outcome included
+
+
+def test_mathcode_through_openenv_runs_its_cells_in_the_session_sandbox():
+    """MathCode-v0 (a sandboxed interpreter per episode): state kept across cells, the same episode."""
+    actions = ["```python\nx = 6 * 7\nprint(x)\n```", "```python\nprint(x + 1)\n```", "So \\boxed{43}"]
+    expected, ep = reference("turngym/MathCode-v0", 0, actions, dataset="gsm8k", max_turns=4)
+    server = Served("MathCode-v0", dataset="gsm8k", max_turns=4)
+    try:
+        with GenericEnvClient(base_url=server.url).sync() as client:
+            client.reset(seed=7, index=0, episode_id="ep-1")
+            got = [client.step({"text": a}) for a in actions]
+            state = client.state()
+    finally:
+        server.close()
+    assert [r.observation["text"] for r in got] == [s[0] for s in expected[1:]]
+    assert "43" in got[1].observation["text"]  # x survived from the first cell
+    theirs, mine = record(state["episode"]), record(ep.to_dict())
+    # the sandbox record describes each process's own pool (its size, its cgroup); the isolation is the same
+    assert theirs["meta"].pop("sandbox")["isolation"] == mine["meta"].pop("sandbox")["isolation"]
+    assert theirs == mine and theirs["outcome"]["correct"] is False and theirs["final_answer"] == "43"
 
 
 def test_typed_client_round_trips_typed_models():
@@ -221,7 +241,7 @@ def test_one_trl_training_step_on_an_openenv_env(tmp_path):
     from turngym.rewards import get_reward
     from turngym.training.trainer import TurnGRPOTrainer, task_dataset
 
-    server = Served("Calculator-v0", max_turns=2)
+    server = Served("Digits-v0")  # rewards a random model varies on (the share of digits), so advantages are not all 0
     envs = []
 
     def remote():
@@ -245,5 +265,5 @@ def test_one_trl_training_step_on_an_openenv_env(tmp_path):
         server.close()
     assert tr.state.global_step == 1 and all(math.isfinite(h.get("loss", 0.0)) for h in tr.state.log_history)
     played = [e.episode for e in envs if e.episode is not None]  # (one env only told the runner its stop strings)
-    assert played and all(ep.env_id == "turngym/Calculator-v0" and ep.done and ep.prompt_ids for ep in played)
+    assert played and all(ep.env_id == "turngym/Digits-v0" and ep.done and ep.prompt_ids for ep in played)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))  # the step moved weights
