@@ -15,6 +15,10 @@ replies (a saturated server), default: no cap.
 
     python benchmarks/inflight.py                  # 8, 64, 256 in flight, 100 ms per reply
     python benchmarks/inflight.py --levels 8 64 256 512 --latency 0.05
+    python benchmarks/inflight.py --base-url http://HOST:8000/v1 --model NAME   # a real server instead
+
+Against a real server the replies are the model's (episodes end when it answers or at 4 turns),
+so there is no ideal column; compare the arms.
 """
 
 from __future__ import annotations
@@ -81,20 +85,20 @@ def wait_up(port: int, proc: subprocess.Popen) -> None:
     raise SystemExit("the fake server did not come up")
 
 
-def one_run(url: str, level: int, episodes: int, batching: str) -> float:
+def one_run(url: str, level: int, episodes: int, batching: str, model: str = "fake") -> float:
     from turngym.agents.openai_compat import OpenAICompatPolicy
     from turngym.agents.policy import SamplingParams
     from turngym.agents.runner import RolloutRunner
     from turngym.envs.calculator import CalculatorEnv
 
-    policy = OpenAICompatPolicy(model="fake", base_url=url, server="openai", concurrency=level, timeout_s=300)
+    policy = OpenAICompatPolicy(model=model, base_url=url, server="openai", concurrency=level, timeout_s=300)
     runner = RolloutRunner(policy=policy, env_factory=lambda: CalculatorEnv(max_turns=4), concurrency=level,
                            batching=batching, sampling=SamplingParams(max_new_tokens=16))
     start = time.perf_counter()
     done = runner.run(range(episodes))
     wall = time.perf_counter() - start
     policy.close()
-    assert len(done) == episodes and all(len(e.turns) == 2 for e in done)
+    assert len(done) == episodes and (model != "fake" or all(len(e.turns) == 2 for e in done))
     return episodes / wall
 
 
@@ -106,37 +110,45 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="alternating repeats per arm (default: %(default)s)")
     ap.add_argument("--server-slots", type=int, default=None, help="cap on the fake's concurrent replies")
     ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--base-url", default=None, help="a real OpenAI-compatible server instead of the fake")
+    ap.add_argument("--model", default="fake", help="the served model's name (with --base-url)")
     ap.add_argument("--serve-fake", type=int, default=None, help=argparse.SUPPRESS)  # the child process
     args = ap.parse_args()
     if args.serve_fake is not None:
         serve_fake(args.serve_fake, args.latency, args.server_slots)
         return
-    port = free_port()
-    cmd = [sys.executable, __file__, "--serve-fake", str(port), "--latency", str(args.latency)]
-    if args.server_slots:
-        cmd += ["--server-slots", str(args.server_slots)]
-    proc = subprocess.Popen(cmd, env={**os.environ})
+    proc = None
+    if args.base_url:
+        url = args.base_url
+    else:
+        port = free_port()
+        cmd = [sys.executable, __file__, "--serve-fake", str(port), "--latency", str(args.latency)]
+        if args.server_slots:
+            cmd += ["--server-slots", str(args.server_slots)]
+        proc = subprocess.Popen(cmd, env={**os.environ})
+        url = f"http://127.0.0.1:{port}/v1"
     rows = []
     try:
-        wait_up(port, proc)
-        url = f"http://127.0.0.1:{port}/v1"
-        one_run(url, 8, 8, "continuous")  # warm-up: imports, first connections
+        if proc is not None:
+            wait_up(port, proc)
+        one_run(url, 8, 8, "continuous", args.model)  # warm-up: imports, first connections
         for level in args.levels:
             n = args.rounds * level
             rates: dict[str, list[float]] = {"static": [], "continuous": []}
             for _ in range(args.repeats):
                 for arm in ("static", "continuous"):
-                    rates[arm].append(one_run(url, level, n, arm))
+                    rates[arm].append(one_run(url, level, n, arm, args.model))
             best = {arm: max(v) for arm, v in rates.items()}
-            ideal = level / (len(SCRIPT) * args.latency)
+            ideal = level / (len(SCRIPT) * args.latency) if proc is not None else float("nan")
             rows.append({"in_flight": level, "episodes": n, "static_eps": round(best["static"], 1),
                          "stream_eps": round(best["continuous"], 1), "ideal_eps": round(ideal, 1),
                          "stream_vs_static": round(best["continuous"] / best["static"], 2),
                          "stream_of_ideal": round(best["continuous"] / ideal, 2)})
             print(json.dumps(rows[-1]), flush=True)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
     print("\n| in flight | episodes | static ep/s | stream ep/s | ideal ep/s | stream/static | stream/ideal |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
