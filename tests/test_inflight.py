@@ -96,3 +96,24 @@ def test_a_server_that_stays_busy_stops_the_stream_with_a_clear_error():
         assert len(server.requests) == 3
     finally:
         server.close()
+
+
+from test_openai_server import served  # noqa: E402,F401 - the real server fixture (transformers serve)
+
+
+def test_continuous_against_a_real_server_plays_the_episodes_static_plays(served):  # noqa: F811
+    """``transformers serve`` (a real OpenAI-compatible server, a tiny random model): the stream gives every
+    episode, and at temperature 0 the same replies as the static path (the server answers one request at a
+    time, so greedy replies do not depend on what else is in flight)."""
+    url, model = served
+    out = {}
+    for batching in ("static", "continuous"):
+        pol = OpenAICompatPolicy(model=model, base_url=url, server="openai", concurrency=4)
+        runner = RolloutRunner(pol, lambda: CalculatorEnv(max_turns=2), SamplingParams(max_new_tokens=6, temperature=0),
+                               concurrency=4, batching=batching)
+        try:
+            out[batching] = sorted(runner.run(range(6)), key=lambda e: e.id)
+        finally:
+            pol.close()
+    assert len(out["continuous"]) == 6 and all(ep.done for ep in out["continuous"])
+    assert [[t.action for t in ep.turns] for ep in out["continuous"]] == [[t.action for t in ep.turns] for ep in out["static"]]
