@@ -1,3 +1,2 @@
-"""turngym envs and rewards reached from other stacks: OpenEnv servers (:mod:`.openenv`) and
-verifiers environments (:mod:`.verifiers_env`). Each module imports its stack's package only
-when used, so turngym itself never needs either (extras ``[openenv]`` and ``[verifiers]``)."""
+"""turngym envs reached from other stacks: OpenEnv servers and clients (:mod:`.openenv`, the
+``[openenv]`` extra). A module here imports its stack's package, so turngym itself never needs it."""
