@@ -3,6 +3,7 @@ the runner's ``batching="continuous"``), against a fake model behind a real loop
 (a real socket and real HTTP; only the model is fake, named as such)."""
 
 import dataclasses
+import json
 import threading
 
 import pytest
@@ -14,14 +15,21 @@ from turngym.agents.runner import RolloutRunner
 from turngym.envs.calculator import CalculatorEnv
 
 
-def fake_calculator_model(fail_every=0, delay=0.0, gather=None):
-    """A fake chat model: it computes with ``<calc>`` on its first turn and answers on its second;
-    every ``fail_every``-th request is answered 503 first (a busy server). ``gather``: a barrier every
-    first-turn request waits at, so none is answered until that many are open at once."""
+def fake_calculator_model(fail_first_try=False, delay=0.0, gather=None):
+    """A fake chat model: it computes with ``<calc>`` on its first turn and answers on its second.
+    ``fail_first_try``: every distinct request is answered 503 (a busy server) the first time it is
+    sent. ``gather``: a barrier every first-turn request waits at, so none is answered until that many
+    are open at once."""
+    seen, lock = set(), threading.Lock()
 
     def reply(path, body, n):
-        if fail_every and n % fail_every == 0:
-            return 503, {"error": "busy"}
+        if fail_first_try:
+            key = json.dumps(body["messages"], sort_keys=True)
+            with lock:
+                first = key not in seen
+                seen.add(key)
+            if first:
+                return 503, {"error": "busy"}
         turns = sum(m["role"] == "assistant" for m in body["messages"])
         if gather is not None and turns == 0:
             gather.wait()
@@ -77,11 +85,11 @@ def test_in_flight_requests_never_exceed_the_bound():
 
 
 def test_busy_answers_are_retried_in_the_stream():
-    server = fake_calculator_model(fail_every=3)
+    server = fake_calculator_model(fail_first_try=True)
     try:
         episodes = play(server, "continuous", concurrency=8, n=12)
         assert len(episodes) == 12 and all(len(e.turns) == 2 and e.final_answer == "42" for e in episodes)
-        assert len(server.requests) > 24  # the 503s were asked again
+        assert len(server.requests) == 48  # each of the 24 requests: a 503, then asked again
     finally:
         server.close()
 
