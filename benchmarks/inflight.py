@@ -43,19 +43,36 @@ def fake_app(latency: float, slots: int | None):
     from starlette.routing import Route
 
     gate = asyncio.Semaphore(slots) if slots else None
+    open_now = {"n": 0, "peak": 0}  # requests being answered; the most at once since the last /peak
 
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
         turns = sum(m["role"] == "assistant" for m in body["messages"])
         text = SCRIPT[min(turns, len(SCRIPT) - 1)]
-        if gate is not None:
-            async with gate:
+        open_now["n"] += 1
+        open_now["peak"] = max(open_now["peak"], open_now["n"])
+        try:
+            if gate is not None:
+                async with gate:
+                    await asyncio.sleep(latency)
+            else:
                 await asyncio.sleep(latency)
-        else:
-            await asyncio.sleep(latency)
+        finally:
+            open_now["n"] -= 1
         return JSONResponse({"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]})
 
-    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    async def peak(request: Request) -> JSONResponse:
+        seen, open_now["peak"] = open_now["peak"], 0
+        return JSONResponse({"peak": seen})
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/peak", peak)])
+
+
+def server_peak(url: str) -> int:
+    """The fake's most requests open at once since it was last asked (then reset)."""
+    import httpx
+
+    return httpx.get(url.rsplit("/v1", 1)[0] + "/peak", timeout=30).json()["peak"]
 
 
 def serve_fake(port: int, latency: float, slots: int | None) -> None:
@@ -135,25 +152,32 @@ def main() -> None:
         for level in args.levels:
             n = args.rounds * level
             rates: dict[str, list[float]] = {"static": [], "continuous": []}
+            peaks: dict[str, int] = {"static": 0, "continuous": 0}
             for _ in range(args.repeats):
                 for arm in ("static", "continuous"):
+                    if proc is not None:
+                        server_peak(url)
                     rates[arm].append(one_run(url, level, n, arm, args.model))
+                    if proc is not None:
+                        peaks[arm] = max(peaks[arm], server_peak(url))
             best = {arm: max(v) for arm, v in rates.items()}
             ideal = level / (len(SCRIPT) * args.latency) if proc is not None else float("nan")
             rows.append({"in_flight": level, "episodes": n, "static_eps": round(best["static"], 1),
                          "stream_eps": round(best["continuous"], 1), "ideal_eps": round(ideal, 1),
                          "stream_vs_static": round(best["continuous"] / best["static"], 2),
-                         "stream_of_ideal": round(best["continuous"] / ideal, 2)})
+                         "stream_of_ideal": round(best["continuous"] / ideal, 2),
+                         "peak_open_static": peaks["static"], "peak_open_stream": peaks["continuous"]})
             print(json.dumps(rows[-1]), flush=True)
     finally:
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=30)
-    print("\n| in flight | episodes | static ep/s | stream ep/s | ideal ep/s | stream/static | stream/ideal |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n| in flight | episodes | static ep/s | stream ep/s | ideal ep/s | stream/static | stream/ideal "
+          "| most open at once (static, stream) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['in_flight']} | {r['episodes']} | {r['static_eps']} | {r['stream_eps']} | {r['ideal_eps']} | "
-              f"{r['stream_vs_static']}× | {r['stream_of_ideal']} |")
+              f"{r['stream_vs_static']}× | {r['stream_of_ideal']} | {r['peak_open_static']}, {r['peak_open_stream']} |")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"latency_s": args.latency, "rows": rows}, fh, indent=1)
