@@ -81,7 +81,9 @@ class OpenAICompatPolicy:
         self.base_url = self.base_url.rstrip("/")
         self.name = self.model
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout_s, headers=headers)
+        # as many connections as threads (httpx's default pool holds 100: more threads would queue for one)
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout_s, headers=headers, limits=limits)
 
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
         with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(requests)))) as pool:
