@@ -34,8 +34,8 @@ def replay_texts(env: BFCLEnv) -> list[list[list[str]]]:
     out = []
     for i in range(env.num_items()):
         env.reset(options={"index": i})
-        gt = env.data.answers[env._entry["id"]]
-        out.append([([render_prompting(calls_from_strings(t, env._session.parameters))] if t else []) + [END_TURN]
+        gt = env.data.answers[env.context.entry["id"]]
+        out.append([([render_prompting(calls_from_strings(t, env.session.parameters))] if t else []) + [END_TURN]
                     for t in gt])
     env.close()
     return out
@@ -71,7 +71,7 @@ def step_latency(rounds: int, n: int = 300) -> tuple[float, float]:
             for _ in range(20):
                 env.step("[ls()]")
             spent += time.perf_counter() - t0
-        entry = env._entry
+        entry = env.context.entry
         env_ms.append(spent * 1000 / (n // 20 * 20))
         key = f"bench_{uuid.uuid4().hex}"
         t0 = time.perf_counter()

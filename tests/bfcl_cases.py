@@ -10,9 +10,16 @@ import json
 import re
 from typing import Any
 
-from turngym.envs.bfcl.calls import calls_from_strings, render_native, render_prompting
+from turngym.envs.bfcl.calls import calls_from_strings, render_prompting
 
 END_TURN = "I have finished this request."
+
+
+def render_native(calls: list[dict[str, dict[str, Any]]], name_map: dict[str, str] | None = None) -> str:
+    """Calls as Hermes ``<tool_call>`` blocks (``name_map``: original -> tool name)."""
+    return "\n".join(
+        "<tool_call>" + json.dumps({"name": (name_map or {}).get(name, name), "arguments": args}) + "</tool_call>"
+        for c in calls for name, args in c.items())
 
 
 # ------------------------------------------------------------------ multi-turn

@@ -13,7 +13,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from trl import GRPOConfig  # noqa: E402
 
 from turngym.episode import Episode, Turn  # noqa: E402
-from turngym.rewards import get_reward  # noqa: E402
+from turngym.rewards import GroupReward, get_reward  # noqa: E402
 from turngym.training.advantages import EGPO_ALPHA, EGPO_KAPPA, entropy_enhanced, get_estimator  # noqa: E402
 
 
@@ -159,12 +159,15 @@ def test_ttrl_trainer_plays_the_vote_pool_and_trains_the_group(tmp_path):
 
     seen = {}
 
-    class RecordingTTRL:
+    class RecordingTTRL(GroupReward):
         """The real TTRL reward, recording the pool it was given (a spy, not a fake)."""
 
         name = "ttrl"
-        n_votes = 6
+        estimator = "grpo"
         inner = get_reward("ttrl", n_votes=6)
+
+        def vote_pool(self):
+            return self.inner.vote_pool()
 
         def score_group(self, episodes, vote_pool=None):
             seen.setdefault("pools", []).append((len(episodes), len(vote_pool or [])))

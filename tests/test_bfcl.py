@@ -28,7 +28,7 @@ def play_multi_turn(env: BFCLEnv, index: int, steps_per_turn, tool_format: str):
     env.reset(options={"index": index})
     info = {}
     texts = [t for steps in steps_per_turn
-             for t in render_steps(steps, tool_format, {v: k for k, v in env._name_map.items()})]
+             for t in render_steps(steps, tool_format, {v: k for k, v in env.context.name_map.items()})]
     for text in texts:
         _, _, term, trunc, info = env.step(text)
         if term or trunc:
@@ -45,9 +45,9 @@ def replay_ground_truth(env: BFCLEnv, index: int) -> dict:
     """Play entry ``index``'s ground truth (one step per user turn, then a reply without calls)."""
     env.reset(options={"index": index})
     info: dict = {}
-    for turn in env.data.answers[env._entry["id"]]:
+    for turn in env.data.answers[env.context.entry["id"]]:
         if turn:
-            env.step(render_prompting(calls_from_strings(turn, env._session.parameters)))
+            env.step(render_prompting(calls_from_strings(turn, env.session.parameters)))
         _, _, _, _, info = env.step(END_TURN)
     return info
 
@@ -57,12 +57,12 @@ def multi_turn_parity(category: str, tool_format: str, indices) -> dict[str, int
     counts = {"valid": 0, "invalid": 0}
     for i in indices:
         env.reset(options={"index": i})
-        entry_id = env._entry["id"]
+        entry_id = env.context.entry["id"]
         gt = env.data.answers[entry_id]
-        params, methods = env._session.parameters, sorted(env._session.methods)
+        params, methods = env.session.parameters, sorted(env.session.methods)
         for name, steps in multi_turn_mutations(gt, params, methods, seed=i).items():
             outcome, raw = play_multi_turn(env, i, steps, tool_format)
-            ref = official_multi_turn(category, raw, env.data.checker_entries[i], gt, tool_format, env._name_map)
+            ref = official_multi_turn(category, raw, env.data.checker_entries[i], gt, tool_format, env.context.name_map)
             assert outcome["bfcl_valid"] == ref["valid"], (entry_id, name, outcome, ref.get("error"))
             if name == "correct":
                 assert outcome["bfcl_valid"], (entry_id, name, outcome)
@@ -116,8 +116,8 @@ def test_all_ground_truths_replayed_through_the_env_are_valid(category):
     env = BFCLEnv(category=category)
     for i in range(env.num_items()):
         info = replay_ground_truth(env, i)
-        gt = env.data.answers[env._entry["id"]]
-        assert env.episode.terminated and info["outcome"]["bfcl_valid"], (env._entry["id"], info["outcome"])
+        gt = env.data.answers[env.context.entry["id"]]
+        assert env.episode.terminated and info["outcome"]["bfcl_valid"], (env.context.entry["id"], info["outcome"])
         checks = [t.metrics for t in env.episode.turns if "bfcl_checked" in t.metrics]
         assert len(checks) == len(gt)
         assert all(c["bfcl_turn_valid"] for c in checks if c["bfcl_checked"])
@@ -133,15 +133,15 @@ def test_multi_turn_verdicts_equal_bfcl_eval_on_every_entry(category, tool_forma
 def test_per_turn_checks_record_state_and_response():
     env = BFCLEnv(category="multi_turn_base")
     env.reset(options={"index": 0})
-    gt = env.data.answers[env._entry["id"]]
-    env.step(render_prompting(calls_from_strings(gt[0], env._session.parameters)[:-1]))  # drop the last call
+    gt = env.data.answers[env.context.entry["id"]]
+    env.step(render_prompting(calls_from_strings(gt[0], env.session.parameters)[:-1]))  # drop the last call
     _, _, _, _, info = env.step(END_TURN)
     closing = env.episode.turns[-1].metrics
     assert closing["bfcl_checked"] and closing["bfcl_turn_valid"] is False
     assert closing["bfcl_error_type"] == "multi_turn:instance_state_mismatch"
     assert env.episode.turns[0].metrics["tool_ok"] is True
     assert info["turn"]["observation_role"] == "user"
-    assert info["turn"]["observation"] == env._entry["question"][1][0]["content"]
+    assert info["turn"]["observation"] == env.context.entry["question"][1][0]["content"]
 
 
 def test_step_cap_force_quits_like_bfcl():
@@ -160,7 +160,7 @@ def test_step_cap_force_quits_like_bfcl():
 def test_miss_func_turn_brings_the_held_out_functions_back():
     env = BFCLEnv(category="multi_turn_miss_func")
     env.reset(options={"index": 0})
-    holdout = env._entry["missed_function"]
+    holdout = env.context.entry["missed_function"]
     turn = int(next(iter(holdout)))
     name = holdout[str(turn)][0]["name"]
     obs = ""
@@ -177,7 +177,7 @@ def test_episodes_of_the_same_entry_are_isolated_and_cleaned_up():
     obs_b, *_ = b.step("[ls()]")
     obs_a, *_ = a.step("[ls()]")
     assert "only_in_a" in obs_a and "only_in_a" not in obs_b
-    key = a._session.key
+    key = a.session.key
     store = vars(bfcl()["multi_turn_utils"])
     assert any(n.startswith(key) for n in store)
     a.close()
@@ -209,17 +209,17 @@ def single_turn_parity(category: str, tool_format: str, limit: int | None) -> di
     n = env.num_items() if limit is None else min(env.num_items(), limit)
     for i in range(n):
         env.reset(options={"index": i})
-        entry_id = env._entry["id"]
+        entry_id = env.context.entry["id"]
         calls = gt_calls(env.data.answers[entry_id])
-        reverse = {v: k for k, v in env._name_map.items()}
+        reverse = {v: k for k, v in env.context.name_map.items()}
         outputs = {name: render_single(c, tool_format, language_of(category), reverse)
-                   for name, c in single_turn_outputs(calls, env._entry["function"]).items()}
+                   for name, c in single_turn_outputs(calls, env.context.entry["function"]).items()}
         outputs["text_reply"] = "I would call a function here."
         for name, text in outputs.items():
             env.reset(options={"index": i})
             _, _, term, _, info = env.step(text)
             ref = official_single_turn(category, text, env.data.checker_entries[i], env.data.answers[entry_id],
-                                       tool_format, env._name_map)
+                                       tool_format, env.context.name_map)
             assert term and info["outcome"]["bfcl_valid"] == ref["valid"], (entry_id, name, text, info["outcome"], ref)
             counts[ref["valid"]] += 1
     assert counts[True] >= n // 2 and counts[False] >= n, counts
@@ -239,14 +239,14 @@ def test_relevance_verdicts_equal_bfcl_eval(category, tool_format):
     verdicts = []
     for i in range(min(env.num_items(), 15)):
         env.reset(options={"index": i})
-        fn = env._entry["function"][0]["name"]
-        shown = {v: k for k, v in env._name_map.items()}.get(fn, fn)
+        fn = env.context.entry["function"][0]["name"]
+        shown = {v: k for k, v in env.context.name_map.items()}.get(fn, fn)
         for text in ("I cannot help with that request.", render_single([{fn: {}}], tool_format, "python", {fn: shown}),
                      "[]"):
             env.reset(options={"index": i})
             _, _, _, _, info = env.step(text)
-            ref = official_single_turn(category, text, env.data.checker_entries[i], None, tool_format, env._name_map)
-            assert info["outcome"]["bfcl_valid"] == ref["valid"], (env._entry["id"], text, info["outcome"], ref)
+            ref = official_single_turn(category, text, env.data.checker_entries[i], None, tool_format, env.context.name_map)
+            assert info["outcome"]["bfcl_valid"] == ref["valid"], (env.context.entry["id"], text, info["outcome"], ref)
             verdicts.append(ref["valid"])
     assert True in verdicts and False in verdicts
 
@@ -332,20 +332,20 @@ def test_native_tool_calling_through_the_runner_keeps_the_token_invariant(tiny_c
     """A fake scripted policy plays one entry's ground truth as Hermes calls through the runner."""
     import copy
 
+    from bfcl_cases import render_native
     from conftest import FakeScriptedPolicy
     from turngym.agents.policy import SamplingParams
     from turngym.agents.runner import RolloutRunner, RolloutTask
-    from turngym.envs.bfcl.calls import render_native
 
     tok = copy.deepcopy(tiny_chat_policy.tokenizer)
     tok.chat_template = TOOLS_TEMPLATE
     probe = BFCLEnv(category="multi_turn_base", tool_format="native")
     probe.reset(options={"index": 1})
-    gt = probe.data.answers[probe._entry["id"]]
+    gt = probe.data.answers[probe.context.entry["id"]]
     script = []
     for turn in gt:
         if turn:
-            script.append(render_native(calls_from_strings(turn, probe._session.parameters)))
+            script.append(render_native(calls_from_strings(turn, probe.session.parameters)))
         script.append(END_TURN)
     probe.close()
     policy = FakeScriptedPolicy(tokenizer=tok, script=script)
@@ -368,7 +368,7 @@ def test_native_tool_calling_through_the_runner_keeps_the_token_invariant(tiny_c
 def test_an_episode_cut_before_any_action_is_invalid_not_graded_on_stale_state():
     env = BFCLEnv(category="simple_python")
     env.reset(options={"index": 0})
-    calls = gt_calls(env.data.answers[env._entry["id"]])
+    calls = gt_calls(env.data.answers[env.context.entry["id"]])
     _, _, _, _, info = env.step(render_single(calls, "prompting", "python"))
     assert info["outcome"]["bfcl_valid"]
     env.reset(options={"index": 0})
@@ -377,7 +377,7 @@ def test_an_episode_cut_before_any_action_is_invalid_not_graded_on_stale_state()
     mt = BFCLEnv(category="multi_turn_base")
     mt.reset(options={"index": 0})
     mt.end_episode("context_length")
-    assert mt.episode.outcome["error_type"] == "multi_turn:force_terminated" and mt._session is None
+    assert mt.episode.outcome["error_type"] == "multi_turn:force_terminated" and mt.session is None
 
 
 def test_final_answers_are_canonical_calls_so_verifier_free_rewards_can_vote():
@@ -395,7 +395,7 @@ def test_final_answers_are_canonical_calls_so_verifier_free_rewards_can_vote():
     mt = BFCLEnv(category="multi_turn_base")
     replay_ground_truth(mt, 0)
     calls = json.loads(mt.episode.final_answer)
-    assert len(calls) == len(mt._entry["question"]) and calls[0][0] == "cd(folder='document')"
+    assert len(calls) == len(mt.context.entry["question"]) and calls[0][0] == "cd(folder='document')"
 
 
 # ------------------------------------------------------------------ memory
@@ -441,7 +441,7 @@ def test_memory_prerequisites_write_snapshots_questions_read_them_and_verdicts_e
         if not term:  # a reply that is all calls: the episode is cut here, with no final message
             q.end_episode("test")
             info = {"outcome": q.episode.outcome}
-        ref = official_agentic(backend, steps, q.data.checker_entries[idx], q._ground_truth)
+        ref = official_agentic(backend, steps, q.data.checker_entries[idx], q.context.ground_truth)
         assert info["outcome"]["bfcl_valid"] == ref["valid"] == expected, (steps, info["outcome"], ref)
 
 

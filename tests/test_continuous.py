@@ -9,7 +9,7 @@ import pytest
 
 from turngym.agents.hf import TailStopStrings
 from turngym.agents.policy import GenerationRequest, SamplingParams
-from turngym.agents.runner import RolloutRunner, episode_token_arrays
+from turngym.agents.runner import RolloutRunner
 from turngym.envs.base import ActionResult
 from turngym.envs.calculator import CalculatorEnv
 
@@ -76,7 +76,7 @@ def test_continuous_episodes_equal_the_static_ones_for_greedy_decoding(tiny_chat
         for x, y in zip(lp_a, lp_b, strict=True):  # logprobs: same tokens, read in other shapes (float rounding)
             assert x == pytest.approx(y, abs=1e-5)
     for ep in cont.values():  # the token invariant: the ids of each request are the episode's own
-        ids, _ = episode_token_arrays(ep)
+        ids = ep.token_layout().ids
         prefix = list(ep.prompt_ids)
         for t in ep.turns:
             assert prefix in rec.seen

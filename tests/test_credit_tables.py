@@ -15,7 +15,7 @@ from turngym.evals.ablate import ablate
 from turngym.evals.credit import credit_score, within_auc
 from turngym.evals.credit_table import baseline_scores, parse_estimators
 from turngym.rewards import get_reward
-from turngym.rewards.base import GroupScores
+from turngym.rewards.base import GroupReward, GroupScores
 from turngym.truth import TruthError, TruthMap, TruthValue, turn_labels
 
 
@@ -28,7 +28,7 @@ def ep(i, group, labels, correct, key="retrieval_hit", source="env"):
                    turns=turns, final_answer="x", outcome={"em": float(correct)}, terminated=True)
 
 
-class Peek:
+class Peek(GroupReward):
     """A reward that records what it was handed: the truth and the metrics of every turn."""
 
     name, estimator = "peek", "turn"

@@ -11,6 +11,7 @@ from turngym.evals.credit import (
     labelled_pairs,
 )
 from turngym.evals.creditbench import (
+    SUBSETS,
     BenchConfig,
     build_bfcl,
     build_mathcode,
@@ -65,7 +66,7 @@ def test_searchqa_labels_true_on_the_default_index(searchqa_groups):
                     assert t.metrics["action"] == "search"
                     assert t.truth["retrieval_hit"].value is (lab == 1)  # label 1 retrieves a gold passage, 0 does not
                     assert t.truth["planted"].source == "planted" and "retrieval_hit" not in t.metrics
-    assert labelled == SMALL.groups * SMALL.k * SMALL.search_turns
+    assert labelled == SMALL.groups * SMALL.k * SUBSETS["search_turns"]
     answers = {e.final_answer for g in searchqa_groups for e in g}
     assert len(answers) > len(searchqa_groups)  # several answer clusters, not one per group
 
@@ -140,7 +141,7 @@ def test_every_wrapper_scores_and_outcome_credit_follows_the_evidence(searchqa_g
     summary = run_creditbench(SMALL, {"outcome": wrappers["outcome"]}, tmp_path, n_boot=50,
                               built={"searchqa": searchqa_groups})
     assert (tmp_path / "creditbench.md").read_text().count("| outcome |") == 1
-    assert summary["envs"]["searchqa"]["labelled_turns"] == SMALL.groups * SMALL.k * SMALL.search_turns
+    assert summary["envs"]["searchqa"]["labelled_turns"] == SMALL.groups * SMALL.k * SUBSETS["search_turns"]
     # the viewer holds the planted episodes with outcome's per-turn rewards, and the report links it
     from turngym.evals.viewer import build_payload  # noqa: F401 - the page's data is the payload it embeds
     page = (tmp_path / "view.html").read_text()

@@ -147,7 +147,9 @@ def test_ablation_reports_credit_accuracy_and_correlations(tmp_path):
 
     HITS = {e.id: [t.truth["retrieval_hit"].value for t in e.turns if t.truth] for e in eps}  # noqa: N806
 
-    class FakeHitReward:
+    from turngym.rewards.base import GroupReward
+
+    class FakeHitReward(GroupReward):
         """A fake per-turn reward that pays exactly the retrieval hits (credit accuracy 1), known from outside:
         the episodes it is handed carry no truth."""
         name = "fake-hits"

@@ -1,8 +1,15 @@
-"""Imports follow the data: no module imports a later stage, and the import graph has no cycle.
+"""Imports follow the data: no module imports a later stage, and the import graph has no cycle;
+no module reaches a private attribute of another module's object.
 
 Stages, in the order data flows (docs/ARCHITECTURE.md): grading, episode, corpora → envs →
 agents (rollout) → rewards → training, evals → cli. Every import of a turngym module counts,
-including imports inside functions: a deferred import is still a dependency.
+including imports inside functions and type-only imports under ``if TYPE_CHECKING:`` (an
+annotation that names a later stage is still a dependency on it); only the cycle check leaves
+type-only imports out, since they never run.
+
+Private reach: ``obj._name`` is allowed on ``self`` / ``cls`` and on a name the same module defines
+(its own class's instances); anything else is a reach into another module's internals, except the
+third-party seams listed in ``THIRD_PARTY_PRIVATE`` with the reason each has no public equivalent.
 """
 
 from __future__ import annotations
@@ -59,28 +66,31 @@ def walk(tree: ast.AST, runtime: bool):
         stack.extend(c for c in ast.iter_child_nodes(node) if not (runtime and is_type_checking_block(c)))
 
 
+FILES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+TREES = {mod: ast.parse(path.read_text(encoding="utf-8"), filename=str(path)) for mod, path in FILES.items()}
+
+
+def imports_of(mod: str, tree: ast.AST, is_pkg: bool, known: set[str], runtime: bool = False) -> set[str]:
+    """The ``known`` modules that ``mod`` imports (anywhere in its body; ``runtime``: when it runs)."""
+    targets: set[str] = set()
+    for node in walk(tree, runtime):
+        if isinstance(node, ast.Import):
+            targets.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                base = base[: len(base) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            targets.add(source)
+            targets.update(f"{source}.{a.name}" for a in node.names if f"{source}.{a.name}" in known)
+    return {t for t in targets if t in known and t != mod}
+
+
 def collect(runtime: bool = False) -> dict[str, set[str]]:
     """Module → the turngym modules it imports (anywhere in its body; ``runtime``: when it runs)."""
-    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for mod, path in files.items():
-        is_pkg = path.name == "__init__.py"
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        targets: set[str] = set()
-        for node in walk(tree, runtime):
-            if isinstance(node, ast.Import):
-                targets.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
-                    base = base[: len(base) - node.level + 1]
-                    source = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    source = node.module or ""
-                targets.add(source)
-                targets.update(f"{source}.{a.name}" for a in node.names if f"{source}.{a.name}" in files)
-        graph[mod] = {t for t in targets if t in files and t != mod}
-    return graph
+    return {mod: imports_of(mod, TREES[mod], FILES[mod].name == "__init__.py", set(FILES), runtime) for mod in FILES}
 
 
 GRAPH = collect()
@@ -92,9 +102,13 @@ def test_every_module_is_in_a_stage():
         stage(mod)
 
 
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{mod} ({STAGE_NAMES[stage(mod)]}) imports {dep} ({STAGE_NAMES[stage(dep)]})"
+            for mod, deps in sorted(graph.items()) for dep in sorted(deps) if stage(dep) > stage(mod)]
+
+
 def test_no_module_imports_a_later_stage():
-    bad = [f"{mod} ({STAGE_NAMES[stage(mod)]}) imports {dep} ({STAGE_NAMES[stage(dep)]})"
-           for mod, deps in sorted(GRAPH.items()) for dep in sorted(deps) if stage(dep) > stage(mod)]
+    bad = layer_violations(GRAPH)
     assert not bad, "imports against the data flow:\n" + "\n".join(bad)
 
 
@@ -142,7 +156,85 @@ def test_type_only_imports_count_for_layers_but_not_for_cycles():
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import turngym.x\nimport turngym.y\n")
     names = lambda runtime: {a.name for n in walk(tree, runtime) if isinstance(n, ast.Import) for a in n.names}  # noqa: E731
     assert names(False) == {"turngym.x", "turngym.y"} and names(True) == {"turngym.y"}
-    assert "turngym.envs.bfcl.env" in GRAPH["turngym.envs.bfcl.modes"]  # annotations name the env: layer-checked
+    # truth.py names Episode only in annotations: layer-checked, yet no runtime edge
+    assert "turngym.episode" in GRAPH["turngym.truth"] and "turngym.episode" not in RUNTIME_GRAPH["turngym.truth"]
+
+
+def test_a_type_only_import_of_a_later_stage_is_a_violation():
+    """A planted ``if TYPE_CHECKING:`` import of the trainer from an env module is reported like a real one."""
+    planted = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                        "    from turngym.training.trainer import TurnGRPOTrainer\n")
+    deps = imports_of("turngym.envs.planted", planted, False, set(FILES))
+    assert deps == {"turngym.training.trainer"}
+    assert imports_of("turngym.envs.planted", planted, False, set(FILES), runtime=True) == set()
+    assert layer_violations({"turngym.envs.planted": deps}) == [
+        "turngym.envs.planted (envs) imports turngym.training.trainer (training/evals)"]
+
+
+# Third-party private names turngym must touch, each with why no public one serves (keyed by the expression).
+THIRD_PARTY_PRIVATE = {
+    "os._exit": "the standard library's documented exit without cleanup, for a forked sandbox worker",
+    "argparse._SubParsersAction": "argparse exposes its subparsers action type under this name only",
+    "parser._actions": "HfArgumentParser (argparse) lists its options only here; TRL flags are read through it",
+    "self.trainer._generate_single_turn": "TRL GRPOTrainer's generation step, the seam turngym's rollouts replace",
+    "runner._evaluate_single_ast_entry": "bfcl-eval's own evaluator, the reference the tests compare against",
+    "runner._evaluate_single_relevance_entry": "bfcl-eval's own evaluator (as above)",
+    "runner._evaluate_single_multi_turn_entry": "bfcl-eval's own evaluator (as above)",
+    "_runner()._evaluate_single_agentic_entry": "bfcl-eval's own evaluator (as above)",
+    "next(iter(self.session.instances.values()))._flush_memory_to_local_file":
+        "bfcl-eval's memory backend saves its snapshot only through this method (its own handler calls it)",
+}
+
+
+def own_private_names(tree: ast.AST) -> set[str]:
+    """The private names a module defines itself: functions, classes, assigned names and attributes."""
+    names: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+            names.add(n.attr)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
+            names.add(n.target.id)
+    return {x for x in names if x.startswith("_")}
+
+
+def private_reaches(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, expression) of every ``obj._name`` on an object other than self/cls whose private name this
+    module does not define (dunders are public protocol)."""
+    own = own_private_names(tree)
+    out = []
+    for n in ast.walk(tree):
+        if not (isinstance(n, ast.Attribute) and n.attr.startswith("_")) or (n.attr.startswith("__") and n.attr.endswith("__")):
+            continue
+        if isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"):
+            continue
+        if n.attr not in own:
+            out.append((n.lineno, ast.unparse(n)))
+    return out
+
+
+def test_no_module_reaches_into_another_modules_private_attributes():
+    bad = [f"{FILES[mod].relative_to(PACKAGE.parent)}:{line}: {expr}" for mod, tree in sorted(TREES.items())
+           for line, expr in private_reaches(tree) if expr not in THIRD_PARTY_PRIVATE]
+    assert not bad, "private attributes reached from another module (add a public method, or a declared seam):\n" \
+        + "\n".join(bad)
+
+
+def test_the_private_reach_check_can_fail():
+    planted = ast.parse("import other\n"
+                        "other.thing._secret\n"
+                        "class Box:\n"
+                        "    def __init__(self):\n"
+                        "        self._mine = 1\n"
+                        "    def same(self, other_box):\n"
+                        "        return other_box._mine + self._mine + len(self.__dict__)\n"
+                        "    @classmethod\n"
+                        "    def make(cls):\n"
+                        "        return cls._factory\n")
+    assert private_reaches(planted) == [(2, "other.thing._secret")]
 
 
 def test_the_graph_sees_imports_inside_functions():

@@ -3,9 +3,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from turngym.envs.parsing import (
-    PARSERS,
     ParseResult,
-    get_parser,
     parse_code_blocks,
     parse_hermes_tool_calls,
     parse_json_calls,
@@ -60,9 +58,7 @@ def test_python_call_lists():
     assert parse_python_calls("").error.startswith("empty")
 
 
-def test_unknown_format_and_non_text():
-    with pytest.raises(ValueError, match="unknown tool-call format"):
-        get_parser("xml")
+def test_non_text_and_oversized_input():
     assert parse_tag_calls(None).error.startswith("expected text")
     assert "limit" in parse_json_calls("{" * 300_000).error
 
@@ -86,6 +82,10 @@ def _check_result(res):
     assert (res.error is None) == bool(res.calls) or res.error is not None
     for call in res.calls:
         assert isinstance(call["name"], str) and isinstance(call["arguments"], dict)
+
+
+PARSERS = {"tags": parse_tag_calls, "hermes": parse_hermes_tool_calls, "json": parse_json_calls,
+           "code": parse_code_blocks, "python_calls": parse_python_calls}
 
 
 @pytest.mark.parametrize("name", sorted(PARSERS))

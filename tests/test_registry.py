@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from turngym.registry import Registry
-from turngym.rewards.base import REWARDS, register_reward
+from turngym.rewards.base import REWARDS, get_reward, register_reward
 from turngym.training.advantages import ESTIMATORS, MC_ESTIMATORS, get_estimator, register_estimator
 
 
@@ -69,10 +69,11 @@ def test_a_user_registered_reward_builds_and_joins_a_composite():
     """In a fresh process, so the registration does not outlive the test."""
     code = """
 from turngym.episode import Episode, Turn
-from turngym.rewards.base import GroupScores, final_turn_rewards, get_reward, register_reward
+from turngym.rewards.base import GroupReward, GroupScores, final_turn_rewards, get_reward, register_reward
 
-class Constant:
+class Constant(GroupReward):
     name = "constant"
+    estimator = "grpo"
 
     def __init__(self, value=1.0):
         self.value = value
@@ -90,3 +91,25 @@ print("ok")
 """
     proc = run_python(code)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_rewards_declare_their_contract_and_undeclared_ones_are_refused():
+    """Every registered reward is a GroupReward whose class declares its needs; a class that declares no
+    estimator, or is no GroupReward, is refused when defined or registered, with one clear message."""
+    from turngym.rewards.base import GroupReward, reward_class
+
+    classes = {name: reward_class(name) for name in REWARDS}
+    assert all(issubclass(c, GroupReward) and isinstance(c.estimator, str) for c in classes.values())
+    assert {n for n, c in classes.items() if c.needs_scorer} == {"siop", "igpo", "igpo_siop"}
+    assert {n for n, c in classes.items() if c.needs_judge} == {"scribe", "prm"}
+    assert {n for n, c in classes.items() if c.learns_library} == {"scribe"}
+    assert {n for n, c in classes.items() if c.requires_gold} == {"igpo", "igpo_siop"}
+    assert reward_class("outcome+funrl").__name__ == "CompositeReward"
+    with pytest.raises(TypeError, match="declares no paired estimator"):
+        type("NoEstimator", (GroupReward,), {})
+    with pytest.raises(TypeError, match="GroupReward subclass"):
+        register_reward("plain-class", type("Plain", (), {"estimator": "grpo"}))
+    assert get_reward("ttrl", n_votes=8).vote_pool() == 8 and get_reward("outcome").vote_pool() is None
+    assert get_reward("outcome").training_metrics() == {} and get_reward("outcome").costs() == {}
+    with pytest.raises(TypeError, match="takes no scorer"):
+        get_reward("outcome").bind_scorer(object())

@@ -9,7 +9,7 @@ import pytest
 import turngym  # noqa: F401
 from turngym.agents.openai_compat import OpenAICompatPolicy
 from turngym.agents.policy import PolicyError, SamplingParams
-from turngym.agents.runner import RolloutRunner, episode_token_arrays
+from turngym.agents.runner import RolloutRunner
 from turngym.corpora.lucene import LuceneRetriever
 from turngym.envs.base import render_episode
 from turngym.envs.parsing import parse_hermes_tool_calls
@@ -67,7 +67,7 @@ def test_forced_first_search_executes_and_only_the_continuation_is_trained(retri
     prefill_ids = list(tok(prefill, add_special_tokens=False)["input_ids"])
     assert first.prefill_ids == prefill_ids
     assert fake.calls[0] == ep.prompt_ids + prefill_ids  # the model continued the prompt and the prefill
-    ids, trained = episode_token_arrays(ep)
+    ids, trained = token_arrays(ep)
     assert ids[: len(fake.calls[1])] == fake.calls[1]  # the layout is what the model saw next turn
     p = len(ep.prompt_ids)
     assert trained[p: p + len(prefill_ids)] == [0] * len(prefill_ids)
@@ -98,7 +98,7 @@ def test_tiny_model_continues_the_prefill_under_both_batchings(retriever, tiny_c
     assert first.action.startswith(FIRST_SEARCH_PREFILL["native"]) and first.prefill_ids
     assert first.action == first.prefill + tiny_chat_policy.tokenizer.decode(
         [t for t in first.action_ids if t not in tiny_chat_policy.eos_ids], skip_special_tokens=False)
-    ids, trained = episode_token_arrays(eps[0])
+    ids, trained = token_arrays(eps[0])
     assert len(ids) == len(trained) and sum(trained) == sum(len(t.action_ids) for t in eps[0].turns)
 
 
@@ -164,3 +164,20 @@ def test_igpo_format_check_reads_the_forced_first_search_as_executed(retriever, 
     assert not igpo_tags_balanced("".join(t.action + (t.observation or "") for t in ep.turns))  # raw actions
     assert igpo_tags_balanced(igpo_transcript(ep))
     assert get_reward("igpo").outcome(ep, ["Paris"]) == 1.0
+
+
+def token_arrays(episode):
+    """The ids fed to the model for ``episode`` and its loss mask (1 on generated actions)."""
+    layout = episode.token_layout()
+    return layout.ids, layout.trained
+
+
+def test_the_env_records_the_prefill_it_chose_when_the_action_starts_with_it(retriever):
+    """No runner: a caller that sends prefill + continuation gets the prefill recorded by the env itself;
+    an action that ignores it records none."""
+    for action, recorded in (("<search>capital France</search>", "<search>"), ("<answer>Paris</answer>", None)):
+        env = factory(retriever, tool_format="tags", force_first_search=True)()
+        env.reset(options={"task": TASK})
+        assert env.unwrapped.reply_prefill() == "<search>"
+        env.step(action)
+        assert env.unwrapped.episode.turns[0].prefill == recorded

@@ -136,3 +136,37 @@ def test_rollout_killed_midway_and_rerun_yields_each_episode_once(tmp_path, tiny
     assert len(ids) == 40 and len(set(ids)) == 40
     assert len(new) == 40 - len(first.episodes)
     assert not os.path.exists(str(out) + ".torn") or final.errors == []
+
+
+def test_the_env_writes_the_text_and_the_runner_only_ids_logprobs_and_timings(tiny_chat_policy):
+    """The seam between env and runner: after a run, every text field equals what a bare env records for the
+    same actions, and the runner's additions are ids, log-probs, timings and the run's identity only."""
+    runner = RolloutRunner(tiny_chat_policy, lambda: CalculatorEnv(max_turns=3), SamplingParams(max_new_tokens=8, seed=0))
+    ep = runner.run([0])[0]
+    bare = CalculatorEnv(max_turns=3)
+    bare.reset(seed=ep.seed, options={"index": 0, "episode_id": ep.id, "group": ep.group})
+    for t in ep.turns:
+        bare.step(t.action)
+    text = ("action", "tool_calls", "parse_error", "observation", "observation_role", "reward", "prefill", "truth")
+    for mine, env_only in zip(ep.turns, bare.episode.turns, strict=True):
+        assert {f: getattr(mine, f) for f in text} == {f: getattr(env_only, f) for f in text}
+        assert mine.action_ids and mine.action_logprobs and "generate" in mine.latency_ms
+        assert {k: v for k, v in mine.metrics.items() if k != "finish_reason"} == env_only.metrics
+    assert (ep.prompt, ep.outcome, ep.final_answer) == (bare.episode.prompt, bare.episode.outcome, bare.episode.final_answer)
+    assert set(ep.meta) - set(bare.episode.meta) <= {"model", "k", "turngym", "task_key", "tokenizer", "wall_ms"}
+
+
+def test_a_run_record_cannot_write_text_or_unknown_meta():
+    import pytest
+
+    from turngym.episode import Episode, Turn
+
+    ep = Episode(id="e", env_id="turngym/Calculator-v0", turns=[Turn(0, "<answer>1</answer>")])
+    with pytest.raises(ValueError, match="runner records no episode meta"):
+        ep.add_run_record(meta={"outcome": "mine"})
+    with pytest.raises(ValueError, match="need the turn's index"):
+        ep.add_run_record(action_ids=[1])
+    with pytest.raises(ValueError, match="recorded no prefill"):
+        ep.add_run_record(0, prefill_ids=[5])
+    ep.add_run_record(0, action_ids=[1, 2], action_logprobs=[-0.1, -0.2], generate_ms=1.23456)
+    assert (ep.turns[0].action_ids, ep.turns[0].latency_ms["generate"]) == ([1, 2], 1.235)

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from conftest import FakeJSONServer
+from turn_rewards import EpisodeRewardEnv
 from turngym.agents.policy import SamplingParams
 from turngym.agents.runner import RolloutRunner
 from turngym.envs.calculator import CalculatorEnv
@@ -21,7 +22,6 @@ from turngym.rewards.support import (
     make_scorer,
     scoring_points,
 )
-from turngym.rewards.wrappers import TurnRewardWrapper
 
 
 @pytest.fixture(scope="module")
@@ -182,14 +182,14 @@ def test_a_scorer_with_another_tokenizer_is_refused_and_text_mode_retokenises(ep
 
 
 def test_outcome_reward_as_a_gymnasium_wrapper():
-    env = TurnRewardWrapper(CalculatorEnv(), get_reward("outcome"))
+    env = EpisodeRewardEnv(CalculatorEnv(), get_reward("outcome"))
     _, info = env.reset(options={"index": 0})
     _, r1, *_ = env.step("<calc>1+1</calc>")
     gold = env.unwrapped.episode.task["answers"][0]  # info carries no gold answers
     _, r2, term, _, _ = env.step(f"<answer>{gold}</answer>")
     assert (r1, r2, term) == (0.0, 1.0, True)
     with pytest.raises(TypeError, match="groups only"):
-        TurnRewardWrapper(CalculatorEnv(), get_reward("ttrl"))
+        EpisodeRewardEnv(CalculatorEnv(), get_reward("ttrl"))
 
 
 def FakeVLLMServer():

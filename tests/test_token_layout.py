@@ -44,11 +44,10 @@ def test_layout_of_a_hand_built_multi_turn_episode():
 
 
 def test_runner_trainer_and_support_scorer_read_the_same_layout():
-    from turngym.agents.runner import episode_token_arrays
     from turngym.rewards.support import scoring_points
 
     ep = hand_built()
-    assert episode_token_arrays(ep) == (IDS, TRAINED)
+    assert (ep.token_layout().ids, ep.token_layout().trained) == (IDS, TRAINED)
     assert scoring_points(ep, None, "before_observation") == [IDS[:3], IDS[:5], IDS[:9], IDS[:12]]
     assert scoring_points(ep, None, "after_observation") == [IDS[:3], IDS[:8], IDS[:10], IDS[:12]]
 

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import FakeScriptedPolicy
 from turngym.agents.policy import SamplingParams
-from turngym.agents.runner import RolloutRunner, episode_token_arrays
+from turngym.agents.runner import RolloutRunner
 from turngym.agents.tokenization import ConversationTokenizer
 from turngym.envs.calculator import CalculatorEnv
 
@@ -39,7 +39,7 @@ class Spy:
 
 
 def _check_prefixes(ep, seen_for_ep):
-    ids, mask = episode_token_arrays(ep)
+    ids, mask = token_arrays(ep)
     prefix = list(ep.prompt_ids)
     assert len(seen_for_ep) == len(ep.turns)
     for turn, seen in zip(ep.turns, seen_for_ep, strict=True):
@@ -103,7 +103,7 @@ def test_chat_episode_ids_equal_the_chat_template_tokenisation(request, tok_name
             messages.append({"role": "user", "content": t.observation})
     full_text = tok.apply_chat_template(messages, tokenize=False)
     trainer_ids = tok(full_text, add_special_tokens=False)["input_ids"]
-    ids, mask = episode_token_arrays(ep)
+    ids, mask = token_arrays(ep)
     assert [t.action for t in ep.turns] == script
     assert trainer_ids == ids + tok(close, add_special_tokens=False)["input_ids"]
     assert tok.decode([i for i, m in zip(ids, mask, strict=True) if m]) == "".join(script)
@@ -115,7 +115,7 @@ def test_plain_episode_text_is_prompt_plus_actions_plus_observations(gemma_token
     policy = FakeScriptedPolicy(tokenizer=tok, script=["<calc>2 * 21</calc>", "<answer>42</answer>"])
     runner = RolloutRunner(policy, lambda: CalculatorEnv(max_turns=5, prompt_style="base"), SamplingParams())
     [ep] = runner.run([0])
-    ids, _ = episode_token_arrays(ep)
+    ids, _ = token_arrays(ep)
     ct = ConversationTokenizer(tok)
     expected = ct.prompt_text(ep.prompt) + "".join(t.action + (t.observation or "") for t in ep.turns)
     assert tok.decode(ids) == expected
@@ -132,3 +132,9 @@ def test_action_closing_is_not_duplicated_when_the_model_generated_it(tiny_chat_
     assert ct.observation_text("o", "user", with_close).startswith("\n<|im_start|>user\no")
     assert ct.observation_text("o", "user", without).startswith("<|im_end|>\n<|im_start|>user\no")
     assert ct.observation_text("o", None, without) == "o"
+
+
+def token_arrays(episode):
+    """The ids fed to the model for ``episode`` and its loss mask (1 on generated actions)."""
+    layout = episode.token_layout()
+    return layout.ids, layout.trained

@@ -17,7 +17,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
 from turngym.envs.calculator import CalculatorEnv  # noqa: E402
 from turngym.rewards import get_reward  # noqa: E402
-from turngym.rewards.base import GroupScores  # noqa: E402
+from turngym.rewards.base import GroupReward, GroupScores  # noqa: E402
 from turngym.training.advantages import get_estimator, zscore  # noqa: E402
 from turngym.training.trainer import TurnGRPOTrainer, episode_completion, task_dataset, task_prompt  # noqa: E402
 
@@ -30,7 +30,7 @@ class ParityCalculator(CalculatorEnv):
 
 
 @dataclass
-class FakeTurnReward:
+class FakeTurnReward(GroupReward):
     """A fake reward wrapper: a distinct, known reward on every turn."""
 
     name: str = "fake-turn"
@@ -154,8 +154,9 @@ def test_no_length_bias_across_episodes_with_different_numbers_of_turns(tmp_path
     model, tok = model_and_tokenizer()
 
     @dataclass
-    class SameAdvantage:
+    class SameAdvantage(GroupReward):
         name: str = "same"
+        estimator = "grpo"
 
         def score_group(self, episodes):  # first two episodes good, others bad: equal per-turn signal
             return GroupScores([[1.0 if i < 2 else 0.0] * len(e.turns) for i, e in enumerate(episodes)])
@@ -329,7 +330,7 @@ def test_real_steps_on_bfcl_with_the_funrl_reward(tmp_path):
 def test_trainer_calls_the_reward_observe_hook_every_step(tmp_path):
     """SCRIBE refreshes its library through this hook; a fake reward records the calls."""
 
-    class FakeObservingReward:
+    class FakeObservingReward(GroupReward):
         name = "fake-observing"
         estimator = "turn"
 

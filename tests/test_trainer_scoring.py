@@ -13,7 +13,7 @@ from trl import GRPOConfig  # noqa: E402
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
 from turngym.envs.calculator import CalculatorEnv  # noqa: E402
 from turngym.rewards import get_reward  # noqa: E402
-from turngym.rewards.base import GroupScores  # noqa: E402
+from turngym.rewards.base import GroupReward, GroupScores  # noqa: E402
 from turngym.training.advantages import get_estimator, zscore  # noqa: E402
 from turngym.training.trainer import TurnGRPOTrainer, task_dataset  # noqa: E402
 
@@ -54,8 +54,10 @@ def test_trainer_uses_each_estimators_own_eps_unless_told(tmp_path):
     from turngym.episode import Episode, Turn
     from turngym.rewards.base import GroupScores
 
-    class FixedRewardsForTest:
+    class FixedRewardsForTest(GroupReward):
         """A fake reward inside this test: fixed per-turn rewards, so the advantages can be computed by hand."""
+
+        name, estimator = "fixed", "turn"
 
         def __init__(self, rewards):
             self.rewards = rewards
@@ -93,7 +95,7 @@ def test_each_process_scores_only_its_own_groups_once(tmp_path, monkeypatch, n_p
     """Simulated processes: group g is scored on process g mod n; the gathered result is the whole batch."""
     import accelerate.utils
 
-    class CountingReward:
+    class CountingReward(GroupReward):
         """A fake reward wrapper that counts which groups it scores."""
 
         name = "counting"
@@ -140,10 +142,10 @@ def test_a_prompts_rollouts_over_two_processes_are_one_group_and_an_incomplete_g
     gathered batch, even interleaved, is grouped (and scored) by prompt; a group missing a rollout is refused."""
     from turngym.training.trainer import batch_groups, task_prompt
 
-    class GroupRecorder:
+    class GroupRecorder(GroupReward):
         """A fake reward wrapper: rollout k of a group gets reward k on every turn; records the groups it scores."""
 
-        name = "recorder"
+        name, estimator = "recorder", "grpo"
 
         def __init__(self):
             self.groups = []

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,6 +128,12 @@ class MissingRewardNeeds(ValueError):
     reward that needs the declaration."""
 
 
+# what a rollout runner may record in ``Episode.meta`` (:meth:`Episode.add_run_record`): the policy's name,
+# the rollout number in its group, turngym's version, the task's key, the tokenizer's fingerprint, the wall
+# time, and for a branched episode what it branched from
+RUN_META_KEYS = ("model", "k", "turngym", "task_key", "tokenizer", "wall_ms", "branch")
+
+
 @dataclass
 class Episode:
     """The K rollouts of one query share ``group``; ``task`` says which item was played."""
@@ -157,6 +163,46 @@ class Episode:
         d = dataclasses.asdict(self)
         d["schema_version"] = SCHEMA_VERSION
         return d
+
+    def add_run_record(self, turn: int | None = None, *, prompt_ids: Sequence[int] | None = None,
+                       meta: dict[str, Any] | None = None, action_ids: Sequence[int] | None = None,
+                       action_logprobs: Sequence[float] | None = None, observation_ids: Sequence[int] | None = None,
+                       prefill_ids: Sequence[int] | None = None, generate_ms: float | None = None,
+                       finish_reason: str | None = None) -> None:
+        """The one way a rollout runner writes on an episode the env recorded.
+
+        The env alone writes the text: prompt, actions, observations, tool calls, metrics, truth, outcome,
+        and the reply prefill it chose (``Turn.prefill``). The runner adds what only it knows: token ids,
+        log-probabilities, generation time and finish reason of ``turn`` (an index), and, with ``turn``
+        None, the prompt's ids and the run's identity in ``meta`` (keys in ``RUN_META_KEYS``).
+        """
+        if turn is None:
+            if any(x is not None for x in (action_ids, action_logprobs, observation_ids, prefill_ids, generate_ms,
+                                           finish_reason)):
+                raise ValueError("a turn's ids, log-probs and timings need the turn's index")
+            unknown = sorted(set(meta or {}) - set(RUN_META_KEYS))
+            if unknown:
+                raise ValueError(f"a runner records no episode meta {unknown}; its keys are {RUN_META_KEYS}")
+            if prompt_ids is not None:
+                self.prompt_ids = list(prompt_ids)
+            self.meta.update(meta or {})
+            return
+        if prompt_ids is not None or meta is not None:
+            raise ValueError("prompt ids and run meta belong to the episode, not to a turn: pass turn=None")
+        t = self.turns[turn]
+        if prefill_ids is not None and t.prefill is None:
+            raise ValueError(f"episode {self.id} turn {turn}: prefill ids for a turn the env recorded no prefill on")
+        if action_ids is not None:
+            t.action_ids = list(action_ids)
+            t.action_logprobs = None if action_logprobs is None else list(action_logprobs)
+        if observation_ids is not None:
+            t.observation_ids = list(observation_ids)
+        if prefill_ids is not None:
+            t.prefill_ids = list(prefill_ids)
+        if generate_ms is not None:
+            t.latency_ms["generate"] = round(float(generate_ms), 3)
+        if finish_reason is not None:
+            t.metrics.setdefault("finish_reason", finish_reason)
 
     def needs(self, purpose: str) -> RewardNeeds:
         """The env's declaration, or a clear error saying what needs it (``purpose``) and what to do."""
@@ -385,10 +431,6 @@ def read_episodes(path: str | os.PathLike, strict: bool = False) -> ReadReport:
                     raise err from exc
                 errors.append(err)
     return ReadReport(episodes, errors)
-
-
-def iter_episodes(path: str | os.PathLike) -> Iterator[Episode]:
-    yield from read_episodes(path, strict=True).episodes
 
 
 class EpisodeWriter:

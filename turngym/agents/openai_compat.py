@@ -171,7 +171,10 @@ class OpenAICompatPolicy:
         text, _ = trim_at_stop(text, sampling.stop)
         return Generation(text=text, token_ids=ids, logprobs=lps, finish_reason="length" if reason == "length" else "stop")
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def post_json(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to ``path`` of the server and return its JSON answer, with this policy's retries and
+        timeout; a failure raises :class:`PolicyError` (e.g. a support scorer asking ``/completions`` for
+        prompt log-probabilities)."""
         return self._request("POST", path, encodable(body))
 
     def _retrying(self, cls: type) -> Any:

@@ -18,7 +18,6 @@ import dataclasses
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,9 +80,7 @@ class RolloutRunner:
     concurrency: int = 8
     seed: int = 0
     use_chat_template: bool | None = None
-    step_workers: int = 1
     run_tag: str = ""
-    on_episode: Callable[[Episode], None] | None = None
     max_episode_tokens: int | None = None  # budget for all action + observation tokens of an episode
     batching: str = "static"  # "static" (one generate call per tick) | "continuous" (slots refilled as turns end)
     # free envs shared with later runners (e.g. the trainer's, one per rollout call): each env, and the dataset
@@ -129,11 +126,9 @@ class RolloutRunner:
         def finish(slot: _Slot) -> None:
             self._free_envs.append(slot.env)
             ep = slot.episode
-            ep.meta.setdefault("wall_ms", round((time.perf_counter() - slot.started) * 1000.0, 1))
+            ep.add_run_record(meta={"wall_ms": round((time.perf_counter() - slot.started) * 1000.0, 1)})
             if writer is not None:
                 writer.write(ep)
-            if self.on_episode is not None:
-                self.on_episode(ep)
             finished.append(ep)
             if progress is not None:
                 progress(len(finished), max(total, len(finished)))
@@ -229,7 +224,7 @@ class RolloutRunner:
         probe = self._env()
         env_id = probe.unwrapped.env_name
         self._free_envs.append(probe)
-        if getattr(probe.unwrapped, "prefills", False) and self.tokens is None:
+        if probe.unwrapped.prefills and self.tokens is None:
             raise PolicyError(
                 f"{env_id} starts the agent's reply with a forced prefix (reply_prefill, e.g. SearchQA-v0's "
                 f"force_first_search=True), which needs a backend that continues token ids; "
@@ -249,7 +244,7 @@ class RolloutRunner:
             return str(task.branch.task.get("dataset", "") or "")
         if task.task is not None:
             return str(task.task.get("dataset", "adhoc"))
-        return str(getattr(env.unwrapped, "dataset_name", "") or "")
+        return str(env.unwrapped.dataset_name or "")
 
     def _env(self) -> Any:
         return self._free_envs.pop() if self._free_envs else self.env_factory()
@@ -267,17 +262,15 @@ class RolloutRunner:
         seed = derive_seed(self.seed, group, k)
         env.reset(seed=seed, options=options)
         ep: Episode = env.unwrapped.episode
-        ep.meta.update({"model": getattr(self.policy, "name", "?"), "k": k, "turngym": _VERSION, "task_key": task.key()})
-        manifest = getattr(env.unwrapped, "manifest", None)
-        if manifest is not None:  # which file the item came from (the run's subset file lists all ids)
-            ep.meta["dataset"] = {"name": manifest.dataset, "split": manifest.split, "source": manifest.source,
-                                  "sha256": manifest.sha256, "count": manifest.count}
+        ep.add_run_record(meta=self._run_meta(task, k))
         ids = None
         if self.tokens is not None:
             ids = self.tokens.prompt_ids(ep.prompt, tools=ep.tools)
-            ep.prompt_ids = list(ids)
-            ep.meta["tokenizer"] = self.tokenizer_id
+            ep.add_run_record(prompt_ids=ids, meta={"tokenizer": self.tokenizer_id})
         return _Slot(env=env, episode=ep, ids=ids, started=time.perf_counter())
+
+    def _run_meta(self, task: RolloutTask, k: int) -> dict[str, Any]:
+        return {"model": getattr(self.policy, "name", "?"), "k": k, "turngym": _VERSION, "task_key": task.key()}
 
     def _start_branch(self, task: RolloutTask, k: int, group: str) -> _Slot:
         """A slot in the state after ``task.after`` turns of ``task.branch``: the env restored by replay, the
@@ -287,20 +280,16 @@ class RolloutRunner:
             raise PolicyError(f"episode {src.id} carries no token ids, so it cannot be continued on the ids the "
                               "policy saw; branch it with a text backend or from episodes with ids")
         env = self._env()
-        differ = restore(env, src, after, seed=derive_seed(self.seed, group, k))
+        differ = restore(env, src, after, seed=derive_seed(self.seed, group, k), episode_id=f"{group}#{k}", group=group)
         ep: Episode = env.unwrapped.episode
-        ep.id, ep.group = f"{group}#{k}", group
         ids = None
-        if self.tokens is not None:
-            ep.prompt_ids = list(src.prompt_ids)
-            for mine, rec in zip(ep.turns, src.turns[:after], strict=True):
-                mine.action_ids, mine.action_logprobs = list(rec.action_ids or []), rec.action_logprobs
-                mine.observation_ids = None if rec.observation_ids is None else list(rec.observation_ids)
-                mine.prefill, mine.prefill_ids = rec.prefill, None if rec.prefill_ids is None else list(rec.prefill_ids)
+        if self.tokens is not None:  # the replayed turns' text is the env's; their ids are the recorded ones
+            ep.add_run_record(prompt_ids=src.prompt_ids, meta={"tokenizer": self.tokenizer_id})
+            for rec in src.turns[:after]:
+                ep.add_run_record(rec.index, action_ids=rec.action_ids or [], action_logprobs=rec.action_logprobs,
+                                  observation_ids=rec.observation_ids, prefill_ids=rec.prefill_ids)
             ids = ep.token_layout().ids
-            ep.meta["tokenizer"] = self.tokenizer_id
-        ep.meta.update({"model": getattr(self.policy, "name", "?"), "k": k, "turngym": _VERSION, "task_key": task.key(),
-                        "branch": {"of": src.id, "after": after, "replay_differs": differ}})
+        ep.add_run_record(meta={**self._run_meta(task, k), "branch": {"of": src.id, "after": after, "replay_differs": differ}})
         return _Slot(env=env, episode=ep, ids=ids, started=time.perf_counter())
 
     def _budget(self, slot: _Slot) -> int | None:
@@ -379,11 +368,7 @@ class RolloutRunner:
         start = time.perf_counter()
         gens = self._generate_once(self._requests(runnable), sampling)
         gen_ms = (time.perf_counter() - start) * 1000.0
-        if self.step_workers > 1 and len(runnable) > 1:
-            with ThreadPoolExecutor(max_workers=self.step_workers) as pool:
-                results = list(pool.map(lambda sg: self._step(sg[0], sg[1], gen_ms), zip(runnable, gens, strict=True)))
-        else:
-            results = [self._step(slot, gen, gen_ms) for slot, gen in zip(runnable, gens, strict=True)]
+        results = [self._step(slot, gen, gen_ms) for slot, gen in zip(runnable, gens, strict=True)]
         ended.extend(slot for slot, is_done in zip(runnable, results, strict=True) if is_done)
         return ended
 
@@ -408,25 +393,19 @@ class RolloutRunner:
 
     def _step(self, slot: _Slot, gen: Generation, gen_ms: float) -> bool:
         prefill, slot.prefill = slot.prefill, None
+        # the env is sent prefill + continuation and records the prefill on the turn; only the continuation
+        # was generated, so the prefill's ids are prompt tokens before the action's
         _, _, terminated, truncated, _ = slot.env.step((prefill[0] if prefill else "") + gen.text)
-        turn = slot.episode.turns[-1]
-        if prefill is not None:  # the env saw prefill + continuation; only the continuation was generated
-            turn.prefill, turn.prefill_ids = prefill[0], list(prefill[1])
-        turn.latency_ms["generate"] = round(gen_ms, 3)
-        turn.metrics.setdefault("finish_reason", gen.finish_reason)
+        ep, turn = slot.episode, slot.episode.turns[-1]
+        ep.add_run_record(turn.index, generate_ms=gen_ms, finish_reason=gen.finish_reason,
+                          prefill_ids=None if prefill is None else prefill[1])
         if gen.token_ids is not None and slot.ids is not None:
-            turn.action_ids = list(gen.token_ids)
-            turn.action_logprobs = list(gen.logprobs) if gen.logprobs is not None else None
-            slot.ids.extend(turn.action_ids)
+            obs_ids = None
             if not (terminated or truncated) and self.tokens is not None:
                 role = turn.observation_role or slot.env.unwrapped.observation_role
-                turn.observation_ids = self.tokens.observation_ids(turn.observation or "", role, turn.action_ids)
-                slot.ids.extend(turn.observation_ids)
+                obs_ids = self.tokens.observation_ids(turn.observation or "", role, gen.token_ids)
+            ep.add_run_record(turn.index, action_ids=gen.token_ids, action_logprobs=gen.logprobs, observation_ids=obs_ids)
+            slot.ids.extend(gen.token_ids)
+            slot.ids.extend(obs_ids or [])
         return terminated or truncated
 
-
-def episode_token_arrays(episode: Episode) -> tuple[list[int], list[int]]:
-    """The ids the trainer feeds the model for ``episode`` and its loss mask (1 on actions), from
-    :meth:`Episode.token_layout`: what the runner extended turn by turn, laid out once."""
-    layout = episode.token_layout()
-    return layout.ids, layout.trained

@@ -33,8 +33,7 @@ _CORPUS = [
 
 
 def build_tiny_model(out_dir: str | os.PathLike, chat: bool = True, seed: int = 0,
-                     hidden_size: int = 64, num_layers: int = 2, vocab_size: int = 512,
-                     max_positions: int = 2048) -> Path:
+                     hidden_size: int = 64, num_layers: int = 2, vocab_size: int = 512) -> Path:
     """Write a tiny random model + tokenizer to ``out_dir`` and return it."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -57,7 +56,7 @@ def build_tiny_model(out_dir: str | os.PathLike, chat: bool = True, seed: int = 
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(fast), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
                          num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=max_positions, eos_token_id=fast.eos_token_id,
+                         max_position_embeddings=2048, eos_token_id=fast.eos_token_id,
                          pad_token_id=fast.pad_token_id, bos_token_id=None, tie_word_embeddings=True)
     model = LlamaForCausalLM(config)
     model.generation_config.eos_token_id = fast.eos_token_id

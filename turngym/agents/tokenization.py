@@ -41,7 +41,8 @@ class ConversationTokenizer:
             self.use_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
         elif self.use_chat_template and not getattr(self.tokenizer, "chat_template", None):
             raise ValueError("use_chat_template=True but the tokenizer has no chat template")
-        self._assistant_close = self._probe_assistant_close() if self.use_chat_template else ""
+        # the text the chat template writes after an assistant message ("" without a template)
+        self.assistant_close = self._probe_assistant_close() if self.use_chat_template else ""
 
     # ---------------------------------------------------------------- prompts
 
@@ -76,7 +77,7 @@ class ConversationTokenizer:
         if role is None or not self.use_chat_template:
             return observation
         generated = self.tokenizer.decode(list(action_ids or []), skip_special_tokens=False)
-        close = self._assistant_close
+        close = self.assistant_close
         k = max((k for k in range(len(close) + 1) if generated.endswith(close[:k])), default=0)
         return close[k:] + self._message_delta(observation, role)
 

@@ -149,13 +149,13 @@ class RetrievalApp:
     """The Starlette app: ``GET /health`` and ``POST /retrieve``; searches in a thread pool."""
 
     def __init__(self, retriever: Any, threads: int = 2, max_hits: int = MAX_HITS_PER_REQUEST,
-                 chunk_hits: int = CHUNK_HITS, body_timeout_s: float = 10.0, request_timeout_s: float = 120.0):
+                 body_timeout_s: float = 10.0, request_timeout_s: float = 120.0):
         from starlette.applications import Starlette
         from starlette.routing import Route
 
-        if threads < 1 or max_hits < 1 or chunk_hits < 1:
-            raise ValueError("threads, max_hits and chunk_hits must be >= 1")
-        self.retriever, self.max_hits, self.chunk_hits = retriever, int(max_hits), int(chunk_hits)
+        if threads < 1 or max_hits < 1:
+            raise ValueError("threads and max_hits must be >= 1")
+        self.retriever, self.max_hits = retriever, int(max_hits)
         self.body_timeout_s, self.request_timeout_s = float(body_timeout_s), float(request_timeout_s)
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="retrieve")
         self.app = Starlette(routes=[Route("/health", self.health, methods=["GET"]),
@@ -211,7 +211,7 @@ class RetrievalApp:
             return self._json(400, {"error": f"cannot read the request: {type(exc).__name__}"}, close=True)
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + self.request_timeout_s
-        per_chunk = max(1, self.chunk_hits // topk)
+        per_chunk = max(1, CHUNK_HITS // topk)
         rows: list[bytes] = []
         try:
             for start in range(0, len(queries), per_chunk):  # one chunk at a time: others queue in between

@@ -127,6 +127,7 @@ class TextEnv(gym.Env):
     observation_role: str | None = None
     stop: tuple[str, ...] = ()
     prefills: bool = False  # True when reply_prefill may return text (set per instance by an env option)
+    manifest: Any = None  # the dataset file the items come from (a DatasetManifest), recorded in Episode.meta
     reward_needs: RewardNeeds | None = None  # every env declares it (the contract checker requires it)
     # the per-turn truth keys the env writes into ``Turn.truth`` (source "env"); writing another is an error
     truth_keys: tuple[str, ...] = ()
@@ -172,7 +173,8 @@ class TextEnv(gym.Env):
         forces a search (the token-level twin of a chat API's ``tool_choice="required"``). The rollout
         runner puts its ids after the generation prompt as prompt tokens (never trained), lets the model
         continue, and steps the env with prefill + continuation; a caller of ``step`` sends both itself.
-        Only envs that set ``prefills`` return text here (a backend without token ids refuses them)."""
+        Only envs that set ``prefills`` return text here (a backend without token ids refuses them). The env
+        records the prefix it chose on the turn (``Turn.prefill``) when the action it is sent starts with it."""
         return ""
 
     def grade(self, episode: Episode) -> dict[str, Any]:
@@ -253,6 +255,10 @@ class TextEnv(gym.Env):
             group=options.get("group"),
             reward_needs=self.reward_needs,
         )
+        if self.manifest is not None:  # which file the item came from (a run's subset file lists all ids)
+            m = self.manifest
+            self.episode.meta["dataset"] = {"name": m.dataset, "split": m.split, "source": m.source, "sha256": m.sha256,
+                                            "count": m.count}
         self.on_reset(task)
         return render_messages(prompt), self._info()
 
@@ -268,6 +274,8 @@ class TextEnv(gym.Env):
         if not isinstance(action, str):
             action = "" if action is None else str(action)
         start = time.perf_counter()
+        prefill = self.reply_prefill()  # the start this reply was forced to take, if the action took it
+        prefill = prefill if prefill and action.startswith(prefill) else None
         error: dict[str, str] | None = None
         try:
             result = self.act(action)
@@ -295,6 +303,7 @@ class TextEnv(gym.Env):
             metrics=result.metrics,
             latency_ms={"tool": round(tool_ms, 3)},
             truth=check_declared(result.truth, self.truth_keys, self.env_name),
+            prefill=prefill,
         )
         ep.turns.append(turn)
         terminated = bool(result.terminated)
@@ -310,9 +319,10 @@ class TextEnv(gym.Env):
         obs = "" if turn.observation is None else turn.observation
         return obs, turn.reward, terminated, truncated, self._info()
 
-    def restore(self, episode: Episode, turns: int, seed: int | None = None) -> list[int]:
+    def restore(self, episode: Episode, turns: int, seed: int | None = None, episode_id: str | None = None,
+                group: str | None = None) -> list[int]:
         """Put this env in the state after the first ``turns`` turns of a recorded episode (see :func:`restore`)."""
-        return restore(self, episode, turns, seed)
+        return restore(self, episode, turns, seed, episode_id, group)
 
     def end_episode(self, reason: str) -> None:
         """End the episode from outside (e.g. the model's context is full): truncated, graded.
@@ -385,13 +395,15 @@ class TextEnv(gym.Env):
         return info
 
 
-def restore(env: Any, episode: Episode, turns: int, seed: int | None = None) -> list[int]:
+def restore(env: Any, episode: Episode, turns: int, seed: int | None = None, episode_id: str | None = None,
+            group: str | None = None) -> list[int]:
     """Put ``env`` (a TextEnv, wrapped or not) in the state after the first ``turns`` turns of a recorded
     ``episode``: reset to the same task with the episode's seed, then replay the recorded actions (so
     MathCode re-runs the executed cells in a fresh sandbox session, BFCL calls fresh backends). Returns
     the indices of replayed turns whose observation differs from the record (flagged, not trusted); a
     prompt that differs (an env built with other options) is refused. ``seed`` then reseeds the env's
-    random generator, so branches restored from one prefix continue independently.
+    random generator, so branches restored from one prefix continue independently. ``episode_id`` /
+    ``group``: the new episode's (default: the recorded episode's).
 
     The env's own episode record holds the replayed turns (text, metrics, rewards recomputed); the
     caller copies the recorded token ids (the rollout runner does: nothing is re-tokenised)."""
@@ -400,7 +412,8 @@ def restore(env: Any, episode: Episode, turns: int, seed: int | None = None) -> 
     task = episode.task
     adhoc = task.get("dataset") == "adhoc" or task.get("index") is None
     options = {"task": task} if adhoc else {"index": int(task["index"])}
-    env.reset(seed=episode.seed, options={**options, "episode_id": episode.id, "group": episode.group})
+    env.reset(seed=episode.seed, options={**options, "episode_id": episode.id if episode_id is None else episode_id,
+                                          "group": episode.group if group is None else group})
     if env.unwrapped.episode.prompt != episode.prompt:
         raise ValueError(f"episode {episode.id}: this env renders another prompt for its task (built with "
                          "other options than the ones that recorded it?); it cannot be restored here")

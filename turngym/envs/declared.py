@@ -9,24 +9,25 @@ where those envs used to record them (source "env"); nothing is guessed for an u
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Sequence
 
 import gymnasium
 
+from turngym.envs.base import TextEnv
 from turngym.episode import Episode, ReadReport, read_episodes
+from turngym.registry import resolve
 
 
-def _env_class(env_id: str) -> type | None:
+def _env_class(env_id: str) -> type[TextEnv] | None:
+    """The registered TextEnv class of ``env_id`` (None: not registered, or not a TextEnv)."""
     try:
         entry = gymnasium.spec(env_id).entry_point
     except gymnasium.error.Error:
         return None
     if isinstance(entry, str):
-        module, _, attr = entry.partition(":")
-        entry = getattr(importlib.import_module(module), attr)
-    return entry if isinstance(entry, type) else None
+        entry = resolve(entry)
+    return entry if isinstance(entry, type) and issubclass(entry, TextEnv) else None
 
 
 def fill_declared_truth(episodes: Sequence[Episode]) -> int:
@@ -38,7 +39,8 @@ def fill_declared_truth(episodes: Sequence[Episode]) -> int:
     for ep in episodes:
         if any(t.truth for t in ep.turns):
             continue
-        keys = getattr(_env_class(ep.env_id), "truth_keys", ())
+        cls = _env_class(ep.env_id)
+        keys = cls.truth_keys if cls is not None else ()
         got = False
         for t in ep.turns:
             for k in keys:
@@ -60,7 +62,8 @@ def fill_declared_needs(episodes: Sequence[Episode]) -> int:
     for ep in episodes:
         if ep.reward_needs is not None:
             continue
-        needs = getattr(_env_class(ep.env_id), "reward_needs", None)
+        cls = _env_class(ep.env_id)
+        needs = cls.reward_needs if cls is not None else None
         if needs is not None:
             ep.reward_needs = needs
             filled += 1

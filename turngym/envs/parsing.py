@@ -267,17 +267,3 @@ def parse_python_calls(text: str) -> ParseResult:
     return ParseResult(calls=calls)
 
 
-PARSERS: dict[str, Callable[..., ParseResult]] = {
-    "tags": parse_tag_calls,
-    "hermes": parse_hermes_tool_calls,
-    "json": parse_json_calls,
-    "code": parse_code_blocks,
-    "python_calls": parse_python_calls,
-}
-
-
-def get_parser(name: str) -> Callable[..., ParseResult]:
-    try:
-        return PARSERS[name]
-    except KeyError:
-        raise ValueError(f"unknown tool-call format {name!r}; choose one of {sorted(PARSERS)}") from None

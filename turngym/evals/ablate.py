@@ -35,8 +35,7 @@ from turngym.evals.credit_table import (
     mark_against,
     table,
 )
-from turngym.rewards import get_reward
-from turngym.rewards.base import outcome_score
+from turngym.rewards.base import GroupReward, get_reward, outcome_score, reward_class
 from turngym.truth import TruthMap
 
 
@@ -49,7 +48,7 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     return None if rho is None or not np.isfinite(rho) else float(rho)
 
 
-def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | Path | None = None,
+def ablate(episodes: Sequence[Episode], rewards: dict[str, GroupReward], out_dir: str | Path | None = None,
            reliability: dict[str, Any] | None = None, truth: str | None = None, truth_map: str | None = None,
            estimators: Sequence[str] = ()) -> dict[str, Any]:
     """``rewards``: name → reward wrapper. Groups are the episodes' ``group`` ids. ``reliability``:
@@ -60,7 +59,7 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, Any], out_dir: str | 
     labels_of = {ep.id: turn_truth(ep, truth, mapping) for ep in episodes}  # bad truth is refused before scoring
     groups = group_episodes(episodes)
     ordered = [ep for g in groups for ep in g]
-    needy = {n: w for n, w in rewards.items() if getattr(w, "requires_gold", False)}
+    needy = {n: w for n, w in rewards.items() if w.requires_gold}
     kept = [g for g in groups if all(_has_gold(e) for e in g)]
     kept_ids = {g.key for g in kept}
     if not needy or len(kept) == len(groups):  # every wrapper is scored on every group
@@ -114,7 +113,8 @@ def _has_gold(ep: Episode) -> bool:
     return any(str(a).strip() for a in ep.task.get("answers", []) or [])
 
 
-def _score(groups: Sequence[EpisodeGroup], rewards: dict[str, Any]) -> tuple[dict[str, list[list[float]]], dict[str, str]]:
+def _score(groups: Sequence[EpisodeGroup],
+           rewards: dict[str, GroupReward]) -> tuple[dict[str, list[list[float]]], dict[str, str]]:
     """Per-turn rewards of each wrapper over the groups in order; a wrapper that raises is reported, not fatal."""
     per_turn: dict[str, list[list[float]]] = {}
     errors: dict[str, str] = {}
@@ -130,7 +130,7 @@ def _score(groups: Sequence[EpisodeGroup], rewards: dict[str, Any]) -> tuple[dic
     return per_turn, errors
 
 
-def _summary(groups: Sequence[EpisodeGroup], per_turn: dict[str, list[list[float]]], rewards: dict[str, Any],
+def _summary(groups: Sequence[EpisodeGroup], per_turn: dict[str, list[list[float]]], rewards: dict[str, GroupReward],
              errors: dict[str, str], labels_of: dict[str, list[int | None]], estimators: Sequence[str] = (),
              baselines: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Credit accuracy (raw and on advantages, beside the label-free baselines), agreement with the gold
@@ -165,7 +165,7 @@ def _summary(groups: Sequence[EpisodeGroup], per_turn: dict[str, list[list[float
             "agreement_with_gold_outcome": spearman(totals, gold),
             "within_group_variance": float(np.mean(variances)) if variances else None,
             "mean_turn_reward": float(np.mean(flat)) if flat else None,
-            **_costs(rewards[name]),
+            **rewards[name].costs(),
         }
     return summary
 
@@ -185,20 +185,6 @@ def _advantage_credit(names: Sequence[str], rows: list[list[float]], labels: lis
         per_group.append(rows[start:start + len(g)])
         start += len(g)
     return {e: mark_against(s, best) for e, s in estimator_scores(per_group, labels, names).items()}
-
-
-def _costs(wrapper: Any) -> dict[str, Any]:
-    """LLM-judged wrappers (scribe): their LLM call counts and library, for the report."""
-    out: dict[str, Any] = {}
-    stats = getattr(getattr(wrapper, "llm", None), "stats", None)
-    if stats is not None and hasattr(stats, "to_dict"):
-        out["llm"] = stats.to_dict()
-    library = getattr(wrapper, "library", None)
-    if hasattr(library, "prototypes"):
-        out["library"] = {"version": library.version, "prototypes": len(library.prototypes)}
-    elif "llm" in out:
-        out["library"] = {"version": None, "prototypes": 0}
-    return out
 
 
 def _markdown(s: dict[str, Any]) -> str:
@@ -273,34 +259,38 @@ def reliability_table(r: dict[str, Any]) -> list[str]:
 
 def make_wrappers(names: Sequence[str], scorer: Any = None, tokens: str = "ids", scribe_llm: Any = None,
                   scribe_episodes: Sequence[Episode] = (), scribe_library: Any = None,
-                  scribe_base_url: str | None = None) -> dict[str, Any]:
-    """Wrappers by name. ``scorer`` (a model spec or a loaded scorer) is made once and shared by siop and
-    igpo, which read episodes by ``tokens``: ``"ids"`` (the policy's own ids) or ``"text"`` (re-tokenised:
-    scripted creditbench episodes carry no ids). ``scribe_llm`` judges for scribe (and prm, which shares
-    scribe's loaded judge when both are asked for); without ``scribe_library`` scribe's library is fitted
-    on ``scribe_episodes``."""
-    shared = None
-    out: dict[str, Any] = {}
+                  scribe_base_url: str | None = None) -> dict[str, GroupReward]:
+    """Rewards by name, configured by what each declares (:class:`~turngym.rewards.base.GroupReward`).
+    ``scorer`` (a model spec or a loaded scorer) is made once and shared by every reward that
+    ``needs_scorer`` (siop, igpo), which read episodes by ``tokens``: ``"ids"`` (the policy's own ids) or
+    ``"text"`` (re-tokenised: scripted creditbench episodes carry no ids). ``scribe_llm`` judges for every
+    reward that ``needs_judge`` (scribe, prm), loaded once and shared; one that ``learns_library`` is given
+    ``scribe_library``, or without one fits its library on ``scribe_episodes``."""
+    shared_scorer, shared_judge = None, None
+    out: dict[str, GroupReward] = {}
     for name in names:
+        cls = reward_class(name)
         cfg: dict[str, Any] = {}
-        if name in ("siop", "igpo"):
+        if cls.needs_scorer:
             if scorer is None:
                 raise ValueError(f"{name} needs --scorer (a model that scores support, e.g. 'default' or a directory)")
-            if shared is None:
+            if shared_scorer is None:
                 from turngym.rewards.support import make_scorer
 
-                shared = make_scorer(scorer)
-            cfg.update(scorer=shared, tokens=tokens)
-        if name == "scribe":
-            if scribe_llm is None:
-                raise ValueError("scribe needs a judge model (--scribe-llm)")
-            cfg.update(llm=scribe_llm, library=scribe_library, llm_base_url=scribe_base_url)
-        if name == "prm":  # the PRM baseline: scribe's judge model, open-ended criteria
-            judge = out["scribe"].llm if "scribe" in out else scribe_llm
-            cfg.update(llm="default" if judge is None else judge, llm_base_url=scribe_base_url)
-        out[name] = get_reward(name, **cfg)
-        if name == "scribe" and scribe_library is None:  # no library given: build one from these episodes
-            out[name].fit(list(scribe_episodes))
+                shared_scorer = make_scorer(scorer)
+            cfg.update(scorer=shared_scorer, tokens=tokens)
+        if cls.needs_judge:
+            judge = shared_judge if shared_judge is not None else scribe_llm
+            if judge is None:
+                raise ValueError(f"{name} needs a judge model (--scribe-llm)")
+            cfg.update(llm=judge, llm_base_url=scribe_base_url)
+        if cls.learns_library:
+            cfg.update(library=scribe_library)
+        out[name] = reward = get_reward(name, **cfg)
+        if cls.needs_judge and shared_judge is None:
+            shared_judge = reward.llm  # the loaded judge, shared by the next reward that needs one
+        if cls.learns_library and scribe_library is None:  # no library given: build one from these episodes
+            reward.fit(list(scribe_episodes))
     return out
 
 

@@ -78,6 +78,10 @@ TRUTH_KEY = "planted"
 ENVS = ("searchqa", "mathcode", "bfcl")
 DESIGNS = ("random", "contrast")
 CONTRAST_ENVS = ("searchqa", "mathcode")
+# the subsets the planted groups are built on (fixed: the scripted plays are written for them), recorded in
+# each summary's config
+SUBSETS = {"searchqa_dataset": "hotpotqa", "search_turns": 2, "mathcode_dataset": "gsm8k",
+           "bfcl_category": "multi_turn_base", "bfcl_max_user_turns": 4}
 
 
 @dataclass
@@ -88,12 +92,7 @@ class BenchConfig:
     seed: int = 0
     p_useful: float = 0.5  # chance a tool turn is useful
     noise: float = 0.15  # chance the final answer ignores the evidence
-    searchqa_dataset: str = "hotpotqa"
-    search_turns: int = 2
     retriever: Any = None  # None: the default index
-    mathcode_dataset: str = "gsm8k"
-    bfcl_category: str = "multi_turn_base"
-    bfcl_max_user_turns: int = 4
     designs: tuple[str, ...] = ("random",)
     truth: str = TRUTH_KEY  # the truth key scored (the planted label, or an env's own, e.g. retrieval_hit)
     truth_map: str | None = None  # value -> label, e.g. "+1:1,-1:0,0:skip"; None: values must be binary
@@ -202,15 +201,15 @@ def build_searchqa(cfg: BenchConfig, design: str = "random") -> list[list[Episod
 
     contrast = design == "contrast"
     tag = "searchqa" + ("-contrast" if contrast else "")
-    env = gymnasium.make("turngym/SearchQA-v0", dataset=cfg.searchqa_dataset, retriever=cfg.retriever,
-                         max_turns=(2 if contrast else cfg.search_turns) + 1)
+    env = gymnasium.make("turngym/SearchQA-v0", dataset=SUBSETS["searchqa_dataset"], retriever=cfg.retriever,
+                         max_turns=(2 if contrast else SUBSETS["search_turns"]) + 1)
     groups = []
     for item in searchqa_items(env, cfg):
         golds = [str(a) for a in env.unwrapped.get_item(item.index)["answers"]]
         group = []
         for k in range(cfg.k):
             rng = _rng(cfg, tag, item.index, k)
-            labels = _contrast_searches(k) if contrast else _labels(rng, cfg.search_turns, cfg.p_useful)
+            labels = _contrast_searches(k) if contrast else _labels(rng, SUBSETS["search_turns"], cfg.p_useful)
             actions = []
             for t, lab in enumerate(labels):
                 query = item.useful_query if lab else item.distractors[t % len(item.distractors)]
@@ -267,10 +266,10 @@ def build_mathcode(cfg: BenchConfig, design: str = "random") -> list[list[Episod
     contrast = design == "contrast"
     tag = "mathcode" + ("-contrast" if contrast else "")
 
-    env = gymnasium.make("turngym/MathCode-v0", dataset=cfg.mathcode_dataset, max_turns=5, prompt_style="chat",
+    env = gymnasium.make("turngym/MathCode-v0", dataset=SUBSETS["mathcode_dataset"], max_turns=5, prompt_style="chat",
                          grading_timeout_s=60.0)  # a loaded machine must not turn a verdict into a timeout
     base = env.unwrapped
-    solutions = gsm8k_solutions() if cfg.mathcode_dataset == "gsm8k" else {}
+    solutions = gsm8k_solutions() if SUBSETS["mathcode_dataset"] == "gsm8k" else {}
     groups = []
     for i in range(base.num_items()):
         if len(groups) == cfg.groups:
@@ -370,17 +369,17 @@ def build_bfcl(cfg: BenchConfig) -> list[list[Episode]]:
 
     from turngym.envs.bfcl.calls import calls_from_strings
 
-    env = gymnasium.make("turngym/BFCL-v0", category=cfg.bfcl_category, tool_format="prompting")
+    env = gymnasium.make("turngym/BFCL-v0", category=SUBSETS["bfcl_category"], tool_format="prompting")
     base = env.unwrapped
     groups = []
     for i in range(base.num_items()):
         if len(groups) == cfg.groups:
             break
         env.reset(seed=0, options={"index": i})
-        truth = base.data.answers.get(base._entry["id"]) or []
-        if not 2 <= len(truth) <= cfg.bfcl_max_user_turns:
+        truth = base.context.ground_truth or []
+        if not 2 <= len(truth) <= SUBSETS["bfcl_max_user_turns"]:
             continue
-        per_turn = [calls_from_strings(t, base._session.parameters) if t else [] for t in truth]
+        per_turn = [calls_from_strings(t, base.session.parameters) if t else [] for t in truth]
         wrong = [_mutated(c) if c else None for c in per_turn]
         for u, bad in enumerate(wrong):  # keep only mutations bfcl-eval's checker rejects after a correct history
             if bad is not None and not _rejected(env, i, per_turn, u, bad):
@@ -483,7 +482,7 @@ def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | P
     if built is None:
         built = build(cfg)
         build_s = time.perf_counter() - start
-    summary: dict[str, Any] = {"config": {k: v for k, v in asdict(cfg).items() if k != "retriever"},
+    summary: dict[str, Any] = {"config": {**{k: v for k, v in asdict(cfg).items() if k != "retriever"}, **SUBSETS},
                                "retriever": "default index" if cfg.retriever is None else str(cfg.retriever),
                                "build_s": None if build_s is None else round(build_s, 2), "envs": {}}
     from turngym.evals.scores import records_for

@@ -82,6 +82,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
     from turngym.evals.ablate import ablate, make_wrappers
     from turngym.evals.creditbench import BenchConfig, run_creditbench
     from turngym.evals.harness import EvalSpec, run_eval
+    from turngym.rewards.base import reward_class
     from turngym.rewards.support import HFSupportScorer
 
     out = Path(cfg.out)
@@ -109,7 +110,8 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
     names = list(cfg.rewards) + (["scribe"] if cfg.scribe else [])
     t0, c0 = time.perf_counter(), time.process_time()
     scorer = None
-    if {"siop", "igpo"} & set(names):
+    support = [n for n in names if reward_class(n).needs_scorer]  # siop, igpo: one scorer shared by all
+    if support:
         if cfg.scorer == cfg.model:  # the agent itself, cast in place: one copy of the weights in memory
             import torch
 
@@ -128,7 +130,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None) -> Path:
         scorer.clear_prefixes()  # the planted episodes share no prefix with the real ones
     t0, c0 = time.perf_counter(), time.process_time()
     bench_cfg = BenchConfig(envs=cfg.bench_envs, groups=cfg.bench_groups, k=cfg.bench_k, seed=cfg.seed)
-    support = [n for n in names if n in ("siop", "igpo")]  # scripted episodes are text: the scorer tokenises them
+    # scripted episodes are text: the rewards that score support re-tokenise them
     bench_wrappers = {**wrappers, **make_wrappers(support, scorer=scorer, tokens="text")}
     bench = run_creditbench(bench_cfg, bench_wrappers, out / "creditbench")
     times["creditbench_s"] = round(time.perf_counter() - t0, 1)

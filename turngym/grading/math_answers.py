@@ -45,10 +45,6 @@ def extract_boxed(text: str) -> str | None:
     return last
 
 
-def has_boxed(text: str) -> bool:
-    return extract_boxed(text) is not None
-
-
 @dataclass
 class Verdict:
     correct: bool

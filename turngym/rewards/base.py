@@ -1,6 +1,6 @@
-"""The reward-wrapper interface and registry.
+"""The reward contract (:class:`GroupReward`) and registry.
 
-A reward wrapper scores a *group* (the K episodes of one query) and returns one list of
+A reward scores a *group* (the K episodes of one query) and returns one list of
 per-turn rewards per episode, in the same order, one value per turn, plus diagnostics
 (clusters, q, support per turn) that reports keep.
 """
@@ -8,9 +8,9 @@ per-turn rewards per episode, in the same order, one value per turn, plus diagno
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from turngym.episode import Episode
 from turngym.registry import Registry, resolve
@@ -25,12 +25,74 @@ class GroupScores:
         return [sum(r) for r in self.rewards]
 
 
-class RewardWrapper(Protocol):
+class GroupReward:
+    """The base every reward subclasses: scores a group, declares what it needs, and says so at definition.
+
+    A subclass sets ``name`` (an instance field) and implements :meth:`score_group`. Its class
+    attributes are the contract the harness, ablate and the trainer read instead of probing:
+
+    * ``estimator``: the advantage estimator it is paired with in training (a run may override it);
+      every concrete reward declares one, checked when the class is defined;
+    * ``needs_scorer``: it scores support with a language model (siop, igpo): ablate and the main job
+      hand it one shared scorer (``scorer=``, ``tokens=``), the trainer binds the live policy through
+      :meth:`bind_scorer` when :meth:`scores_with_policy`;
+    * ``needs_judge``: an LLM judges its steps (scribe, prm): built with ``llm=`` (one judge shared);
+    * ``learns_library``: it takes a ``library=`` and, given none, :meth:`fit` builds one from episodes;
+    * ``requires_gold``: every episode it scores needs a gold answer (ablate scores it on those only);
+    * ``scores_single_episodes``: :meth:`score_episode` is meaningful alone (no group baseline), so it
+      can reward a single env step by step.
+
+    The hooks below are no-ops by default; a reward overrides the ones it uses. A class meant only to
+    be subclassed passes ``abstract=True`` (``class Base(GroupReward, abstract=True)``).
+    """
+
     name: str
-    estimator: ClassVar[str]  # the advantage estimator it is paired with in training (a run may override it)
+    estimator: ClassVar[str]
+    needs_scorer: ClassVar[bool] = False
+    needs_judge: ClassVar[bool] = False
+    learns_library: ClassVar[bool] = False
+    requires_gold: ClassVar[bool] = False
+    scores_single_episodes: ClassVar[bool] = False
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not abstract and not any(isinstance(vars(c).get("estimator"), str) for c in cls.__mro__):
+            raise TypeError(f"reward {cls.__name__} declares no paired estimator: set the class attribute "
+                            "'estimator' (e.g. estimator: ClassVar[str] = 'grpo'), or pass abstract=True")
 
     def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
-        ...
+        raise NotImplementedError
+
+    def score_episode(self, episode: Episode) -> list[float]:
+        """One episode's per-turn rewards alone; only rewards with ``scores_single_episodes`` give them."""
+        raise TypeError(f"reward {self.name!r} scores groups only; it has no per-episode reward")
+
+    def scores_with_policy(self) -> bool:
+        """True when the trainer must :meth:`bind_scorer` the live policy (official IGPO's ``scorer: policy``)."""
+        return False
+
+    def bind_scorer(self, scorer: Any) -> None:
+        """Score with this scorer object (the live policy, or one model shared by several rewards)."""
+        raise TypeError(f"reward {self.name!r} scores no support; it takes no scorer")
+
+    def fit(self, episodes: Sequence[Episode]) -> Any:
+        """Learn what scoring needs from these episodes (SCRIBE: its skill library); default: nothing to learn."""
+        return None
+
+    def vote_pool(self) -> int | None:
+        """Rollouts per query that vote (TTRL's ``n_votes``): the trainer plays that many; None: the group only."""
+        return None
+
+    def observe(self, step: int, episodes: Sequence[Episode] | None = None) -> None:
+        """Trainer hook, once per training step (SCRIBE refreshes its library here)."""
+
+    def training_metrics(self) -> dict[str, float]:
+        """Trainer hook, once per step: figures to log (drained, so each group counts once)."""
+        return {}
+
+    def costs(self) -> dict[str, Any]:
+        """What scoring cost, for reports (LLM-judged rewards: call counts and library size)."""
+        return {}
 
 
 # Name -> "module:attribute" of the wrapper's factory, imported when first built: building a light
@@ -52,25 +114,32 @@ REWARDS = Registry("reward", {
 JOINED = "turngym.rewards.composite:composite_from_name"  # builds an ``a+b`` name
 
 
+def reward_class(name: str) -> type[GroupReward]:
+    """The class registered as ``name`` (``a+b`` composites: ``CompositeReward``), for its declared contract."""
+    factory = REWARDS.load("composite" if "+" in name else name)
+    if not (isinstance(factory, type) and issubclass(factory, GroupReward)):
+        raise TypeError(f"reward {name!r} is registered as {factory!r}, which is not a GroupReward subclass; "
+                        "rewards subclass turngym.rewards.base.GroupReward and declare their contract there")
+    return factory
+
+
 def declared_estimator(name: str) -> str:
     """The estimator the reward registered as ``name`` declares (``a+b`` composites: ``CompositeReward``'s)."""
-    factory = REWARDS.load("composite" if "+" in name else name)
-    estimator = getattr(factory, "estimator", None)
-    if not isinstance(estimator, str):
-        raise ValueError(f"reward {name!r} declares no paired estimator (a class attribute 'estimator', e.g. 'grpo')")
-    return estimator
+    return reward_class(name).estimator
 
 
-def register_reward(name: str, factory: str | Callable[..., RewardWrapper]) -> None:
-    """Add a reward wrapper under ``name``: its factory or the factory's ``"module:attribute"`` path.
+def register_reward(name: str, factory: str | type[GroupReward]) -> None:
+    """Add a reward under ``name``: its :class:`GroupReward` subclass or the class's ``"module:attribute"`` path.
     A name is registered once; a second registration raises ``ValueError``."""
     if "+" in name:
         raise ValueError(f"a reward name cannot hold '+' (it joins the parts of a composite), got {name!r}")
+    if not isinstance(factory, str) and not (isinstance(factory, type) and issubclass(factory, GroupReward)):
+        raise TypeError(f"reward {name!r}: register a GroupReward subclass (or its 'module:Class' path), got {factory!r}")
     REWARDS.register(name, factory)
 
 
-def get_reward(name: str, **config: Any) -> RewardWrapper:
-    """A reward wrapper by registry name (``outcome``, ``igpo``, ``ttrl``, ``empo``, ``siop``, ``scribe``, ``funrl``,
+def get_reward(name: str, **config: Any) -> GroupReward:
+    """A reward by registry name (``outcome``, ``igpo``, ``ttrl``, ``empo``, ``siop``, ``scribe``, ``funrl``,
     ``toolcall_dense``, ``prm``, ``composite``), or a weighted sum of several named ``a+b``
     (see ``turngym.rewards.composite``)."""
     if "+" in name:
@@ -79,7 +148,7 @@ def get_reward(name: str, **config: Any) -> RewardWrapper:
         except TypeError as exc:
             raise ValueError(f"bad configuration for reward {name!r}: {exc}") from None
 
-    factory = REWARDS.load(name)
+    factory = reward_class(name)
     try:
         return factory(**config)
     except TypeError as exc:

@@ -10,7 +10,7 @@ Two ways to ask for one::
 
 In a ``name+name`` form each part's configuration is the keyword named after it and a
 missing weight is 1.0. The diagnostics keep every part's rewards and diagnostics. The
-trainer hooks (``observe``, ``training_metrics``) are forwarded to the parts that have them.
+trainer hooks (``observe``, ``training_metrics``) are forwarded to every part (no-ops where a part has none).
 """
 
 from __future__ import annotations
@@ -20,15 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from turngym.episode import Episode
-from turngym.rewards.base import GroupScores, finite, get_reward
+from turngym.rewards.base import GroupReward, GroupScores, finite, get_reward
 
 
 @dataclass
-class CompositeReward:
+class CompositeReward(GroupReward):
     estimator: ClassVar[str] = "turn"  # its paired estimator (a sum of per-turn rewards)
+    scores_single_episodes: ClassVar[bool] = True
     parts: list[dict[str, Any]]
     name: str = "composite"
-    members: dict[str, Any] = field(default_factory=dict, init=False)
+    members: dict[str, GroupReward] = field(default_factory=dict, init=False)
     weights: dict[str, float] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
@@ -39,7 +40,9 @@ class CompositeReward:
             weight = float(spec.pop("weight", 1.0))
             if "reward" in spec:  # an already-built wrapper (e.g. sharing one judge model)
                 wrapper = spec.pop("reward")
-                key = spec.pop("name", getattr(wrapper, "name", "part"))
+                if not isinstance(wrapper, GroupReward):
+                    raise TypeError(f"a built part must be a GroupReward, got {type(wrapper).__name__}")
+                key = spec.pop("name", wrapper.name)
                 if spec:
                     raise ValueError(f"part {key!r}: a built reward takes no configuration, got {sorted(spec)}")
             else:
@@ -77,14 +80,12 @@ class CompositeReward:
 
     def observe(self, step: int, episodes: Sequence[Episode] | None = None) -> None:
         for w in self.members.values():
-            if hasattr(w, "observe"):
-                w.observe(step, episodes)
+            w.observe(step, episodes)
 
     def training_metrics(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for w in self.members.values():
-            if hasattr(w, "training_metrics"):
-                out.update(w.training_metrics())
+            out.update(w.training_metrics())
         return out
 
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from turngym.episode import Episode
-from turngym.rewards.base import GroupScores, finite
+from turngym.rewards.base import GroupReward, GroupScores, finite
 
 
 @dataclass
-class EnvReward:
+class EnvReward(GroupReward):
     """Per turn, the reward ``env.step`` returned for it."""
 
     name: str = "env"

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from turngym.episode import Episode, Turn
-from turngym.rewards.base import GroupScores, final_turn_rewards, outcome_score
+from turngym.rewards.base import GroupReward, GroupScores, final_turn_rewards, outcome_score
 
 
 def executed(turn: Turn) -> bool | None:
@@ -56,8 +56,9 @@ def turn_components(episode: Episode, turn: Turn) -> dict[str, float]:
 
 
 @dataclass
-class ToolCallDenseReward:
+class ToolCallDenseReward(GroupReward):
     estimator: ClassVar[str] = "turn"  # its paired estimator (per-turn rewards, summed backwards)
+    scores_single_episodes: ClassVar[bool] = True
     name: str = "toolcall_dense"
 
     def score_episode(self, episode: Episode) -> list[float]:
@@ -78,7 +79,7 @@ _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
 
 @dataclass
-class FunRLReward:
+class FunRLReward(GroupReward):
     """FunRL/EGPO's binary reward: 1 on the final turn iff every turn is well-formed and the outcome is correct.
 
     ``require_think``: the paper's format also asks for a non-empty ``<think>…</think>`` before
@@ -87,6 +88,7 @@ class FunRLReward:
     """
 
     estimator: ClassVar[str] = "turn"  # its paired estimator (its recipes pair it with the turn estimator)
+    scores_single_episodes: ClassVar[bool] = True
 
     require_think: bool = False
     metric: str | None = None

@@ -9,15 +9,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from turngym.episode import Episode, EpisodeGroup
-from turngym.rewards.base import GroupScores, final_turn_rewards, impute_missing, outcome_score
+from turngym.rewards.base import GroupReward, GroupScores, final_turn_rewards, impute_missing, outcome_score
 from turngym.rewards.equivalence import Clustering, StringMatch, cluster_answers, make_equivalence
 
 
 @dataclass
-class OutcomeReward:
+class OutcomeReward(GroupReward):
     """The env's gold verdict (math ``correct``, QA ``em`` or ``f1``, BFCL ``bfcl_valid``) on the last turn."""
 
     estimator: ClassVar[str] = "grpo"  # the paired estimator (an episode-level reward: TRL's GRPO)
+    scores_single_episodes: ClassVar[bool] = True
 
     metric: str | None = None
     name: str = "outcome"
@@ -44,7 +45,7 @@ VOTE_ON = ("strings", "equivalence")
 
 
 @dataclass
-class TTRLReward:
+class TTRLReward(GroupReward):
     """1 on the final turn if the answer agrees with the majority label, else 0.
 
     ``vote_on="strings"`` (TTRL's code, ``ttt_metrics.py``): the label is the most common extracted answer
@@ -72,6 +73,9 @@ class TTRLReward:
         if self.vote_on not in VOTE_ON:
             raise ValueError(f"vote_on must be one of {VOTE_ON}, got {self.vote_on!r}")
 
+    def vote_pool(self) -> int | None:
+        return self.n_votes
+
     def score_group(self, episodes: Sequence[Episode], vote_pool: Sequence[Episode] | None = None) -> GroupScores:
         voters = [*episodes, *(vote_pool or [])]
         if self.vote_on == "equivalence":
@@ -98,7 +102,7 @@ class TTRLReward:
 
 
 @dataclass
-class EMPOReward:
+class EMPOReward(GroupReward):
     """EMPO: the rollout's semantic-cluster probability on the final turn, gated by semantic entropy.
 
     As in EMPO's code: the K answers are clustered (an unanswered rollout is a cluster of its own

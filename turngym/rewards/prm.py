@@ -14,16 +14,18 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from turngym.episode import Episode
-from turngym.rewards.base import GroupScores
+from turngym.rewards.base import GroupReward, GroupScores
 from turngym.rewards.scribe.decompose import decompose
-from turngym.rewards.scribe.reward import make_llm
+from turngym.rewards.scribe.reward import judge_costs, make_llm
 from turngym.rewards.scribe.scoring import NEUTRAL, StepRecord, check_scoring, group_scores, step_value
 from turngym.rewards.scribe.steps import judge_steps_open
 
 
 @dataclass
-class PRMReward:
+class PRMReward(GroupReward):
     estimator: ClassVar[str] = "turn"  # its paired estimator (per-turn judge scores, summed backwards)
+    needs_judge: ClassVar[bool] = True
+    scores_single_episodes: ClassVar[bool] = True
     llm: Any = "default"
     outcome_weight: float = 0.5
     outcome_metric: str | None = None
@@ -46,6 +48,9 @@ class PRMReward:
     def decompose(self, episodes: Sequence[Episode]) -> list[Any]:
         return decompose(episodes, self.llm, self.window_tokens, self.observation_tokens, self.unlocated_steps,
                          self.locate_steps, self.fuzzy_min_coverage)
+
+    def costs(self) -> dict[str, Any]:
+        return judge_costs(self.llm, None)
 
     def score_episode(self, episode: Episode) -> list[float]:
         return self.score_group([episode]).rewards[0]

@@ -27,14 +27,13 @@ repository's gold-reference IGPO baseline (SIOP's machinery with the gold answer
 from __future__ import annotations
 
 import math
-import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from turngym.episode import Episode, EpisodeGroup, Turn
-from turngym.rewards.base import GroupScores, finite, outcome_score
+from turngym.rewards.base import GroupReward, GroupScores, finite, outcome_score
 from turngym.rewards.equivalence import cluster_answers, make_equivalence
 from turngym.rewards.evidence import EVIDENCE_SOURCES, cluster_evidence, make_evidence
 from turngym.rewards.support import (
@@ -62,7 +61,7 @@ def _log(x: float) -> float:
 
 
 @dataclass
-class _PotentialMachinery:
+class _PotentialMachinery(GroupReward, abstract=True):
     scorer: Any = None  # a model (name, directory, mapping), a scorer object (e.g. shared by siop and igpo), or 'policy'
     lam: float = 0.5
     eps: float = 1e-8
@@ -71,6 +70,7 @@ class _PotentialMachinery:
     tokens: str = "ids"  # "ids": the policy's own ids (same tokenizer required); "text": re-tokenise
     final_turn_gain: bool = True  # score τ_T and give the final turn ΔΦ_T
     _scorer: Any = field(default=None, init=False, repr=False)
+    needs_scorer: ClassVar[bool] = True
     _tok_cache: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -81,6 +81,9 @@ class _PotentialMachinery:
         if self.tokens not in TOKEN_MODES:
             raise ValueError(f"tokens must be one of {TOKEN_MODES}, got {self.tokens!r}")
         PseudoAnswer.make(self.pseudo_answer)
+
+    def scores_with_policy(self) -> bool:
+        return self.scorer == "policy"
 
     def bind_scorer(self, scorer: Any) -> None:
         """Use this scorer object (e.g. the live policy, or one model shared by several wrappers)."""
@@ -196,7 +199,6 @@ IGPO_CHAT_PIECES_KEPT = 10  # info_gain.py: a rollout whose gains miss a turn ke
 TURN_LIMIT_GAINS = ("repository", "keep")
 F1_GOLDS = ("first", "all")
 FINAL_REWARDS = ("f1", "outcome", "constant")
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def igpo_tags_balanced(text: str) -> bool:

@@ -95,7 +95,7 @@ def end_of_turn_text(tokenizer: Any) -> str:
     if getattr(tokenizer, "chat_template", None):
         from turngym.agents.tokenization import ConversationTokenizer
 
-        close = ConversationTokenizer(tokenizer)._assistant_close.strip()
+        close = ConversationTokenizer(tokenizer).assistant_close.strip()
         if close:
             return close
     return getattr(tokenizer, "eos_token", None) or ""
@@ -412,7 +412,7 @@ class OpenAISupportScorer:
             for c in continuations:
                 prompts.append(list(point) + list(c.ids[: c.end]))
                 spans.append((len(point) + c.start, list(c.ids[c.start:c.end])))
-        data = client._post("/completions", {"model": self.model, "prompt": prompts, "max_tokens": 1,
+        data = client.post_json("/completions", {"model": self.model, "prompt": prompts, "max_tokens": 1,
                                              "temperature": 0.0, "prompt_logprobs": 0})
         choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
         if len(choices) != len(prompts):

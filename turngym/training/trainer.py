@@ -31,7 +31,7 @@ from turngym.agents.hf import cut_generation
 from turngym.agents.policy import Generation, GenerationRequest, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
 from turngym.episode import Episode, EpisodeGroup, group_episodes, reward_view
-from turngym.rewards.base import outcome_score
+from turngym.rewards.base import GroupReward, outcome_score
 from turngym.training.advantages import (
     ESTIMATOR_OPTIONS,
     MC_ESTIMATORS,
@@ -159,14 +159,16 @@ class TurnGRPOTrainer(GRPOTrainer):
         gamma: discount for the backward sum of turn advantages.
         advantage_eps: added to the group std; None: the estimator's own default (``grpo``
             1e-4 as TRL, ``turn``, ``igpo_siop`` and ``igpo_separate`` 1e-6; ``igpo`` has no std).
-        max_turns_tokens: per-episode budget for action + observation tokens (default:
+        max_episode_tokens: per-episode budget for action + observation tokens (default:
             ``args.max_completion_length``).
     """
 
-    def __init__(self, *, model: Any, env_factory: Callable[[], Any], reward: Any, args: GRPOConfig,
+    def __init__(self, *, model: Any, env_factory: Callable[[], Any], reward: GroupReward, args: GRPOConfig,
                  train_dataset: Any, estimator: str | None = None, gamma: float = 1.0, advantage_eps: float | None = None,
                  max_episode_tokens: int | None = None, stop: Sequence[str] | None = None,
                  estimator_options: dict[str, Any] | None = None, **kwargs: Any):
+        if not isinstance(reward, GroupReward):
+            raise TypeError(f"reward must be a turngym GroupReward (turngym.rewards.get_reward), got {type(reward).__name__}")
         self.env_factory = env_factory
         self.reward = reward
         estimator = estimator or reward.estimator  # the reward declares its paired estimator
@@ -187,7 +189,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         self._anchor_env: Any = None  # the env whose anchor_state keys GiGPO's step groups
         super().__init__(model=model, reward_funcs=[_outcome_for_logging], args=args, train_dataset=train_dataset,
                          rollout_func=self._rollout, **kwargs)
-        if getattr(reward, "scorer", None) == "policy":
+        if reward.scores_with_policy():
             self._bind_policy_scorer()
 
     def _bind_policy_scorer(self) -> None:
@@ -205,7 +207,7 @@ class TurnGRPOTrainer(GRPOTrainer):
     def _rollout(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         rows = [parse_task_prompt(p) for p in prompts]
         groups = self._rollout_groups(rows)
-        n_votes = getattr(self.reward, "n_votes", None) if self.model.training else None
+        n_votes = self.reward.vote_pool() if self.model.training else None
         trained_k = {g.slot: g.k for g in groups}  # TTRL vote pools are whole on one process: first_k == 0
         if n_votes is not None:
             groups = [self._vote_pool_group(g, n_votes) for g in groups]
@@ -340,9 +342,8 @@ class TurnGRPOTrainer(GRPOTrainer):
         everyone = gather_object(local)  # groups may span processes; score them whole (by Episode.group)
         voters = dict(gather_object(list(self._voters.items()))) if self._voters or self.accelerator.num_processes > 1 else {}
         rewards, advs = self._score_shared(everyone, k, voters)
-        observe = getattr(self.reward, "observe", None)  # e.g. SCRIBE's library refresh every N steps
-        if observe is not None and mode == "train":
-            observe(self.state.global_step, everyone)
+        if mode == "train":  # e.g. SCRIBE's library refresh every N steps (a no-op for most rewards)
+            self.reward.observe(self.state.global_step, everyone)
         start = self.accelerator.process_index * len(local)
         width = out["completion_ids"].size(1)
         table = torch.zeros((len(local), width), dtype=torch.float32)
@@ -365,10 +366,9 @@ class TurnGRPOTrainer(GRPOTrainer):
             metrics["turngym/turn_advantage_abs_max"].append(max(abs(a) for a in flat_a))
         if self.estimator_name == "egpo":
             metrics["turngym/egpo_entropy_mean"].append(self._egpo_entropy_mean)
-        dynamics = getattr(self.reward, "training_metrics", None)  # e.g. SCRIBE's uncertainty, plan separability
-        if dynamics is not None:  # drained in eval too, so eval groups never leak into train figures
-            for key, value in dynamics().items():
-                metrics[f"turngym/{key}"].append(value)
+        # e.g. SCRIBE's uncertainty, plan separability; drained in eval too, so eval groups never leak into train figures
+        for key, value in self.reward.training_metrics().items():
+            metrics[f"turngym/{key}"].append(value)
         metrics["turngym/turns_per_episode"].append(sum(len(e.turns) for e in everyone) / max(1, len(everyone)))
         graded = [v for v in (outcome_score(e) for e in everyone) if math.isfinite(v)]
         metrics["turngym/outcome"].append(sum(graded) / max(1, len(graded)))

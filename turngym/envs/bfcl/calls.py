@@ -20,7 +20,6 @@ shapes before bfcl-eval sees them; every benign output gets bfcl-eval's own verd
 from __future__ import annotations
 
 import ast
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,13 +152,6 @@ def render_prompting(calls: list[dict[str, dict[str, Any]]]) -> str:
     """Calls in BFCL's prompting format, ``[f(a=1), g(b='x')]``."""
     parts = [f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})" for c in calls for name, args in c.items()]
     return "[" + ", ".join(parts) + "]"
-
-
-def render_native(calls: list[dict[str, dict[str, Any]]], name_map: dict[str, str] | None = None) -> str:
-    """Calls as Hermes ``<tool_call>`` blocks (``name_map``: original -> tool name)."""
-    return "\n".join(
-        "<tool_call>" + json.dumps({"name": (name_map or {}).get(name, name), "arguments": args}) + "</tool_call>"
-        for c in calls for name, args in c.items())
 
 
 # ------------------------------------------------------------------ safety of the executor

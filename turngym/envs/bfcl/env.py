@@ -27,7 +27,9 @@ mode, held-out functions arrive in a user message (their docs as JSON), because
 re-rendering the tool list would change tokens the model has already seen.
 
 The env is a thin base over two strategy objects: its protocol (``modes``: single-turn,
-multi-turn, memory) and its tool format (``formats``: prompting, native).
+multi-turn, memory), which owns the episode's backend session, and its tool format (``formats``:
+prompting, native). Each episode's entry reaches the mode as one
+:class:`~turngym.envs.bfcl.modes.EpisodeContext`, public as ``env.context``.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ from typing import Any
 from turngym.envs.base import ActionResult, TextEnv
 from turngym.envs.bfcl.calls import TOOL_FORMATS
 from turngym.envs.bfcl.data import BFCLCategory, is_memory, is_multi_turn, language_of, load_category
+from turngym.envs.bfcl.execution import BackendSession
 from turngym.envs.bfcl.formats import FORMATS, ToolFormat
-from turngym.envs.bfcl.modes import CALL_ANSWERS, Memory, Mode, MultiTurn, SingleTurn
+from turngym.envs.bfcl.modes import CALL_ANSWERS, BFCLSetup, EpisodeContext, Memory, Mode, MultiTurn, SingleTurn
 from turngym.envs.bfcl.upstream import bfcl_project_root
 
 # bfcl-eval shows tool results uncut; a backend can return megabytes (e.g. ``cat`` of a file the agent
@@ -53,8 +56,8 @@ def cap_text(text: str, cap: int) -> str:
 
 
 class BFCLEnv(TextEnv):
-    """Data, the current entry, its backend session and the name map; the protocol is ``self.mode``
-    and the tool format ``self.format``."""
+    """Data and the current episode's context; the protocol (which owns the backend session) is
+    ``self.mode`` and the tool format ``self.format``."""
 
     env_name = "turngym/BFCL-v0"
     observation_role = "user"
@@ -86,11 +89,10 @@ class BFCLEnv(TextEnv):
         self.multi_turn = is_multi_turn(category) or self.memory  # memory entries use the multi-turn loop
         self.memory_dir = Path(memory_dir) if memory_dir else bfcl_project_root() / "memory"
         self.format: ToolFormat = FORMATS[tool_format]()
-        self.mode: Mode = (Memory if self.memory else MultiTurn if self.multi_turn else SingleTurn)(self)
+        setup = BFCLSetup(category, tool_format, self.format, self.data, self.memory_dir)
+        self.mode: Mode = (Memory if self.memory else MultiTurn if self.multi_turn else SingleTurn)(setup)
         self.reward_needs = self.mode.reward_needs
-        self._session = None
-        self._entry: dict[str, Any] = {}
-        self._name_map: dict[str, str] = {}
+        self.context: EpisodeContext | None = None  # the current episode's entry, ground truth and name map
 
     # ------------------------------------------------------------------ dataset
 
@@ -111,38 +113,37 @@ class BFCLEnv(TextEnv):
 
     # ------------------------------------------------------------------ prompt and tools
 
+    @property
+    def session(self) -> BackendSession | None:
+        """The current episode's bfcl-eval backends (multi-turn and memory; owned by the mode)."""
+        return self.mode.session
+
     def make_prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
-        entry = self.data.entries[task["index"]]
-        self._entry = entry
-        self._name_map = {}
-        self._close_session()
-        return self.mode.prompt(entry, task["index"])
+        index = task["index"]
+        entry = self.data.entries[index]
+        self.context = EpisodeContext(entry=entry, index=index, checker_entry=self.data.checker_entries[index],
+                                      ground_truth=self.data.answers.get(entry["id"]))
+        return self.mode.begin(self.context)
 
     def make_tools(self, task: dict[str, Any]) -> list[dict[str, Any]] | None:
         if not self.format.gives_tools:
             return None
+        assert self.context is not None  # make_prompt ran first (TextEnv.reset)
         index = task["index"]
         functions = self.data.entries[index]["function"]
         if index not in self.data.tools:  # bfcl-eval's conversion deep-copies every doc: once per item
-            self.data.tools[index] = self.format.tools(functions, self._name_map)
-        self._name_map.update({t["function"]["name"]: f["name"] for f, t in zip(functions, self.data.tools[index], strict=True)})
+            self.data.tools[index] = self.format.tools(functions, self.context.name_map)
+        self.context.name_map.update({t["function"]["name"]: f["name"]
+                                      for f, t in zip(functions, self.data.tools[index], strict=True)})
         return copy.deepcopy(self.data.tools[index])
 
     # ------------------------------------------------------------------ episode state
 
     def on_reset(self, task: dict[str, Any]) -> None:
-        self._checker_entry = self.data.checker_entries[task["index"]]
-        self._ground_truth = self.data.answers.get(self._entry["id"])
         self.mode.on_reset()
 
     def on_close_episode(self) -> None:
         self.mode.on_close()
-        self._close_session()
-
-    def _close_session(self) -> None:
-        if self._session is not None:
-            self._session.close()
-            self._session = None
 
     # ------------------------------------------------------------------ acting and grading
 

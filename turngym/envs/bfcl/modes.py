@@ -1,8 +1,11 @@
 """BFCL protocols, one class per mode: a single-turn entry (one action, scored by bfcl-eval's AST or
 relevance check), a multi-turn conversation (calls executed on bfcl-eval's backends, each user
 turn checked by ``multi_turn_checker``), and memory (a multi-turn conversation graded on its last
-reply). Each holds its episode's progress; the env (:class:`~turngym.envs.bfcl.env.BFCLEnv`) holds
-the data, the entry, the backend session and the tool format.
+reply). Each mode owns its episode's progress and its backend session; it is built once per env from
+a :class:`BFCLSetup` (category, data, tool format) and handed each episode's :class:`EpisodeContext`
+(entry, checker entry, ground truth, name map) by :meth:`Mode.begin`. The env
+(:class:`~turngym.envs.bfcl.env.BFCLEnv`) builds both and never reaches inside a mode; a mode never
+sees the env.
 """
 
 from __future__ import annotations
@@ -10,18 +13,18 @@ from __future__ import annotations
 import copy
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from turngym.envs.base import ActionResult
 from turngym.envs.bfcl.calls import Decoded
 from turngym.envs.bfcl.categories import RELEVANCE
-from turngym.envs.bfcl.data import MemoryOrderError, language_of
+from turngym.envs.bfcl.data import BFCLCategory, MemoryOrderError, language_of
 from turngym.envs.bfcl.execution import BackendSession, is_error_result
+from turngym.envs.bfcl.formats import ToolFormat
 from turngym.envs.bfcl.upstream import CHECKER_MODEL_NAME, bfcl
 from turngym.episode import RewardNeeds
-
-if TYPE_CHECKING:
-    from turngym.envs.bfcl.env import BFCLEnv
 
 CALL_ANSWERS = RewardNeeds(answer_kind="calls", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))
 # memory questions are answered in the last reply's text (bfcl-eval's agentic checker)
@@ -33,21 +36,68 @@ def answer_json(calls: Any) -> str:
     return json.dumps(calls, sort_keys=True, ensure_ascii=False, default=str)
 
 
+@dataclass(frozen=True)
+class BFCLSetup:
+    """What every episode of one env shares: the category, its data, the tool format and the memory folder."""
+
+    category: str
+    tool_format: str
+    format: ToolFormat
+    data: BFCLCategory
+    memory_dir: Path
+
+    @property
+    def language(self) -> str:
+        return language_of(self.category)
+
+
+@dataclass
+class EpisodeContext:
+    """One episode's entry as the modes see it. ``name_map`` (name shown to the model → bfcl-eval's name)
+    is filled by the tool format as the tools are rendered and read when calls are decoded."""
+
+    entry: dict[str, Any]
+    index: int
+    checker_entry: dict[str, Any]
+    ground_truth: Any
+    name_map: dict[str, str] = field(default_factory=dict)
+
+
 class Mode:
-    """The thin base: the first prompt as bfcl-eval renders it, and the hooks each mode fills."""
+    """The thin base: the first prompt as bfcl-eval renders it, the backend session it owns, and the hooks
+    each mode fills."""
 
     reward_needs: RewardNeeds = CALL_ANSWERS
 
-    def __init__(self, env: BFCLEnv):
-        self.env = env
+    def __init__(self, setup: BFCLSetup):
+        self.setup = setup
+        self.session: BackendSession | None = None
+        self._context: EpisodeContext | None = None
 
-    def prompt(self, entry: dict[str, Any], index: int) -> list[dict[str, str]]:
-        env = self.env
-        key = (index, env.tool_format)
-        if key not in env.data.prompts:  # bfcl-eval's system prompt serialises every doc: render once
-            first = env.format.with_function_docs(copy.deepcopy(entry["question"][0]), entry)
-            env.data.prompts[key] = [{"role": m["role"], "content": m["content"]} for m in first]
-        return [dict(m) for m in env.data.prompts[key]]
+    @property
+    def ctx(self) -> EpisodeContext:
+        if self._context is None:
+            raise RuntimeError("the BFCL mode has no episode: reset the env first")
+        return self._context
+
+    def begin(self, context: EpisodeContext) -> list[dict[str, str]]:
+        """Start an episode on ``context`` (the previous episode's session closed): its first prompt."""
+        self.close_session()
+        self._context = context
+        return self.prompt()
+
+    def close_session(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+    def prompt(self) -> list[dict[str, str]]:
+        setup, ctx = self.setup, self.ctx
+        key = (ctx.index, setup.tool_format)
+        if key not in setup.data.prompts:  # bfcl-eval's system prompt serialises every doc: render once
+            first = setup.format.with_function_docs(copy.deepcopy(ctx.entry["question"][0]), ctx.entry)
+            setup.data.prompts[key] = [{"role": m["role"], "content": m["content"]} for m in first]
+        return [dict(m) for m in setup.data.prompts[key]]
 
     def on_reset(self) -> None:
         """Start the episode's progress."""
@@ -63,7 +113,8 @@ class Mode:
         raise NotImplementedError
 
     def on_close(self) -> None:
-        """Release or save per-episode state before the env closes the backend session."""
+        """Release or save per-episode state, then close the backend session."""
+        self.close_session()
 
 
 class SingleTurn(Mode):
@@ -73,8 +124,8 @@ class SingleTurn(Mode):
         self.decoded = Decoded(error="the episode ended before any action")
 
     def act(self, action: str) -> ActionResult:
-        env = self.env
-        decoded = env.format.decode(action, env.language, env._name_map, execute=False)
+        setup = self.setup
+        decoded = setup.format.decode(action, setup.language, self.ctx.name_map, execute=False)
         calls = [{"name": n, "arguments": a} for c in decoded.calls for n, a in c.items()] \
             if isinstance(decoded.calls, list) else []
         self.decoded = decoded
@@ -88,17 +139,17 @@ class SingleTurn(Mode):
         return ActionResult(observation=None, terminated=True, final_answer="[]", metrics={"tool_ok": False})
 
     def grade(self) -> dict[str, Any]:
-        env, decoded = self.env, self.decoded
-        out: dict[str, Any] = {"category": env.category}
-        if env.category in RELEVANCE:
+        category, decoded, ctx = self.setup.category, self.decoded, self.ctx
+        out: dict[str, Any] = {"category": category}
+        if category in RELEVANCE:
             has_call = decoded.error is None and not bfcl()["utils"].is_empty_output(decoded.calls)
-            valid = has_call if env.category == "live_relevance" else not has_call
+            valid = has_call if category == "live_relevance" else not has_call
             out["bfcl_valid"] = valid
             if not valid:
-                out["error_type"] = "relevance_error:decoder_failed" if env.category == "live_relevance" \
+                out["error_type"] = "relevance_error:decoder_failed" if category == "live_relevance" \
                     else "irrelevance_error:decoder_success"
             return out
-        out.update(ast_verdict(env.category, env._checker_entry["function"], decoded, env._ground_truth))
+        out.update(ast_verdict(category, ctx.checker_entry["function"], decoded, ctx.ground_truth))
         return out
 
 
@@ -107,7 +158,7 @@ class MultiTurn(Mode):
     call ends the user turn, which is then checked (state and response)."""
 
     def on_reset(self) -> None:
-        env = self.env
+        setup, ctx = self.setup, self.ctx
         self.user_turn = 0
         self.steps_in_turn = 0
         self.turn_calls: list[list[str]] = []
@@ -115,24 +166,24 @@ class MultiTurn(Mode):
         self.all_results: list[str] = []
         self.turn_checks: list[dict[str, Any]] = []
         self.last_reply: str | None = None
-        if env._session is None:
-            env._session = BackendSession(env._entry, env.category)
-        env.format.map_backend_methods(env._session.methods, env._name_map)
+        if self.session is None:
+            self.session = BackendSession(ctx.entry, setup.category)
+        setup.format.map_backend_methods(self.session.methods, ctx.name_map)
 
     def act(self, action: str) -> ActionResult:
-        env = self.env
-        assert env._session is not None
+        setup = self.setup
+        assert self.session is not None
         start = time.perf_counter()
-        decoded = env.format.decode(action, env.language, env._name_map, execute=True)
+        decoded = setup.format.decode(action, setup.language, self.ctx.name_map, execute=True)
         metrics: dict[str, Any] = {"bfcl_user_turn": self.user_turn, "bfcl_step": self.steps_in_turn}
-        calls = env.format.execution_strings(decoded)
+        calls = setup.format.execution_strings(decoded)
         if decoded.error is not None or not calls or (len(calls) == 1 and not calls[0]):
             # bfcl-eval: an undecodable or empty step ends the user turn
             self.last_reply = action
             metrics.update(self.close_user_turn())
             metrics["tool_ok"] = None
             return self.next_user_turn(decoded.error, metrics, start)
-        results = env._session.execute(calls)
+        results = self.session.execute(calls)
         self.turn_calls.append(calls)
         self.all_results.extend(results)
         self.steps_in_turn += 1
@@ -146,8 +197,8 @@ class MultiTurn(Mode):
             return ActionResult(observation=None, tool_calls=tool_calls, metrics=metrics, terminated=True,
                                 final_answer=answer_json(self.calls_by_turn),
                                 tool_ms=(time.perf_counter() - start) * 1000.0)
-        return ActionResult(observation=env.format.render_results(calls, results), tool_calls=tool_calls,
-                            metrics=metrics, observation_role=env.format.result_role,
+        return ActionResult(observation=setup.format.render_results(calls, results), tool_calls=tool_calls,
+                            metrics=metrics, observation_role=setup.format.result_role,
                             tool_ms=(time.perf_counter() - start) * 1000.0)
 
     def final_answer(self) -> str:
@@ -157,28 +208,28 @@ class MultiTurn(Mode):
         self.user_turn += 1
         self.steps_in_turn = 0
         self.turn_calls = []
-        done = self.user_turn >= len(self.env._entry["question"])
+        done = self.user_turn >= len(self.ctx.entry["question"])
         observation = None if done else self.user_message(self.user_turn)
         return ActionResult(observation=observation, parse_error=error, metrics=metrics, terminated=done,
                             observation_role="user", tool_ms=(time.perf_counter() - start) * 1000.0,
                             final_answer=self.final_answer() if done else None)
 
     def user_message(self, turn: int) -> str:
-        env = self.env
-        holdout = env._entry.get("missed_function", {})
+        ctx = self.ctx
+        holdout = ctx.entry.get("missed_function", {})
         if str(turn) in holdout:
-            functions = env.format.held_out_functions(holdout[str(turn)], env._name_map)
+            functions = self.setup.format.held_out_functions(holdout[str(turn)], ctx.name_map)
             return bfcl()["prompts"].DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(functions=functions)
-        return "\n\n".join(m["content"] for m in env._entry["question"][turn])
+        return "\n\n".join(m["content"] for m in ctx.entry["question"][turn])
 
     def close_user_turn(self) -> dict[str, Any]:
         """bfcl-eval's per-turn checks (``multi_turn_checker``) for the user turn just ended."""
-        env = self.env
-        assert env._session is not None
+        session = self.session
+        assert session is not None
         u = self.user_turn
         self.calls_by_turn.append([c for step in self.turn_calls for c in step])
-        ground_truth = list(env._ground_truth[u])
-        gt_results = env._session.execute_ground_truth(ground_truth)
+        ground_truth = list(self.ctx.ground_truth[u])
+        gt_results = session.execute_ground_truth(ground_truth)
         check: dict[str, Any] = {"bfcl_checked": bool(ground_truth)}
         if not ground_truth:  # bfcl-eval checks nothing on a turn meant to go unanswered
             self.turn_checks.append({"turn": u, "checked": False, "valid": True})
@@ -188,7 +239,7 @@ class MultiTurn(Mode):
                          bfcl_error_type="multi_turn:empty_turn_model_response")
         else:
             checker = bfcl()["multi_turn_checker"]
-            state = checker.state_checker(env._session.instances, env._session.gt_instances)
+            state = checker.state_checker(session.instances, session.gt_instances)
             response = checker.response_checker(self.all_results, gt_results, u)
             check.update(bfcl_state_ok=bool(state["valid"]), bfcl_response_ok=bool(response["valid"]),
                          bfcl_turn_valid=bool(state["valid"] and response["valid"]))
@@ -201,9 +252,8 @@ class MultiTurn(Mode):
         return check
 
     def grade(self) -> dict[str, Any]:
-        env = self.env
-        n_turns = len(env._entry["question"])
-        out: dict[str, Any] = {"category": env.category, "user_turns": n_turns,
+        n_turns = len(self.ctx.entry["question"])
+        out: dict[str, Any] = {"category": self.setup.category, "user_turns": n_turns,
                                "user_turns_done": len(self.turn_checks)}
         if len(self.turn_checks) < n_turns:
             out.update(bfcl_valid=False, error_type="multi_turn:force_terminated")
@@ -221,28 +271,28 @@ class Memory(MultiTurn):
 
     reward_needs = TEXT_ANSWERS
 
-    def prompt(self, entry: dict[str, Any], index: int) -> list[dict[str, str]]:
+    def prompt(self) -> list[dict[str, str]]:
         """bfcl-eval's order: the memory instruction (with the core memory loaded from the snapshot)
         goes in first, then the function-doc system prompt in front of it."""
-        env = self.env
+        setup, entry = self.setup, self.ctx.entry
         backend = entry["involved_classes"][0]
-        config = {backend: {"model_result_dir": env.memory_dir, "scenario": entry["scenario"], "test_id": entry["id"],
-                            "test_category": env.category}}
-        env._session = BackendSession({**entry, "initial_config": config}, env.category)
-        instance = env._session.instances[backend]
+        config = {backend: {"model_result_dir": setup.memory_dir, "scenario": entry["scenario"], "test_id": entry["id"],
+                            "test_category": setup.category}}
+        self.session = BackendSession({**entry, "initial_config": config}, setup.category)
+        instance = self.session.instances[backend]
         # the conversation this one follows must have been played (and saved) already; its own
         # checkpoint, not just the scenario's latest snapshot, so a run out of order cannot read stale memory
         before = entry.get("depends_on", [])[-1:]
         checkpoints = instance.latest_snapshot_file.parent / "prereq_checkpoints"
         if any(not (checkpoints / f"{dep}.json").is_file() for dep in before):
-            env._close_session()
-            base = env.category.removesuffix("_prereq")
+            self.close_session()
+            base = setup.category.removesuffix("_prereq")
             raise MemoryOrderError(
-                f"no memory snapshot for scenario {entry['scenario']!r} under {env.memory_dir}: play the "
+                f"no memory snapshot for scenario {entry['scenario']!r} under {setup.memory_dir}: play the "
                 f"{base}_prereq items first, in order with k=1, with the same memory_dir")
         question = bfcl()["handler_utils"].add_memory_instruction_system_prompt(
-            copy.deepcopy(entry["question"]), env.category, entry["scenario"], instance)
-        first = env.format.with_function_docs(question[0], entry)
+            copy.deepcopy(entry["question"]), setup.category, entry["scenario"], instance)
+        first = setup.format.with_function_docs(question[0], entry)
         return [{"role": m["role"], "content": m["content"]} for m in first]
 
     def final_answer(self) -> str:
@@ -256,23 +306,24 @@ class Memory(MultiTurn):
 
     def grade(self) -> dict[str, Any]:
         """bfcl-eval's agentic verdict: a ground-truth answer appears in the last reply without calls."""
-        env = self.env
-        out: dict[str, Any] = {"category": env.category}
-        if env.category.endswith("_prereq"):
+        category = self.setup.category
+        out: dict[str, Any] = {"category": category}
+        if category.endswith("_prereq"):
             return {**out, "prereq": True}  # writes memory; not scored
         if self.last_reply is None:
             return {**out, "bfcl_valid": False, "error_type": "agentic:no_last_message"}
-        result = bfcl()["agentic_checker"].agentic_checker(self.last_reply, list(env._ground_truth))
+        result = bfcl()["agentic_checker"].agentic_checker(self.last_reply, list(self.ctx.ground_truth))
         out["bfcl_valid"] = bool(result["valid"])
         if not result["valid"]:
             out["error_type"] = result.get("error_type")
         return out
 
     def on_close(self) -> None:
-        env = self.env
-        if env.category.endswith("_prereq") and env._session is not None:
+        if self.setup.category.endswith("_prereq") and self.session is not None:
             # bfcl-eval: a prerequisite conversation's memory is saved for the next one and the questions
-            next(iter(env._session.instances.values()))._flush_memory_to_local_file()
+            # (bfcl-eval's own handler calls this private method; the backend has no public one)
+            next(iter(self.session.instances.values()))._flush_memory_to_local_file()
+        self.close_session()
 
 
 def ast_verdict(category: str, functions: list[dict[str, Any]], decoded: Decoded,

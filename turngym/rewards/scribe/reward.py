@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from turngym.episode import Episode
-from turngym.rewards.base import GroupScores, outcome_score
+from turngym.rewards.base import GroupReward, GroupScores, outcome_score
 from turngym.rewards.scribe.decompose import decompose
 from turngym.rewards.scribe.dynamics import DynamicsRecorder
 from turngym.rewards.scribe.embed import SentenceEmbedder
@@ -56,10 +56,20 @@ def make_llm(llm: Any, base_url: str | None = None, **kwargs: Any) -> JSONLLM:
     raise TypeError(f"llm must be a JSONLLM, a policy or a model name, got {type(llm).__name__}")
 
 
+def judge_costs(llm: JSONLLM, library: SkillLibrary | None) -> dict[str, Any]:
+    """An LLM-judged reward's costs for reports: the judge's call counts and the library it routes with."""
+    lib = {"version": library.version, "prototypes": len(library.prototypes)} if library is not None \
+        else {"version": None, "prototypes": 0}
+    return {"llm": llm.stats.to_dict(), "library": lib}
+
+
 @dataclass
-class ScribeReward:
+class ScribeReward(GroupReward):
     # its paired estimator: the SCRIBE paper says GRPO without saying how turn rewards enter; turngym sums them backwards
     estimator: ClassVar[str] = "turn"
+    needs_judge: ClassVar[bool] = True
+    learns_library: ClassVar[bool] = True
+    scores_single_episodes: ClassVar[bool] = True
     llm: Any = "default"
     library: SkillLibrary | str | None = None
     router: str = "embedding"
@@ -143,6 +153,9 @@ class ScribeReward:
         return self.rebuild() if self._buffer else None
 
     # ------------------------------------------------------------------ scoring
+
+    def costs(self) -> dict[str, Any]:
+        return judge_costs(self.llm, self.library if isinstance(self.library, SkillLibrary) else None)
 
     def score_episode(self, episode: Episode) -> list[float]:
         return self.score_group([episode]).rewards[0]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from turngym.episode import Episode
 from turngym.rewards.scribe.decompose import TokenCounter, counter_for
@@ -30,11 +30,6 @@ from turngym.rewards.scribe.prompts import (
     route_schema,
     task_text,
 )
-
-
-class Router(Protocol):
-    def route(self, items: Sequence[SkillItem], library: SkillLibrary) -> list[str | None]:
-        ...
 
 
 @dataclass

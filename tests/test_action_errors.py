@@ -49,7 +49,7 @@ def test_error_in_act_becomes_error_observation_and_next_step_works(tmp_path):
     obs, reward, term, trunc, info = env.step("<calc>json-garbage</calc>")
     assert not term and not trunc and "JSONDecodeError" in obs
     err = info["turn"]["metrics"]["env_error"]
-    assert err["type"] == "JSONDecodeError" and err["message"] and "test_hardening_envs.py" in err["where"]
+    assert err["type"] == "JSONDecodeError" and err["message"] and "test_action_errors.py" in err["where"]
     assert info["turn"]["parse_error"].startswith("JSONDecodeError")
     obs, *_ = env.step("<calc>2 * 3</calc>")
     assert obs == "\n<result>6</result>\n"
