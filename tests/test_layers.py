@@ -32,6 +32,7 @@ STAGES = {
     "agents": 2,
     "rewards": 3,
     "training": 4, "evals": 4, "importers": 4,
+    "integrations": 4,  # turngym envs and episodes reached from other stacks (OpenEnv)
     "cli": 5, "__main__": 5,
 }
 STAGE_NAMES = ["grading/episode/corpora", "envs", "agents", "rewards", "training/evals", "cli"]
