@@ -269,17 +269,16 @@ def test_one_trl_training_step_on_an_openenv_env(tmp_path):
 
 
 def test_serve_env_command_refuses_bad_input_with_one_line():
-    import argparse
+    from turngym.cli import build_parser
 
-    from turngym.integrations.openenv import add_arguments, run
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(["--env", "Nope-v0"])
+    parser = build_parser()
+    args = parser.parse_args(["serve-env", "--env", "Nope-v0"])
     assert (args.host, args.port, args.max_sessions) == ("127.0.0.1", 8000, 64)
     with pytest.raises(SystemExit, match=r"error: cannot serve Nope-v0: unknown env 'turngym/Nope-v0'"):
-        run(args)
+        args.run(args)
+    args = parser.parse_args(["serve-env", "--env", "Digits-v0", "--env-arg", "colour=red"])
     with pytest.raises(SystemExit, match=r"error: cannot serve Digits-v0: .*unexpected keyword argument 'colour'"):
-        run(parser.parse_args(["--env", "Digits-v0", "--env-arg", "colour=red"]))
+        args.run(args)
+    args = parser.parse_args(["serve-env", "--env", "Digits-v0", "--max-sessions", "0"])
     with pytest.raises(SystemExit, match=r"--max-sessions must be >= 1"):
-        run(parser.parse_args(["--env", "Digits-v0", "--max-sessions", "0"]))
+        args.run(args)

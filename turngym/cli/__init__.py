@@ -12,10 +12,10 @@ import sys
 from collections.abc import Sequence
 
 from turngym._version import __version__
-from turngym.cli import analysis, credit, imports, index, lm_eval, run, scribe, train
+from turngym.cli import analysis, credit, imports, index, lm_eval, run, scribe, serve, train
 from turngym.cli._common import Parser
 
-GROUPS = (run, index, train, analysis, scribe, credit, imports, lm_eval)  # the order --help lists them
+GROUPS = (run, index, train, analysis, scribe, credit, imports, serve, lm_eval)  # the order --help lists them
 
 
 def build_parser() -> Parser:

@@ -18,7 +18,6 @@ records the text fields it is told to read (``action_field``, ``observation_fiel
 
 from __future__ import annotations
 
-import argparse
 import copy
 import time
 from typing import Any
@@ -155,31 +154,6 @@ def serve_env(env_id: str, host: str = "127.0.0.1", port: int = 8000, max_concur
                 log_level="warning")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``turngym serve-env``."""
-    parser.add_argument("--env", required=True, help="env id, e.g. Calculator-v0 or turngym/SearchQA-v0")
-    parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE",
-                        help="env argument (a value is read as JSON when it parses)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
-    parser.add_argument("--max-sessions", type=int, default=64,
-                        help="concurrent sessions, one env each (default: %(default)s)")
-
-
-def run(args: argparse.Namespace) -> int:
-    from turngym.evals.commands import env_kwargs
-
-    if args.max_sessions < 1:
-        raise SystemExit("error: --max-sessions must be >= 1")
-    try:
-        app = make_app(args.env, max_concurrent_envs=args.max_sessions, **env_kwargs(args.env_arg))
-    except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:
-        raise SystemExit(f"error: cannot serve {args.env}: {exc}") from None
-    import uvicorn
-
-    print(f"serving {full_env_id(args.env)} as an OpenEnv environment on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    return 0
 
 
 class TurngymEnvClient(EnvClient[TurnAction, TurnObservation, TurnState]):
