@@ -30,4 +30,10 @@ except MissingExtra as exc:
     assert "pip install 'turngym[math]'" in str(exc), exc
 else:
     sys.exit("MathCode-v0 was made without the [math] extra")
-print("core install: import, Calculator-v0 episode, outcome reward, MathCode-v0's missing-extra message: ok")
+try:
+    gymnasium.make("turngym/SearchQA-v0")
+except MissingExtra as exc:
+    assert "pip install 'turngym[search]'" in str(exc), exc
+else:
+    sys.exit("SearchQA-v0 with its local BM25 index was made without the [search] extra")
+print("core install: import, Calculator-v0 episode, outcome reward, MathCode-v0's and SearchQA-v0's missing-extra messages: ok")

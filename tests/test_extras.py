@@ -79,3 +79,11 @@ def test_without_an_accelerator_training_runs_on_cpu_in_fp32():
     assert device_arguments({"max_steps": 2}, None) == {"max_steps": 2, "use_cpu": True, "bf16": False}
     assert device_arguments({"bf16": True}, None) == {"bf16": True, "use_cpu": True}  # asked for: kept
     assert device_arguments({"max_steps": 2}, "cuda") == {"max_steps": 2}  # TRL's own defaults on a GPU
+
+
+def test_searchqa_says_at_make_that_a_local_index_needs_the_search_extra(absent_extra):
+    part = "BM25 search over a local Lucene index (SearchQA-v0's default retriever)"
+    absent_extra(part)
+    with pytest.raises(extras.MissingExtra, match=r"pip install 'turngym\[absent\]'"):
+        gymnasium.make("turngym/SearchQA-v0", dataset="hotpotqa")
+    gymnasium.make("turngym/SearchQA-v0", dataset="hotpotqa", retriever="http://127.0.0.1:9")  # a served index: no extra
