@@ -118,11 +118,13 @@ def main() -> None:
     groups, conts = workload(policy.tokenizer, k=args.k)
     run_arm(policy.model, policy.tokenizer, "tree", groups[:1], conts)  # warm-up
     tree_t, naive_t = [], []
-    for _ in range(args.repeats):  # interleaved so machine noise hits both arms
+    for repeat in range(args.repeats):  # interleaved so machine noise hits both arms
         t, tree_scores = run_arm(policy.model, policy.tokenizer, "tree", groups, conts)
         tree_t.append(t)
+        print(f"run {repeat + 1}/{args.repeats}: tree {t:.3f} s", end="", flush=True)
         t, naive_scores = run_arm(policy.model, policy.tokenizer, "naive", groups, conts)
         naive_t.append(t)
+        print(f", one forward per (point, ref) {t:.3f} s", flush=True)
     c, n = statistics.median(tree_t), statistics.median(naive_t)
     lens = [len(p) for p in groups[0]]
     print(f"model={args.model}: K={len(groups)} episodes x {len(groups[0])} scoring points (τ_0..τ_T, "
@@ -141,7 +143,8 @@ def main() -> None:
         out = subprocess.run([sys.executable, __file__, "--model", args.model, "--child", arm],
                              capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
         mem = json.loads(out)
-        print(f"peak memory {arm:6s}: {mem['peak_mib']:.0f} MiB total, {mem['extra_peak_mib']:.0f} MiB above the loaded model")
+        print(f"peak memory {arm:6s}: {mem['peak_mib']:.0f} MiB total, {mem['extra_peak_mib']:.0f} MiB above the loaded model",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates .venv if missing and installs turngym with its test extras. Idempotent.
+# Creates .venv if missing and installs turngym with every extra (`all`) and the test extras. Idempotent.
 # torch is pinned first: 2.13.0 resolves to the CPU wheel on machines without a GPU here,
 # and to PyPI's default build on GPU machines; the package's own range then installs nothing more.
 set -euo pipefail
@@ -10,7 +10,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install --quiet "torch==2.13.0"
-.venv/bin/python -m pip install --quiet -e ".[test,openenv]"
+.venv/bin/python -m pip install --quiet -e ".[all,test,openenv]"
 # bfcl-eval without its pins (numpy==1.26.4 would break pyarrow, datasets and pyserini);
 # its runtime needs are in turngym's own dependencies. See turngym/envs/bfcl/upstream.py.
 .venv/bin/python -c "import importlib.metadata as m; assert m.version('bfcl-eval') == '2026.3.23'" 2>/dev/null || \

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (if needed), lint with ruff and run the test suite. Extra arguments go to pytest (e.g. -m "not slow").
+# Set up (if needed), lint with ruff, run the test suite, then check a core-only install (scripts/core_install.sh).
+# Extra arguments go to pytest (e.g. -m "not slow").
 # Run as root, the sandbox and integrity tests then run again as an ordinary user (tests/as_user.py), so the
 # sandbox is checked both ways: root (cells as a throwaway uid) and a normal user (cells as that user).
 set -euo pipefail
@@ -10,10 +11,13 @@ lint=0
 .venv/bin/ruff check . || lint=$?
 tests=0
 .venv/bin/python -m pytest "$@" || tests=$?
+# a core-only install (no extras) in a fresh virtualenv: import, a Calculator-v0 episode, missing-extra messages
+core=0
+bash scripts/core_install.sh || core=$?
 as_user=0
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1 && command -v unshare >/dev/null 2>&1; then
   echo "sandbox and integrity tests as an ordinary user (uid 61234):"
   .venv/bin/python tests/as_user.py 61234 .venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow" \
     tests/test_sandbox.py tests/test_sandbox_isolation.py tests/test_integrity.py || as_user=$?
 fi
-[ "$lint" = 0 ] && [ "$tests" = 0 ] && [ "$as_user" = 0 ]
+[ "$lint" = 0 ] && [ "$tests" = 0 ] && [ "$core" = 0 ] && [ "$as_user" = 0 ]

@@ -25,7 +25,8 @@ PACKAGE = Path(turngym.__file__).resolve().parent
 
 # The first dotted part under ``turngym`` names the stage; top-level modules are listed whole.
 STAGES = {
-    "_version": 0, "cache": 0, "registry": 0, "procs": 0, "grading": 0, "oracles": 0, "truth": 0, "episode": 0, "corpora": 0,
+    "_version": 0, "cache": 0, "registry": 0, "extras": 0,
+    "procs": 0, "grading": 0, "oracles": 0, "truth": 0, "episode": 0, "corpora": 0,
     "sandbox": 0,  # code sandboxes: below the envs that run cells in them
     "envs": 1,
     "turngym": 1,  # the package itself: registers the envs on import

@@ -36,6 +36,10 @@ class Registry(Mapping):
         """The callable registered under ``name``, its module imported now if given by path."""
         if name not in self._entries:
             raise ValueError(f"unknown {self.kind} {name!r}; choose one of {sorted(self._entries)}")
+        from turngym.extras import NEEDS, require
+
+        if (part := f"the {self.kind} {name!r}") in NEEDS:
+            require(part)  # an optional install it needs is said by name, before its import fails
         return resolve(self._entries[name])
 
     def __getitem__(self, name: str) -> str | Callable[..., Any]:

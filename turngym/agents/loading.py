@@ -182,6 +182,9 @@ def resolve_model_dir(model: str) -> str:
 
 
 def load_hf_policy(model: str = DEFAULT_MODEL, dtype: str = "auto", device: str | None = None, **kwargs: Any):
+    from turngym.extras import require
+
+    require("a local model")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -74,6 +74,9 @@ def java_home() -> str:
 def jvm() -> Any:
     """The ``jnius`` module with Anserini on the class path (starts the JVM on first call)."""
     global _JVM_PID, _HELPER_ON_CLASSPATH
+    from turngym.extras import require
+
+    require("BM25 search over a local Lucene index (SearchQA-v0's default retriever)")
     with _JVM_LOCK:
         if _JVM_PID is not None and _JVM_PID != os.getpid():
             raise RetrieverError("the JVM was started before a fork; create retrievers in each worker process")

@@ -307,6 +307,9 @@ class RetrievalServer:
                  k1: float = 0.9, b: float = 0.4, max_hits: int = MAX_HITS_PER_REQUEST,
                  idle_timeout_s: float = 5.0, header_timeout_s: float = 10.0, body_timeout_s: float = 10.0,
                  request_timeout_s: float = 120.0, backlog: int = 2048):
+        from turngym.extras import require
+
+        require("the retrieval service")
         import uvicorn
 
         self.retriever = LuceneRetriever(index_dir, k1=k1, b=b)

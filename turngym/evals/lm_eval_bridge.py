@@ -253,6 +253,9 @@ def _stop_restored(text: str, stop: Sequence[str]) -> str:
 
 def make_turngym_lm_class():
     """Build and register the ``turngym`` lm-eval model (lm-eval is imported only when used)."""
+    from turngym.extras import require
+
+    require("the lm-eval bridge")
     import lm_eval.models  # noqa: F401 - registers the built-in backends (hf, vllm, ...)
     from lm_eval.api.model import LM
     from lm_eval.api.registry import get_model, register_model
@@ -265,6 +268,10 @@ def make_turngym_lm_class():
                 from turngym.agents.loading import resolve_model_dir
 
                 backend_args["pretrained"] = resolve_model_dir(backend_args["pretrained"])
+            if backend == "hf" and "device" not in backend_args:  # lm-eval's hf backend assumes CUDA
+                import torch
+
+                backend_args["device"] = "cuda" if torch.cuda.is_available() else "cpu"
             self.backend = get_model(backend).create_from_arg_obj(backend_args)
             self.max_turns, self.max_new_tokens, self.concurrency = int(max_turns), int(max_new_tokens), int(concurrency)
             self.retriever = retriever

@@ -109,7 +109,33 @@ def estimator_options(est: dict[str, Any]) -> dict[str, Any]:
     return extra
 
 
+ACCELERATED = ("cuda", "xpu", "mps", "npu")  # torch backends TRL trains on in bf16
+
+
+def device_arguments(trl: dict[str, Any], accelerator: str | None) -> dict[str, Any]:
+    """``trl:`` with the device chosen: on a machine without an accelerator, CPU (``use_cpu``) in fp32
+    (TRL turns bf16 on by default, which stops a CPU run), unless the config sets them itself."""
+    if accelerator is not None:
+        return dict(trl)
+    chosen = {"use_cpu": True, "bf16": False}
+    return {**{k: v for k, v in chosen.items() if k not in trl}, **trl}
+
+
+def available_accelerator() -> str | None:
+    """The first torch backend here with a device (``cuda``, ...), or None on a CPU-only machine."""
+    import torch
+
+    for name in ACCELERATED:
+        backend = getattr(torch, name, None)
+        if backend is not None and getattr(backend, "is_available", lambda: False)():
+            return name
+    return None
+
+
 def build_trainer(cfg: TrainConfig) -> Any:
+    from turngym.extras import require
+
+    require("turngym train")
     import gymnasium
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
@@ -128,7 +154,7 @@ def build_trainer(cfg: TrainConfig) -> Any:
 
     indices = select_training_indices(cfg, env_factory())
     try:
-        args = GRPOConfig(**cfg.trl)
+        args = GRPOConfig(**device_arguments(cfg.trl, available_accelerator()))
     except TypeError as exc:
         raise ValueError(f"bad trl arguments: {exc}") from None
     location = resolve_model_dir(str(cfg.model.get("name_or_path", "default")))
