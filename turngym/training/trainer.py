@@ -21,6 +21,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -41,6 +42,7 @@ from turngym.training.advantages import (
     entropy_enhanced,
     get_estimator,
 )
+from turngym.training.rollouts import RolloutSaver
 
 
 def task_prompt(index: int | None = None, task: dict[str, Any] | None = None) -> str:
@@ -161,12 +163,16 @@ class TurnGRPOTrainer(GRPOTrainer):
             1e-4 as TRL, ``turn``, ``igpo_siop`` and ``igpo_separate`` 1e-6; ``igpo`` has no std).
         max_turns_tokens: per-episode budget for action + observation tokens (default:
             ``args.max_completion_length``).
+        save_rollouts_every: save the scored training batch every this many optimizer steps as episode
+            files (``turngym.training.rollouts``); None or 0: save none.
+        rollouts_dir: where (default: ``<output_dir>/rollouts``).
     """
 
     def __init__(self, *, model: Any, env_factory: Callable[[], Any], reward: Any, args: GRPOConfig,
                  train_dataset: Any, estimator: str | None = None, gamma: float = 1.0, advantage_eps: float | None = None,
                  max_episode_tokens: int | None = None, stop: Sequence[str] | None = None,
-                 estimator_options: dict[str, Any] | None = None, **kwargs: Any):
+                 estimator_options: dict[str, Any] | None = None, save_rollouts_every: int | None = None,
+                 rollouts_dir: str | None = None, **kwargs: Any):
         self.env_factory = env_factory
         self.reward = reward
         estimator = estimator or reward.estimator  # the reward declares its paired estimator
@@ -185,6 +191,9 @@ class TurnGRPOTrainer(GRPOTrainer):
         self._rollout_calls = 0
         self._env_pool: list[Any] = []  # envs reused by every rollout call (each loads its dataset once)
         self._anchor_env: Any = None  # the env whose anchor_state keys GiGPO's step groups
+        self.rollout_saver = RolloutSaver(Path(rollouts_dir or Path(args.output_dir) / "rollouts"),
+                                          save_rollouts_every or 0, getattr(reward, "name", type(reward).__name__),
+                                          estimator)
         super().__init__(model=model, reward_funcs=[_outcome_for_logging], args=args, train_dataset=train_dataset,
                          rollout_func=self._rollout, **kwargs)
         if getattr(reward, "scorer", None) == "policy":
@@ -373,7 +382,17 @@ class TurnGRPOTrainer(GRPOTrainer):
         graded = [v for v in (outcome_score(e) for e in everyone) if math.isfinite(v)]
         metrics["turngym/outcome"].append(sum(graded) / max(1, len(graded)))
         metrics["turngym/ungraded"].append(float(len(everyone) - len(graded)))
+        step = self.state.global_step
+        if mode == "train" and self.rollout_saver.due(step):
+            if self.accelerator.is_main_process:  # every process holds the gathered batch: one writes it
+                self.rollout_saver.save(step, everyone, rewards, advs, k=k, model=self._model_label())
+            self.rollout_saver.last_step = step
         return out
+
+    def _model_label(self) -> str:
+        """What saved rollouts name as their model: the config's ``name_or_path`` (TRL's model id)."""
+        cfg = getattr(self.model, "config", None)
+        return str(getattr(cfg, "_name_or_path", "") or "")
 
     def _entropy_enhanced(self, out: dict[str, Any], table: torch.Tensor) -> torch.Tensor:
         """EGPO: add min(alpha·H, |A|/kappa) on every action token, H the policy's token entropy
