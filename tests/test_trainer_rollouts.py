@@ -37,7 +37,7 @@ def trained(tmp_path_factory):
                       save_strategy="no", seed=0, temperature=1.0)
     tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: CalculatorEnv(max_turns=2),
                          reward=get_reward("outcome"), args=args, train_dataset=task_dataset(range(2)),
-                         estimator="turn", save_rollouts_every=2)
+                         estimator="turn", save_rollouts_every=2, base_model="tiny test model")
     captured = []
     original = tr._score_shared
 
@@ -48,6 +48,7 @@ def trained(tmp_path_factory):
 
     tr._score_shared = spy
     tr.train()
+    tr.save_model()
     return out / "rollouts", captured
 
 
@@ -111,3 +112,12 @@ def test_saver_refuses_bad_settings_and_mismatched_rows(tmp_path):
     with pytest.raises(ValueError, match="1 turns, 2 rewards"):
         saver.save(0, [ep], [[1.0, 0.0]], [[0.0]], k=1)
     assert not (tmp_path / "episodes.jsonl").exists()  # nothing half-written
+
+
+def test_model_card_names_what_was_trained(trained):
+    folder, _ = trained
+    card = (folder.parent / "README.md").read_text()
+    assert "[None]" not in card and "huggingface.co/None" not in card
+    assert "Trained from **tiny test model**" in card and "`turngym/Calculator-v0`" in card
+    assert "| reward | `outcome` |" in card and "`turn` (gamma 1.0)" in card and "| optimizer steps | 3 of 3 |" in card
+    assert "every 2 steps" in card

@@ -123,7 +123,7 @@ def build_trainer(cfg: TrainConfig) -> Any:
     from trl import GRPOConfig
 
     import turngym  # noqa: F401 - env registration
-    from turngym.agents.loading import resolve_model_dir
+    from turngym.agents.loading import model_identity, resolve_model_dir
     from turngym.rewards import get_reward
     from turngym.training.trainer import TurnGRPOTrainer, task_dataset
 
@@ -159,4 +159,5 @@ def build_trainer(cfg: TrainConfig) -> Any:
                            estimator_options=estimator_options(dict(cfg.estimator)),
                            max_episode_tokens=cfg.max_episode_tokens, stop=cfg.stop, peft_config=peft_config,
                            save_rollouts_every=cfg.rollouts.get("every", DEFAULT_ROLLOUTS_EVERY),
-                           rollouts_dir=cfg.rollouts.get("dir"))
+                           rollouts_dir=cfg.rollouts.get("dir"),
+                           base_model=model_identity(str(cfg.model.get("name_or_path", "default")))["name"])
