@@ -88,6 +88,8 @@
     }
     return best;
   }
+  const qkCount = D.queries.map(() => 0);
+  for (const e of D.eps) qkCount[e.qk] += 1;
   function link(i, j) { return "#ep=" + encodeURIComponent(D.eps[i].id) + (j === undefined ? "" : "&t=" + j); }
   function mfmt(m) {
     if (!m || typeof m.value !== "number") return "–";
@@ -349,7 +351,7 @@
     let tv = null;
     tb.addEventListener("click", () => { if (tv) { tv.remove(); tv = null; } else { tv = tokenView(i); sec.append(tv); } });
     head.append(tb);
-    if (state.qk < 0 && D.eps.filter((x) => x.qk === e.qk).length > (D.groups[groupOf[i]] || { eps: [] }).eps.length) {
+    if (state.qk < 0 && qkCount[e.qk] > D.groups[groupOf[i]].eps.length) {
       const fb = el("button", { type: "button", class: "followbtn", text: e.step !== null && e.step !== undefined ? "follow this item across steps" : "this item in every group" });
       fb.addEventListener("click", () => follow(e.qk));
       head.append(fb);
