@@ -72,6 +72,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=10_000)
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--baseline-ref", default=None, help="git revision whose viewer templates are timed side by side")
+    ap.add_argument("--repeats", type=int, default=2, help="browser runs per page, alternating (default: 2)")
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -106,7 +107,7 @@ def main() -> None:
             pages = [("current", html)]
             if args.baseline_ref:
                 pages.insert(0, (f"templates at {args.baseline_ref}", baseline_page(html, args.baseline_ref)))
-            browser_figures(pages)
+            browser_figures(pages, args.repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -139,7 +140,7 @@ def baseline_page(html: Path, ref: str) -> Path:
     return out
 
 
-def browser_figures(pages: list[tuple[str, Path]]) -> None:
+def browser_figures(pages: list[tuple[str, Path]], repeats: int = 2) -> None:
     from playwright.sync_api import sync_playwright
 
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -149,7 +150,7 @@ def browser_figures(pages: list[tuple[str, Path]]) -> None:
     figures: dict[str, list[tuple[float, float, float]]] = {}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"])
-        for run in range(2):  # the first run includes a cold browser cache
+        for run in range(repeats):  # the first run includes a cold browser cache
             for label, html in pages:  # in turn, so both see the same machine load
                 page = browser.new_page()
                 errors: list[str] = []
@@ -177,10 +178,13 @@ def browser_figures(pages: list[tuple[str, Path]]) -> None:
         browser.close()
     if len(pages) == 2:
         (base_label, _), (cur_label, _) = pages
+        import statistics
+
         for k, name in enumerate(("first render", "outcome filter", "first text search")):
-            b = min(f[k] for f in figures[base_label])
-            c = min(f[k] for f in figures[cur_label])
-            print(f"{name}: current / baseline = {c / b:.2f}x (best of 2: {c:.3f} s vs {b:.3f} s)")
+            b, c = (min(f[k] for f in figures[label]) for label in (base_label, cur_label))
+            bm, cm = (statistics.median(f[k] for f in figures[label]) for label in (base_label, cur_label))
+            print(f"{name}: current / baseline = {c / b:.2f}x best of {repeats} ({c:.3f} s vs {b:.3f} s), "
+                  f"{cm / bm:.2f}x median ({cm:.3f} s vs {bm:.3f} s)")
 
 
 if __name__ == "__main__":
