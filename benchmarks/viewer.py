@@ -3,17 +3,21 @@ in headless Chromium.
 
 Episodes are synthetic but shaped like SearchQA rollouts (K = 4 per query, 1–4 turns, ~1.5 kB
 observations, token ids from a real tokenizer) with three reward wrappers scored on them
-(rewards plus three estimators' advantages each, as ``turngym ablate`` saves them). Baseline, in
-the same process: reading the same episodes file with ``read_episodes``.
+(rewards plus three estimators' advantages each, as ``turngym ablate`` saves them). Baselines, in
+the same process: reading the same episodes file with ``read_episodes``; and with ``--baseline-ref REF``
+the page as the templates at git revision REF render the same embedded data, timed in turn with the
+current page in the same browser (first render, outcome filter, first text search; ratios printed).
 
-    python benchmarks/viewer.py [--episodes 10000] [--no-browser]
+    python benchmarks/viewer.py [--episodes 10000] [--no-browser] [--baseline-ref main]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import re
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -67,6 +71,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--episodes", type=int, default=10_000)
     ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--baseline-ref", default=None, help="git revision whose viewer templates are timed side by side")
+    ap.add_argument("--repeats", type=int, default=2, help="browser runs per page, alternating (default: 2)")
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -98,7 +104,10 @@ def main() -> None:
         print(f"baseline read_episodes: {t_read:.2f} s; write_viewer: {t_gen:.2f} s ({t_gen / t_read:.1f}x the read)")
         print(f"episodes.jsonl {jsonl_mb:.1f} MB; view.html {html_mb:.1f} MB ({html_mb / jsonl_mb:.2f}x)")
         if not args.no_browser:
-            browser_figures(html)
+            pages = [("current", html)]
+            if args.baseline_ref:
+                pages.insert(0, (f"templates at {args.baseline_ref}", baseline_page(html, args.baseline_ref)))
+            browser_figures(pages, args.repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -112,32 +121,70 @@ def timed(page, action) -> float:
     return time.perf_counter() - t0
 
 
-def browser_figures(html: Path) -> None:
+def baseline_page(html: Path, ref: str) -> Path:
+    """The same embedded data rendered by the viewer templates at git revision ``ref``."""
+    root = Path(__file__).resolve().parent.parent
+
+    def asset(name: str) -> str:
+        return subprocess.run(["git", "show", f"{ref}:turngym/evals/templates/{name}"], cwd=root, check=True,
+                              capture_output=True, text=True).stdout
+
+    text = html.read_text(encoding="utf-8")
+    data = re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S).group(1)
+    title = re.search(r"<title>(.*?)</title>", text, re.S).group(1)
+    page = (asset("viewer.html").replace("/*TITLE*/", title).replace("/*CSS*/", asset("viewer.css"))
+            .replace("/*JS*/", asset("viewer.js")))
+    before, _, after = page.partition("/*DATA*/")  # str.replace would read backslashes in the data
+    out = html.with_name("view-baseline.html")
+    out.write_text(before + data + after, encoding="utf-8")
+    return out
+
+
+def browser_figures(pages: list[tuple[str, Path]], repeats: int = 2) -> None:
     from playwright.sync_api import sync_playwright
 
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
         print("no chromium: browser figures skipped (apt-get install -y chromium)")
         return
+    figures: dict[str, list[tuple[float, float, float]]] = {}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"])
-        for run in range(2):  # the first run includes a cold browser cache
-            page = browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
-            t0 = time.perf_counter()
-            page.goto(html.as_uri())
-            page.wait_for_selector("body[data-ready='1']", timeout=120_000)
-            first = time.perf_counter() - t0
-            in_page = page.evaluate("performance.now()")
-            t_filter = timed(page, lambda page=page: page.select_option("#f-oc", "correct"))
-            t_search = timed(page, lambda page=page: page.fill("#f-q", "museum bridge")) - 0.15  # minus the input debounce
-            status = page.locator("#status").inner_text()
-            print(f"chromium run {run + 1}: first render {first:.2f} s (page clock {in_page / 1000:.2f} s); "
-                  f"outcome filter {t_filter * 1000:.0f} ms; first text search {t_search * 1000:.0f} ms "
-                  f"({status}); page errors: {len(errors)}")
-            page.close()
+        for run in range(repeats):  # the first run includes a cold browser cache
+            for label, html in pages:  # in turn, so both see the same machine load
+                page = browser.new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+                t0 = time.perf_counter()
+                page.goto(html.as_uri())
+                page.wait_for_selector("body[data-ready='1']", timeout=120_000)
+                first = time.perf_counter() - t0
+                in_page = page.evaluate("performance.now()")
+                t_filter = timed(page, lambda page=page: page.select_option("#f-oc", "correct"))
+                t_search = timed(page, lambda page=page: page.fill("#f-q", "museum bridge")) - 0.15  # minus the debounce
+                status = page.locator("#status").inner_text()
+                extra = ""
+                if page.locator("#f-sort option[value='dis']").count():  # the comparison features, current page only
+                    timed(page, lambda page=page: page.fill("#f-q", ""))
+                    t_sort = timed(page, lambda page=page: page.select_option("#f-sort", "dis"))
+                    page.fill("#f-dmin", "0.5")
+                    t_dmin = timed(page, lambda page=page: page.dispatch_event("#f-dmin", "change"))
+                    extra = f"; sort by disagreement {t_sort * 1000:.0f} ms; disagreement filter {t_dmin * 1000:.0f} ms"
+                figures.setdefault(label, []).append((first, t_filter, t_search))
+                print(f"{label}, chromium run {run + 1}: first render {first:.2f} s (page clock {in_page / 1000:.2f} s); "
+                      f"outcome filter {t_filter * 1000:.0f} ms; first text search {t_search * 1000:.0f} ms "
+                      f"({status}){extra}; page errors: {len(errors)}")
+                page.close()
         browser.close()
+    if len(pages) == 2:
+        (base_label, _), (cur_label, _) = pages
+        import statistics
+
+        for k, name in enumerate(("first render", "outcome filter", "first text search")):
+            b, c = (min(f[k] for f in figures[label]) for label in (base_label, cur_label))
+            bm, cm = (statistics.median(f[k] for f in figures[label]) for label in (base_label, cur_label))
+            print(f"{name}: current / baseline = {c / b:.2f}x best of {repeats} ({c:.3f} s vs {b:.3f} s), "
+                  f"{cm / bm:.2f}x median ({cm:.3f} s vs {bm:.3f} s)")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install --quiet "torch==2.13.0"
-.venv/bin/python -m pip install --quiet -e ".[all,test,openenv]"
+.venv/bin/python -m pip install --quiet -e ".[all,test]"
 # bfcl-eval without its pins (numpy==1.26.4 would break pyarrow, datasets and pyserini);
 # its runtime needs are in turngym's own dependencies. See turngym/envs/bfcl/upstream.py.
 .venv/bin/python -c "import importlib.metadata as m; assert m.version('bfcl-eval') == '2026.3.23'" 2>/dev/null || \

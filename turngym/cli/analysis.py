@@ -41,6 +41,10 @@ def add_parser(sub: Any) -> None:
     vw.add_argument("episodes", help="an episodes JSONL file")
     vw.add_argument("--ablation", default=None, help="a `turngym ablate` output folder (its scores.jsonl)")
     vw.add_argument("--scores", default=None, help="a per-turn scores JSONL file (format: turngym.evals.scores)")
+    vw.add_argument("--compare", default=None, metavar="EPISODES",
+                    help="a second run's episodes JSONL (another model or checkpoint on the same items), shown side "
+                         "by side item by item (default: none)")
+    vw.add_argument("--compare-scores", default=None, metavar="FILE", help="per-turn scores of the --compare run (default: none)")
     vw.add_argument("--out", required=True, help="the HTML file to write")
     vw.set_defaults(run=run)
 
@@ -84,7 +88,8 @@ def _view(args: argparse.Namespace) -> int:
     from turngym.evals.viewer import write_viewer
 
     try:
-        path = write_viewer(args.episodes, args.out, ablation_dir=args.ablation, scores_path=args.scores)
+        path = write_viewer(args.episodes, args.out, ablation_dir=args.ablation, scores_path=args.scores,
+                            compare_path=args.compare, compare_scores_path=args.compare_scores)
     except (FileNotFoundError, ValueError, OSError) as exc:
         fail(exc)
     print(f"viewer: {path} ({path.stat().st_size / 1e6:.1f} MB); open it in a browser")

@@ -18,9 +18,12 @@ Where the data comes from:
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -39,9 +42,41 @@ class ViewerError(ValueError):
 
 
 def write_viewer(episodes_path: str | Path, out_path: str | Path, *, ablation_dir: str | Path | None = None,
-                 scores_path: str | Path | None = None) -> Path:
+                 scores_path: str | Path | None = None, compare_path: str | Path | None = None,
+                 compare_scores_path: str | Path | None = None) -> Path:
     """Write the HTML viewer for ``episodes_path`` to ``out_path``, with the per-turn rewards of an
-    ablation folder and/or a scores file. Returns the written path."""
+    ablation folder and/or a scores file. ``compare_path``: a second run's episodes (another model or
+    checkpoint on the same items), shown side by side item by item, with its own scores file if given.
+    Returns the written path."""
+    episodes, records, notes = _read_run(episodes_path, ablation_dir, scores_path)
+    compare, source = None, Path(episodes_path).name
+    if compare_path is not None:
+        source = _run_label(episodes_path, compare_path)
+        b_eps, b_records, b_notes = _read_run(compare_path, None, compare_scores_path)
+        compare = Run(_run_label(compare_path, episodes_path), b_eps, b_records)
+        notes += [f"{compare.name}: {n}" for n in b_notes]
+    elif compare_scores_path is not None:
+        raise ViewerError("--compare-scores needs --compare (the second run's episodes)")
+    return render_viewer(episodes, out_path, records, source=source, notes=notes, compare=compare)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A second run shown side by side: its label, episodes and per-turn scores."""
+
+    name: str
+    episodes: Sequence[Episode]
+    records: Sequence[ScoreRecord] = ()
+
+
+def _run_label(path: str | Path, other: str | Path) -> str:
+    """A short name for a run file: its folder name when the two files share a name (two runs' episodes.jsonl)."""
+    p, q = Path(path), Path(other)
+    return p.parent.name or p.name if p.name == q.name else p.name
+
+
+def _read_run(episodes_path: str | Path, ablation_dir: str | Path | None,
+              scores_path: str | Path | None) -> tuple[list[Episode], list[ScoreRecord], list[str]]:
     report = read_episodes(episodes_path)
     if not report.episodes:
         raise ViewerError(f"no valid episodes in {episodes_path}")
@@ -60,13 +95,13 @@ def write_viewer(episodes_path: str | Path, out_path: str | Path, *, ablation_di
     if filled:
         notes.append(f"{filled} episode(s) written before episodes carried reward_needs: their registered env's "
                      "declaration is used")
-    return render_viewer(report.episodes, out_path, records, source=Path(episodes_path).name, notes=notes)
+    return report.episodes, records, notes
 
 
 def render_viewer(episodes: Sequence[Episode], out_path: str | Path, records: Sequence[ScoreRecord] = (),
-                  source: str = "", notes: Sequence[str] = ()) -> Path:
+                  source: str = "", notes: Sequence[str] = (), compare: Run | None = None) -> Path:
     """The page for episodes already in memory (``ablate`` and ``eval`` call this after scoring)."""
-    payload = build_payload(episodes, records, source, notes)
+    payload = build_payload(episodes, records, source, notes, compare)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
@@ -79,9 +114,18 @@ def render_viewer(episodes: Sequence[Episode], out_path: str | Path, records: Se
 
 
 def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], source: str,
-                  notes: Sequence[str] = ()) -> dict[str, Any]:
+                  notes: Sequence[str] = (), compare: Run | None = None) -> dict[str, Any]:
     from turngym.evals.report import model_name
 
+    first = list(episodes)
+    run_of = [0] * len(first)
+    if compare is not None:  # the second run's ids and groups get its label, so the two runs never collide
+        if not compare.episodes:
+            raise ViewerError(f"the run to compare, {compare.name}, has no episodes")
+        second = [_relabelled(ep, compare.name) for ep in compare.episodes]
+        records = list(records) + [dataclasses.replace(r, episode_id=f"{compare.name}:{r.episode_id}")
+                                   for r in compare.records]
+        episodes, run_of = first + second, run_of + [1] * len(second)
     index = {ep.id: i for i, ep in enumerate(episodes)}
     rewards, advantages = _scores(episodes, index, records)
     groups: dict[str, list[int]] = {}
@@ -90,8 +134,10 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
     clusters = _clusters(episodes, groups)
     prompts: dict[str, int] = {}
     prompt_ids: dict[tuple[int, ...], int] = {}
+    queries: dict[str, int] = {}
     rows = []
     for i, ep in enumerate(episodes):
+        train = ep.meta.get("train") if isinstance(ep.meta.get("train"), dict) else {}
         p_key = json.dumps(ep.prompt, sort_keys=True)
         p = prompts.setdefault(p_key, len(prompts))
         pi = prompt_ids.setdefault(tuple(ep.prompt_ids), len(prompt_ids)) if ep.prompt_ids is not None else -1
@@ -100,6 +146,8 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
             "id": ep.id, "env": ep.env_id, "ds": str(ep.task.get("dataset", "")), "oc": _outcome_class(ep),
             "out": ep.outcome, "ans": ep.final_answer, "cl": clusters[i][0], "clk": clusters[i][1],
             "term": ep.terminated, "trunc": ep.truncated, "why": ep.meta.get("truncation"), "p": p, "pi": pi,
+            "run": run_of[i], "oid": ep.meta.get("compare_id", ep.id), "step": train.get("step"),
+            "qk": queries.setdefault(_query_key(ep), len(queries)),
             "t": [{"a": t.action, "tc": t.tool_calls, "pe": t.parse_error, "o": t.observation,
                    "ot": bool(t.observation and any(m in t.observation for m in TRUNCATION_MARKERS)),
                    "m": t.metrics, "gt": truth[j], "gk": {k: [v.value, v.source] for k, v in t.truth.items()},
@@ -114,6 +162,12 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
     notes = list(notes) + [f"{e} advantages here come from the rewards alone: {why}" for e, why in partial.items()]
     return {
         "title": f"turngym episodes · {source}" if source else "turngym episodes",
+        "runs": [source or "this run"] + ([compare.name] if compare is not None else []),
+        "queries": list(queries),
+        "wscale": {w: _limit(v for r in rows_ if r for v in r) for w, rows_ in rewards.items()},
+        "ascale": {w: {e: _limit(v for r in rows_ if r for v in r) for e, rows_ in ests.items()}
+                   for w, ests in advantages.items()},
+        "run_metrics": run_metrics(episodes, run_of, rewards, 2 if compare is not None else 1),
         "source": source, "turngym": __version__, "notes": notes, "partial_estimators": sorted(partial),
         "models": sorted({model_name(str(ep.meta["model"])) for ep in episodes if ep.meta.get("model")}),
         "wrappers": wrappers, "estimators": estimators,
@@ -125,6 +179,69 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
                     "eps": m} for g, m in groups.items()],
         "eps": rows, "r": rewards, "adv": advantages,
     }
+
+
+def _relabelled(ep: Episode, label: str) -> Episode:
+    """The second run's episode with its id and group prefixed by the run's label (its own id kept in meta)."""
+    out = copy.copy(ep)
+    out.id, out.group = f"{label}:{ep.id}", f"{label}:{ep.group or ep.id}"
+    out.meta = {**ep.meta, "compare_id": ep.id}
+    return out
+
+
+def _query_key(ep: Episode) -> str:
+    """What makes two episodes the same item across runs and training steps: the env and the task played
+    (``meta["task_key"]`` from the rollout runner, less the ``@slot`` a trainer's batch position adds; the
+    question for episodes without one)."""
+    key = str(ep.meta.get("task_key") or "")
+    base, _, slot = key.rpartition("@")
+    key = base if base and slot.isdigit() else key
+    return f"{ep.env_id}|{key}" if key else f"{ep.env_id}|q:{ep.task.get('question', ep.group or ep.id)}"
+
+
+def run_metrics(episodes: Sequence[Episode], run_of: Sequence[int], rewards: dict[str, list[list[float] | None]],
+                n_runs: int) -> list[dict[str, Any]]:
+    """Per run: the eval metrics (with their intervals), turns per episode, each wrapper's mean turn reward,
+    and per training step (saved rollouts) the outcome and turn reward means."""
+    from turngym.evals.metrics import outcome_metrics
+
+    out = []
+    for run in range(n_runs):
+        members = [i for i, r in enumerate(run_of) if r == run]
+        eps = [episodes[i] for i in members]
+        k = max((len(v) for v in _by(eps, lambda e: e.group or e.id).values()), default=1)
+        wrappers = {}
+        for w, rows in rewards.items():
+            vals = [x for i in members if rows[i] for x in rows[i] if math.isfinite(x)]
+            if vals:
+                wrappers[w] = {"mean": sum(vals) / len(vals), "turns": len(vals)}
+        steps = []
+        by_step = _by([e for e in eps if isinstance(e.meta.get("train"), dict)], lambda e: e.meta["train"].get("step"))
+        for step, s_eps in sorted(by_step.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+            graded = [v for v in (_outcome_value(e) for e in s_eps) if v is not None]
+            r = [x for e in s_eps for x in e.meta["train"].get("turn_rewards", [])]
+            steps.append({"step": step, "episodes": len(s_eps), "outcome": sum(graded) / len(graded) if graded else None,
+                          "turn_reward": sum(r) / len(r) if r else None})
+        out.append({"episodes": len(eps), "metrics": outcome_metrics(eps, k) if eps else {},
+                    "turns_per_episode": sum(len(e.turns) for e in eps) / max(1, len(eps)),
+                    "wrappers": wrappers, "steps": steps})
+    return out
+
+
+def _by(items: Sequence[Any], key: Any) -> dict[Any, list[Any]]:
+    out: dict[Any, list[Any]] = {}
+    for x in items:
+        out.setdefault(key(x), []).append(x)
+    return out
+
+
+def _outcome_value(ep: Episode) -> float | None:
+    key = next((k for k in OUTCOME_KEYS if k in ep.outcome), None)
+    try:
+        v = float(ep.outcome[key]) if key else None
+    except (TypeError, ValueError):
+        return None
+    return v if v is not None and math.isfinite(v) else None
 
 
 def _truth_shown(ep: Episode) -> list[float | None]:

