@@ -151,3 +151,18 @@ def test_tracker_arguments_parse_and_log(eval_run, tmp_path):
     logged = log_from_args(parser.parse_args(["--tensorboard", str(tmp_path / "tb"), "--tracker-samples", "2"]),
                            eval_run, echo=lines.append)
     assert logged is not None and logged.tensorboard.is_dir() and "tensorboard:" in lines[0]
+
+
+def test_ablate_command_logs_to_tensorboard(eval_run, tmp_path, capsys):
+    """The flags are wired into the commands: ``turngym ablate ... --tensorboard DIR`` writes the ablation's
+    numbers as TensorBoard scalars after its report (eval and creditbench take the same flags)."""
+    from turngym.cli import build_parser, main
+
+    assert main(["ablate", "--episodes", str(eval_run / "episodes.jsonl"), "--rewards", "outcome",
+                 "--out", str(tmp_path / "ab"), "--tensorboard", str(tmp_path / "tb")]) == 0
+    assert "tensorboard:" in capsys.readouterr().out
+    _, scalars = tensorboard_scalars(next((tmp_path / "tb").rglob("events.out.tfevents*")).parent)
+    ablation = json.loads((tmp_path / "ab" / "ablation.json").read_text())
+    assert scalars and any(k.startswith("rewards/outcome") for k in scalars) and "rewards" in ablation
+    for command in (["eval", "--out", "x"], ["creditbench", "--out", "x"]):
+        assert build_parser().parse_args([*command, "--tensorboard", "tb"]).tensorboard == "tb"

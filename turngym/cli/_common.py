@@ -74,3 +74,13 @@ def add_model_args(sp: argparse.ArgumentParser, temperature: float = 0.7) -> Non
 def add_batching(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--batching", choices=BATCHING, default="static",
                     help="continuous (local models): a slot is refilled as soon as its turn ends")
+
+
+def log_trackers(args: argparse.Namespace, out: Any) -> None:
+    """After a command wrote its results folder: log it to TensorBoard / W&B when its flags ask."""
+    from turngym.evals.trackers import TrackerError, log_from_args
+
+    try:
+        log_from_args(args, out)
+    except (TrackerError, ImportError, OSError) as exc:
+        fail(f"results written to {out}, but logging them to the trackers failed: {exc}")

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._common import fail
+from turngym.cli._common import fail, log_trackers
+from turngym.evals.trackers import add_tracker_arguments
 
 COMMANDS = ("ablate", "report", "view")
 
@@ -30,6 +31,7 @@ def add_parser(sub: Any) -> None:
     ab.add_argument("--estimators", default="", help="score every reward under these estimators too (a,b,...), "
                     "besides its declared one")
     ab.add_argument("--out", required=True, help="output folder (ablation.md, scores.jsonl, view.html)")
+    add_tracker_arguments(ab)
     ab.set_defaults(run=run)
 
     rp = sub.add_parser("report", help="runs side by side")
@@ -70,6 +72,7 @@ def _ablate(args: argparse.Namespace) -> int:
     for name, err in summary["errors"].items():
         print(f"{name:8s} FAILED: {err}")
     print(f"report: {Path(args.out) / 'ablation.md'}")
+    log_trackers(args, args.out)
     return 0
 
 

@@ -7,6 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from turngym.cli._common import log_trackers
+from turngym.evals.trackers import add_tracker_arguments
+
 
 def cmd_exact_creditbench(args: argparse.Namespace) -> int:
     """``--oracle exact``: estimators' expected gradients against the exact policy gradient (turngym.oracles)."""
@@ -92,6 +95,7 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
             a = w["advantage"]["auc"]
             print(f"{env_name:9s} {name:8s} credit AUC on advantages {'–' if a is None else f'{a:.3f}'} ({w['estimator']})")
     print(f"report: {Path(args.out) / 'creditbench.md'}")
+    log_trackers(args, args.out)
     return 0
 
 
@@ -150,6 +154,7 @@ def add_parser(sub: Any) -> None:
     cb.add_argument("--batch-sizes", default="4,32,256", help="--oracle exact: episodes per batch")
     cb.add_argument("--group-size", type=int, default=None, help="--oracle exact: episodes per group (default: the batch)")
     cb.add_argument("--seeds", type=int, default=200, help="--oracle exact: independent batches per batch size")
+    add_tracker_arguments(cb)
     cb.set_defaults(run=run)
 
     mj = sub.add_parser("main-job", help="evals on every env, reward ablation and creditbench in one process")

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._common import add_batching, add_env_args, add_model_args, fail
+from turngym.cli._common import add_batching, add_env_args, add_model_args, fail, log_trackers
+from turngym.evals.trackers import add_tracker_arguments
 
 COMMANDS = ("play", "rollout", "eval")
 
@@ -52,6 +53,7 @@ def add_parser(sub: Any) -> None:
                     help="merge the folders of --shard 1/N..N/N into --out (one run; nothing is played)")
     ev.add_argument("--overwrite", action="store_true",
                     help="start fresh when --out holds a run of other settings (its files are moved aside, not deleted)")
+    add_tracker_arguments(ev)
     ev.set_defaults(run=run)
 
 
@@ -182,6 +184,7 @@ def _eval(args: argparse.Namespace) -> int:
     finally:
         bar.finish()
     _print_results(results, Path(args.out))
+    log_trackers(args, args.out)
     return 0
 
 
