@@ -56,14 +56,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _ablate(args: argparse.Namespace) -> int:
+    from turngym.cli._progress import StageClock
     from turngym.evals.ablate import run_ablation
     from turngym.evals.credit_table import parse_estimators
 
+    clock = StageClock()
+    clock.stage("reading episodes and loading the rewards' models…")
     try:
         summary = run_ablation(args.episodes, [r.strip() for r in args.rewards.split(",") if r.strip()], args.out,
                                scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_library=args.scribe_library,
                                scribe_base_url=args.scribe_base_url, reliability_repeats=args.reliability_repeats,
-                               truth=args.truth, truth_map=args.truth_map, estimators=parse_estimators(args.estimators))
+                               truth=args.truth, truth_map=args.truth_map, estimators=parse_estimators(args.estimators),
+                               progress=clock.stage)
     except (FileNotFoundError, ValueError) as exc:
         fail(exc)
     for name, m in summary["rewards"].items():

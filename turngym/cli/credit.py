@@ -67,6 +67,7 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
         return cmd_exact_creditbench(args)
     if args.oracle == "mc":
         return cmd_mc_creditbench(args)
+    from turngym.cli._progress import StageClock
     from turngym.evals.ablate import make_wrappers
     from turngym.evals.credit_table import parse_estimators
     from turngym.evals.creditbench import ENVS, BenchConfig, build, run_creditbench
@@ -78,13 +79,17 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
                           retriever=None if args.index == "default" else args.index,
                           designs=tuple(d.strip() for d in args.designs.split(",") if d.strip()), truth=args.truth,
                           truth_map=args.truth_map, estimators=tuple(parse_estimators(args.estimators)))
+        clock = StageClock()
+        clock.stage(f"building the planted episodes ({', '.join(cfg.envs)})…")
         start = time.perf_counter()
         built = build(cfg)
         build_s = time.perf_counter() - start
+        clock.stage("loading the rewards' models…")
         episodes = [e for groups in built.values() for g in groups for e in g]
         wrappers = make_wrappers(names, scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_episodes=episodes,
                                  tokens="text")  # scripted episodes carry text, not a policy's ids
-        summary = run_creditbench(cfg, wrappers, args.out, n_boot=args.bootstrap, built=built, build_s=build_s)
+        summary = run_creditbench(cfg, wrappers, args.out, n_boot=args.bootstrap, built=built, build_s=build_s,
+                                  progress=clock.stage)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         raise SystemExit(f"error: {exc}") from None
     for env_name, e in summary["envs"].items():

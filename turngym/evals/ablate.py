@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +50,12 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
 
 def ablate(episodes: Sequence[Episode], rewards: dict[str, GroupReward], out_dir: str | Path | None = None,
            reliability: dict[str, Any] | None = None, truth: str | None = None, truth_map: str | None = None,
-           estimators: Sequence[str] = ()) -> dict[str, Any]:
+           estimators: Sequence[str] = (), progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``rewards``: name → reward wrapper. Groups are the episodes' ``group`` ids. ``reliability``:
     a judge-reliability result (``turngym.rewards.scribe.diagnostics.reliability``) to report too.
     ``truth`` / ``truth_map``: the truth key scored and its value map (:func:`turngym.truth.turn_labels`);
-    ``estimators``: scored besides each wrapper's declared one."""
+    ``estimators``: scored besides each wrapper's declared one. ``progress``: told each wrapper × group
+    as it is scored (a model-scored wrapper takes seconds per group on a CPU)."""
     mapping = TruthMap.parse(truth_map) if truth_map else None
     labels_of = {ep.id: turn_truth(ep, truth, mapping) for ep in episodes}  # bad truth is refused before scoring
     groups = group_episodes(episodes)
@@ -64,14 +65,15 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, GroupReward], out_dir
     kept_ids = {g.key for g in kept}
     if not needy or len(kept) == len(groups):  # every wrapper is scored on every group
         needy, kept = {}, list(groups)
-    per_turn, errors = _score(groups, {n: w for n, w in rewards.items() if n not in needy})
+    per_turn, errors = _score(groups, {n: w for n, w in rewards.items() if n not in needy}, progress)
     summary = _summary(groups, per_turn, rewards, errors, labels_of, estimators)
     summary["truth"] = {"key": truth or "(the one key each episode carries)", "map": truth_map}
     if needy:  # e.g. igpo where some envs carry no gold answer: scored (or failing) once, on the gold groups only
         scope = {"envs": sorted({g[0].env_id for g in kept}), "groups": len(kept),
                  "left_out_envs": sorted({g[0].env_id for g in groups if g.key not in kept_ids}),
                  "left_out_groups": len(groups) - len(kept)}
-        sub_rows, sub_errors = _score(kept, needy) if kept else ({}, dict.fromkeys(needy, "no group carries a gold answer"))
+        sub_rows, sub_errors = (_score(kept, needy, progress) if kept
+                                else ({}, dict.fromkeys(needy, "no group carries a gold answer")))
         for name, m in _summary(kept, sub_rows, needy, sub_errors, labels_of, estimators,
                                 summary["baselines"])["rewards"].items():
             summary["rewards"][name] = {**m, "scope": scope}
@@ -113,15 +115,17 @@ def _has_gold(ep: Episode) -> bool:
     return any(str(a).strip() for a in ep.task.get("answers", []) or [])
 
 
-def _score(groups: Sequence[EpisodeGroup],
-           rewards: dict[str, GroupReward]) -> tuple[dict[str, list[list[float]]], dict[str, str]]:
+def _score(groups: Sequence[EpisodeGroup], rewards: dict[str, GroupReward],
+           progress: Callable[[str], None] | None = None) -> tuple[dict[str, list[list[float]]], dict[str, str]]:
     """Per-turn rewards of each wrapper over the groups in order; a wrapper that raises is reported, not fatal."""
     per_turn: dict[str, list[list[float]]] = {}
     errors: dict[str, str] = {}
     for name, wrapper in rewards.items():
         rows: list[list[float]] = []
         try:
-            for g in groups:
+            for i, g in enumerate(groups):
+                if progress is not None:
+                    progress(f"{name}: group {i + 1}/{len(groups)}")
                 rows += wrapper.score_group(reward_view(g)).rewards
         except Exception as exc:  # noqa: BLE001 - one failing wrapper must not sink the others
             errors[name] = f"{type(exc).__name__}: {exc}"
@@ -297,7 +301,8 @@ def make_wrappers(names: Sequence[str], scorer: Any = None, tokens: str = "ids",
 def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str | Path,
                  scorer: str | None = None, scribe_llm: str = "default", scribe_library: str | None = None,
                  scribe_base_url: str | None = None, reliability_repeats: int = 0, truth: str | None = None,
-                 truth_map: str | None = None, estimators: Sequence[str] = ()) -> dict[str, Any]:
+                 truth_map: str | None = None, estimators: Sequence[str] = (),
+                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``reliability_repeats`` >= 2 (with ``scribe`` among ``names``) adds the judge-reliability table
     of ``scribe`` and ``prm`` (same judge model, same steps). ``truth``, ``truth_map``, ``estimators``: as
     :func:`ablate` (checked before any model loads)."""
@@ -320,7 +325,7 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
             raise ValueError("the reliability table needs 'scribe' among the rewards")
         rel = reliability(report.episodes, wrappers["scribe"], repeats=reliability_repeats)
     return ablate(report.episodes, wrappers, out_dir, reliability=rel, truth=truth, truth_map=truth_map,
-                  estimators=estimators)
+                  estimators=estimators, progress=progress)
 
 
 def _scorer_spec(scorer: str | None) -> tuple[Any, str]:

@@ -431,7 +431,8 @@ def score_groups(groups: Sequence[Sequence[Episode]], wrappers: dict[str, Any],
                  labels_of: Callable[[Episode], list[int | None]] = planted_labels,
                  n_boot: int = 1000, seed: int = 0,
                  rewards_out: dict[str, list[list[list[float]]]] | None = None,
-                 estimators: Sequence[str] = (), baselines: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+                 estimators: Sequence[str] = (), baselines: dict[str, dict[str, Any]] | None = None,
+                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Credit accuracy of every wrapper on ``groups`` against ``labels_of`` (one env's groups), under its
     declared estimator and each of ``estimators``, each marked against the best label-free baseline
     (``baselines``, computed here when not given). Rewards see the episodes through ``reward_view``
@@ -444,7 +445,11 @@ def score_groups(groups: Sequence[Sequence[Episode]], wrappers: dict[str, Any],
     for name, wrapper in wrappers.items():
         start = time.perf_counter()
         try:
-            rewards = [wrapper.score_group(reward_view(list(g))).rewards for g in groups]
+            rewards = []
+            for i, g in enumerate(groups):
+                if progress is not None:
+                    progress(f"{name}: group {i + 1}/{len(groups)}")
+                rewards.append(wrapper.score_group(reward_view(list(g))).rewards)
         except Exception as exc:  # noqa: BLE001 - one failing wrapper must not sink the others
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
             continue
@@ -476,8 +481,9 @@ def score_groups(groups: Sequence[Sequence[Episode]], wrappers: dict[str, Any],
 
 def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | Path | None = None,
                     n_boot: int = 1000, built: dict[str, list[list[Episode]]] | None = None,
-                    build_s: float | None = None) -> dict[str, Any]:
-    """Build (unless ``built`` is given, then ``build_s`` says how long that took) and score."""
+                    build_s: float | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Build (unless ``built`` is given, then ``build_s`` says how long that took) and score; ``progress``
+    is told each env × wrapper × group as it is scored."""
     start = time.perf_counter()
     if built is None:
         built = build(cfg)
@@ -494,6 +500,7 @@ def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | P
         labs = [x for g in labels for e in g for x in e if x is not None]
         per_group: dict[str, list[list[list[float]]]] = {}
         baselines = baseline_scores(groups, labels, n_boot, cfg.seed)
+        env_progress = None if progress is None else (lambda text, env=env_name: progress(f"{env} {text}"))
         summary["envs"][env_name] = {
             "groups": len(groups), "episodes": sum(len(g) for g in groups), "labelled_turns": len(labs),
             "useful_turns": int(sum(labs)),
@@ -501,6 +508,7 @@ def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | P
             "outcome_rate": float(np.mean([_outcome(e) for g in groups for e in g])) if groups else None,
             "baselines": baselines, "best_label_free": best_baseline(baselines),
             "wrappers": score_groups(groups, wrappers, labels_of, n_boot=n_boot, seed=cfg.seed, rewards_out=per_group,
+                                     progress=env_progress,
                                      estimators=cfg.estimators, baselines=baselines)}
         records += records_for([e for g in groups for e in g],
                                {name: [ep for grp in rs for ep in grp] for name, rs in per_group.items()})
