@@ -118,3 +118,30 @@ def pct(xs: list[float], q: float) -> float:
     """The ``q`` quantile of ``xs`` (nearest rank)."""
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def free_port() -> int:
+    """A TCP port on the loopback nobody listens on (for a server a benchmark starts)."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_up(port: int, proc: Any, what: str, timeout_s: float = 120) -> None:
+    """Until ``proc`` (a server a benchmark started) accepts connections on ``port``; exits if it dies."""
+    import socket
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the {what} exited")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"the {what} did not come up")

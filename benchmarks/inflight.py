@@ -27,10 +27,11 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
+
+from bench_setup import free_port, wait_up
 
 SCRIPT = ["<calc>6*7</calc>", "<answer>42</answer>"]
 
@@ -81,27 +82,6 @@ def serve_fake(port: int, latency: float, slots: int | None) -> None:
     uvicorn.run(fake_app(latency, slots), host="127.0.0.1", port=port, log_level="warning", backlog=4096)
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_up(port: int, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("the fake server exited")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit("the fake server did not come up")
-
-
 def one_run(url: str, level: int, episodes: int, batching: str, model: str = "fake") -> float:
     from turngym.agents.openai_compat import OpenAICompatPolicy
     from turngym.agents.policy import SamplingParams
@@ -147,7 +127,7 @@ def main() -> None:
     rows = []
     try:
         if proc is not None:
-            wait_up(port, proc)
+            wait_up(port, proc, "fake server")
         one_run(url, 8, 8, "continuous", args.model)  # warm-up: imports, first connections
         for level in args.levels:
             n = args.rounds * level

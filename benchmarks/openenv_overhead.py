@@ -17,36 +17,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import time
+
+from bench_setup import free_port, wait_up
 
 SCRIPTS = {
     "turngym/Calculator-v0": ["<calc>80*10+19</calc>", "<answer>819</answer>"],
     "turngym/Digits-v0": ["12 34", "56"],
 }
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_up(port: int, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("the OpenEnv server exited")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("the OpenEnv server did not come up")
 
 
 def in_process(env_id: str, episodes: int) -> float:
@@ -113,7 +93,7 @@ def main() -> None:
         port = free_port()
         proc = subprocess.Popen([sys.executable, __file__, "--serve", f"{env_id}:{port}"], env={**os.environ})
         try:
-            wait_up(port, proc)
+            wait_up(port, proc, "OpenEnv server")
             url = f"http://127.0.0.1:{port}"
             best = {"local": float("inf"), "openenv": float("inf"), "runner": float("inf")}
             for _ in range(args.repeats):
