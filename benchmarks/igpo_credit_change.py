@@ -48,6 +48,25 @@ class RawActionFormatIGPO(IGPOReward):
         return super().outcome(ep, golds)
 
 
+class MemoScorer:
+    """The scorer with every (scoring point, continuation) it has scored kept: the configurations differ in
+    how they combine the supports, not in the supports, so each is scored once for all of them."""
+
+    def __init__(self, scorer) -> None:
+        self.scorer, self.memo = scorer, {}
+
+    def __getattr__(self, name):
+        return getattr(self.scorer, name)
+
+    def mean_logprobs(self, points, continuations):
+        keys = [(tuple(p), tuple(continuations)) for p in points]
+        todo = [i for i, k in enumerate(keys) if k not in self.memo]
+        if todo:
+            for i, row in zip(todo, self.scorer.mean_logprobs([points[i] for i in todo], continuations), strict=True):
+                self.memo[keys[i]] = row
+        return [self.memo[k] for k in keys]
+
+
 def configurations(scorer, tokens: str) -> dict[str, tuple[IGPOReward, str]]:
     before = dict(scorer=scorer, tokens=tokens, final_turn_gain=True, turn_limit_gains="keep", f1_golds="all")
     today = dict(scorer=scorer, tokens=tokens)
@@ -83,7 +102,7 @@ def main() -> None:
     n_lab = sum(x is not None for g in labels for e in g for x in e)
     n_pos = sum(x == 1 for g in labels for e in g for x in e)
     print(f"{sum(map(len, groups))} episodes in {len(groups)} groups; {n_lab} labelled turns ({n_pos} useful)", flush=True)
-    scorer = make_scorer(args.scorer)
+    scorer = MemoScorer(make_scorer(args.scorer))
     report = {"episodes": args.episodes, "scorer": args.scorer, "truth": args.truth, "labelled": n_lab,
               "useful": n_pos, "rows": {}}
     for name, (reward, est) in configurations(scorer, tokens).items():
