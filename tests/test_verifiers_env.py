@@ -18,8 +18,8 @@ if not hasattr(vf, "MultiTurnEnv"):
 
 import turngym  # noqa: E402,F401 - registers the envs
 from turngym.episode import Episode  # noqa: E402
-from turngym.integrations.verifiers_env import load_environment  # noqa: E402
-from turngym.rewards import get_reward  # noqa: E402
+from turngym.integrations.verifiers_env import TurngymVerifiersEnv, load_environment  # noqa: E402
+from turngym.rewards import GroupReward, get_reward  # noqa: E402
 
 # item index -> the replies the model "gives", as written (stop strings included)
 SCRIPTS = {
@@ -145,3 +145,23 @@ def test_verifiers_loader_finds_it_by_module_name():
     env = vf.load_environment("turngym.integrations.verifiers_env", turngym_env="Digits-v0", num_examples=2)
     assert isinstance(env, vf.MultiTurnEnv) and env.turngym_env_id == "turngym/Digits-v0"
     assert [row["info"]["index"] for row in env.get_eval_dataset()] == [0, 1]
+
+
+class FakeBrokenReward(GroupReward):
+    """A fake reward (test only) that raises, as a broken reward would."""
+
+    name = "fake_broken"
+    estimator = "grpo"
+
+    def score_group(self, episodes):
+        raise RuntimeError("fake reward failure")
+
+
+def test_a_raising_reward_stops_the_evaluation(monkeypatch):
+    want = gym_episode(3, SCRIPTS[3])
+    env = TurngymVerifiersEnv("Calculator-v0", FakeBrokenReward(), {}, [3])
+    monkeypatch.setenv("FAKE_OPENAI_KEY", "fake")
+    with FakeOpenAIServer({first_user_content(want.prompt): SCRIPTS[3]}) as server:
+        config = vf.ClientConfig(api_base_url=server.base_url, api_key_var="FAKE_OPENAI_KEY", max_retries=0)
+        with pytest.raises(RuntimeError, match="fake reward failure"):
+            env.evaluate_sync(config, "fake-model", rollouts_per_example=1)
