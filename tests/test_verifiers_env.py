@@ -5,8 +5,12 @@ OpenAI-compatible server defined here that replays scripted replies: the episode
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import gymnasium
 import pytest
@@ -20,6 +24,8 @@ import turngym  # noqa: E402,F401 - registers the envs
 from turngym.episode import Episode  # noqa: E402
 from turngym.integrations.verifiers_env import TurngymVerifiersEnv, load_environment  # noqa: E402
 from turngym.rewards import GroupReward, get_reward  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # item index -> the replies the model "gives", as written (stop strings included)
 SCRIPTS = {
@@ -165,3 +171,31 @@ def test_a_raising_reward_stops_the_evaluation(monkeypatch):
         config = vf.ClientConfig(api_base_url=server.base_url, api_key_var="FAKE_OPENAI_KEY", max_retries=0)
         with pytest.raises(RuntimeError, match="fake reward failure"):
             env.evaluate_sync(config, "fake-model", rollouts_per_example=1)
+
+
+def test_vf_eval_cli_plays_the_same_episodes(tmp_path):
+    vf_eval = Path(sys.executable).parent / "vf-eval"
+    if not vf_eval.exists():
+        pytest.skip(f"verifiers' vf-eval script is not next to {sys.executable}")
+    expected = {i: gym_episode(i, acts) for i, acts in SCRIPTS.items()}
+    scripts = {first_user_content(ep.prompt): SCRIPTS[i] for i, ep in expected.items()}
+    env_vars = {**os.environ, "FAKE_OPENAI_KEY": "fake",
+                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    with FakeOpenAIServer(scripts) as server:
+        proc = subprocess.run(
+            [str(vf_eval), "turngym.integrations.verifiers_env", "-a", json.dumps({"indices": sorted(SCRIPTS)}),
+             "-m", "fake-model", "-b", server.base_url, "-k", "FAKE_OPENAI_KEY", "-n", "2", "-r", "1",
+             "--disable-tui", "--disable-env-server", "--save-results", "--output-dir", str(tmp_path),
+             "--state-columns", "turngym_record"],
+            capture_output=True, text=True, env=env_vars, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (results,) = tmp_path.rglob("results.jsonl")
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(rows) == 2
+    for row in rows:
+        ep = Episode.from_dict(row["turngym_record"])
+        want = expected[row["info"]["index"]]
+        assert [t.action for t in ep.turns] == SCRIPTS[row["info"]["index"]]
+        assert [t.observation for t in ep.turns] == [t.observation for t in want.turns]
+        assert (ep.terminated, ep.truncated, ep.outcome) == (want.terminated, want.truncated, want.outcome)
+        assert row["reward"] == (1.0 if want.outcome["correct"] else 0.0)
