@@ -32,6 +32,7 @@ from pydantic import Field
 
 from turngym.envs.base import ActionResult, TextEnv
 from turngym.episode import Episode, RewardNeeds, Turn
+from turngym.integrations.envs import full_env_id, make_turngym_env  # noqa: F401 - re-exported
 
 
 class TurnAction(Action):
@@ -60,22 +61,6 @@ class TurnState(State):
     env_id: str = ""
     dataset_name: str = ""
     episode: dict[str, Any] | None = None
-
-
-def full_env_id(name: str) -> str:
-    """``Calculator-v0`` → ``turngym/Calculator-v0``; a namespaced id is kept."""
-    return name if "/" in name else f"turngym/{name}"
-
-
-def make_turngym_env(env_id: str, **env_kwargs: Any) -> Any:
-    """``gymnasium.make`` for a registered turngym env, with one clear error for an unknown id."""
-    import turngym  # noqa: F401 - registers the envs
-
-    env_id = full_env_id(env_id)
-    if env_id not in gymnasium.registry:
-        known = sorted(k for k in gymnasium.registry if k.startswith("turngym/"))
-        raise ValueError(f"unknown env {env_id!r}; turngym envs: {', '.join(known)}")
-    return gymnasium.make(env_id, **env_kwargs)
 
 
 class TurngymEnvironment(Environment[TurnAction, TurnObservation, TurnState]):

@@ -1,0 +1,180 @@
+"""turngym envs as verifiers environments: ``load_environment`` for verifiers' classic (v0) API.
+
+:func:`load_environment` returns a ``verifiers.MultiTurnEnv`` whose rollouts are turngym episodes:
+each rollout makes its own Gymnasium env, resets it on the dataset item its row names, sends every
+model reply to ``env.step`` and answers with the observation; the rollout ends when the turngym env
+terminates or truncates. Its rubric scores each group of rollouts (the K rollouts of one example,
+verifiers' group) with a turngym reward from :func:`turngym.rewards.get_reward` on the finished
+:class:`~turngym.episode.Episode` records, and writes the per-turn rewards onto verifiers'
+trajectory steps (one step per turn).
+
+This is the classic API of the ``verifiers`` 0.3 line (``verifiers.legacy``, reached as
+``import verifiers as vf``); verifiers 0.4 keeps only its v1 API, which runs agents through a
+uv-managed runtime, and pins an ``mcp`` release the ``openenv`` extra cannot share.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import verifiers as vf
+from datasets import Dataset
+
+from turngym.agents.openai_compat import restore_stop
+from turngym.agents.policy import trim_at_stop
+from turngym.episode import Episode
+from turngym.integrations.envs import full_env_id, make_turngym_env
+from turngym.rewards import GroupReward, get_reward
+
+EPISODE_KEY = "turngym_episode"  # the rollout's turngym Episode in verifiers' state
+RECORD_KEY = "turngym_record"  # its record (Episode.to_dict), set when the rollout ends: a JSON state column
+ENV_KEY = "turngym_env"  # the rollout's Gymnasium env, closed when the rollout ends
+
+
+def message_text(message: Any) -> str:
+    """The text of a chat message's content (a string or a list of text parts)."""
+    content = message.get("content") if hasattr(message, "get") else getattr(message, "content", None)
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content:
+        text = part.get("text") if hasattr(part, "get") else getattr(part, "text", None)
+        if text is None:
+            raise ValueError(f"a model reply holds a non-text part ({part!r}); turngym envs take text actions")
+        parts.append(text)
+    return "".join(parts)
+
+
+class TurngymRubric(vf.Rubric):
+    """Scores a group of rollouts with one turngym reward. Errors propagate (verifiers' own reward
+    functions would score a raising function 0, hiding a broken reward)."""
+
+    def __init__(self, reward: GroupReward):
+        super().__init__()
+        self.reward = reward
+
+    async def score_rollout(self, state: vf.State) -> None:
+        await self.score_group([state])
+
+    async def score_group(self, states: list[vf.State]) -> None:
+        if not states:
+            return
+        episodes: list[Episode] = [s[EPISODE_KEY] for s in states]
+        scores = self.reward.score_group(episodes)
+        totals = scores.totals()
+        mean = sum(totals) / len(totals)
+        name = f"turngym_{self.reward.name}"
+        for state, per_turn, total in zip(states, scores.rewards, totals, strict=True):
+            state["reward"] = total
+            state["advantage"] = total - mean
+            state["metrics"] = {name: total}
+            steps = state["trajectory"]
+            if len(steps) == len(per_turn):  # one verifiers step per turngym turn: per-turn rewards
+                for step, r in zip(steps, per_turn, strict=True):
+                    step["reward"] = r
+            for step in steps:
+                if step["reward"] is None:
+                    step["reward"] = total
+                if step["advantage"] is None:
+                    step["advantage"] = state["advantage"]
+
+
+class TurngymVerifiersEnv(vf.MultiTurnEnv):
+    """A verifiers multi-turn env whose rollouts are episodes of the turngym env ``env_id``.
+
+    Observations go back as chat messages: an env whose ``observation_role`` is ``None`` (the
+    observation continues the assistant's text, Search-R1 style) sends it as a ``user`` message,
+    since a chat API starts a new message after every reply. The model's reply is the action, with
+    the stop string a spec-following server dropped put back (as ``turngym eval`` does).
+    """
+
+    def __init__(self, env_id: str, reward: GroupReward, env_kwargs: dict[str, Any],
+                 indices: Sequence[int], **kwargs: Any):
+        self.turngym_env_id = full_env_id(env_id)
+        self.env_kwargs = dict(env_kwargs)
+        probe = make_turngym_env(self.turngym_env_id, **self.env_kwargs)
+        try:
+            raw = probe.unwrapped
+            if raw.observation_role not in (None, "user"):
+                raise ValueError(f"{self.turngym_env_id} answers as {raw.observation_role!r} messages; this integration "
+                                 "sends observations as user messages (tool messages need native tool calls)")
+            self.stop = tuple(raw.stop)
+            n = raw.num_items()
+            rows = []
+            for i in indices:
+                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+                    raise ValueError(f"index {i!r} is out of range: {self.turngym_env_id} has {n} items")
+                probe.reset(options={"index": i})
+                ep = raw.episode
+                if ep.tools:
+                    raise ValueError(f"{self.turngym_env_id} item {i} uses native tool calling; this integration plays "
+                                     "text-protocol envs (build the env with its text tool format)")
+                rows.append({"prompt": copy.deepcopy(ep.prompt), "answer": "", "info": {"index": i}})
+        finally:
+            probe.close()
+        dataset = Dataset.from_list(rows)
+        sampling = {"stop": list(self.stop)} if self.stop else {}
+        super().__init__(eval_dataset=dataset, rubric=TurngymRubric(reward), sampling_args=sampling,
+                         message_type="chat", env_id=self.turngym_env_id,
+                         env_args={"env_kwargs": self.env_kwargs, "indices": list(indices)}, **kwargs)
+
+    async def setup_state(self, state: vf.State) -> vf.State:
+        env = make_turngym_env(self.turngym_env_id, **self.env_kwargs)
+        state[ENV_KEY] = env
+        env.reset(options={"index": state["info"]["index"], "group": str(state["example_id"])})
+        state[EPISODE_KEY] = env.unwrapped.episode
+        return state
+
+    def action_of(self, message: Any) -> str:
+        """The turngym action for a model reply: its text, stop string restored, cut after the first stop."""
+        text = message_text(message)
+        if self.stop:
+            text, _ = trim_at_stop(restore_stop(text, self.stop), self.stop)
+        return text
+
+    async def env_response(self, messages: vf.Messages, state: vf.State, **kwargs: Any) -> vf.Messages:
+        env = state[ENV_KEY]
+        text, _, terminated, truncated, _ = env.step(self.action_of(messages[-1]))
+        if terminated or truncated:
+            state["final_env_response"] = []
+            return []
+        return [vf.UserMessage(content=text)]
+
+    @vf.cleanup
+    async def close_turngym_env(self, state: vf.State) -> None:
+        episode = state.get(EPISODE_KEY)
+        if episode is not None:
+            state[RECORD_KEY] = episode.to_dict()
+        env = state.get(ENV_KEY)
+        if env is not None:
+            env.close()
+            state[ENV_KEY] = None
+
+
+def load_environment(env_id: str = "Calculator-v0", reward: str = "outcome", reward_config: dict | None = None,
+                     num_examples: int | None = None, indices: Sequence[int] | None = None,
+                     turngym_env: str | None = None, **env_kwargs: Any) -> TurngymVerifiersEnv:
+    """A verifiers environment playing ``env_id`` and scored by the turngym reward ``reward``.
+
+    ``env_kwargs`` go to ``gymnasium.make`` (e.g. ``dataset="nq"``); ``reward_config`` to
+    :func:`turngym.rewards.get_reward`. The eval dataset is the env's items ``indices``, or its first
+    ``num_examples`` (default: all of them). ``turngym_env`` names the env where ``env_id`` cannot be
+    passed: ``vf.load_environment(module, **args)`` takes ``env_id`` as its own first argument.
+    """
+    if turngym_env is not None:
+        env_id = turngym_env
+    if indices is not None and num_examples is not None:
+        raise ValueError("pass either indices or num_examples, not both")
+    scorer = get_reward(reward, **(reward_config or {}))
+    if indices is None:
+        probe = make_turngym_env(env_id, **env_kwargs)
+        try:
+            n = probe.unwrapped.num_items()
+        finally:
+            probe.close()
+        indices = range(n if num_examples is None else min(num_examples, n))
+    return TurngymVerifiersEnv(env_id, scorer, env_kwargs, list(indices))
