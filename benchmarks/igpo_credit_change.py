@@ -76,6 +76,25 @@ def configurations(scorer, tokens: str) -> dict[str, tuple[IGPOReward, str]]:
             "defaults, igpo_separate estimator": (IGPOReward(**today), "igpo_separate")}
 
 
+def _f(x) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def markdown(report: dict) -> str:
+    lines = [f"IGPO on {report['episodes']} ({report['labelled']} labelled turns, {report['useful']} useful; truth "
+             f"`{report['truth']}`; scorer `{report['scorer']}`)", "",
+             "| configuration | estimator | AUC [95% CI] | within-episode AUC | format penalties |",
+             "| --- | --- | --- | --- | --- |"]
+    for name, r in report["rows"].items():
+        ci = r.get("auc_ci95")
+        interval = f" [{_f(ci[0])}, {_f(ci[1])}]" if ci else ""
+        lines.append(f"| {name} | `{r['estimator']}` | {_f(r.get('auc'))}{interval} | {_f(r.get('within_auc'))} | "
+                     f"{r['format_penalties']} |")
+    for b, v in report["baselines"].items():
+        lines.append(f"| *label-free: {b}* | | {_f(v.get('auc'))} | {_f(v.get('within_auc'))} | |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
@@ -84,9 +103,13 @@ def main() -> None:
     ap.add_argument("--scorer", default="qwen2.5-coder-0.5b-instruct")
     ap.add_argument("--truth", default="retrieval_hit")
     ap.add_argument("--out", default="runs/igpo-change")
+    ap.add_argument("--markdown-only", action="store_true", help="rewrite the .md from the saved .json and stop")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.markdown_only:
+        (out / "igpo_credit_change.md").write_text(markdown(json.loads((out / "igpo_credit_change.json").read_text())))
+        return
     start = time.perf_counter()
     tokens = "ids" if args.episodes else "text"  # planted episodes are text only: re-tokenised by the scorer
     if args.episodes:
@@ -115,17 +138,9 @@ def main() -> None:
               f"penalised {penalised} [{time.perf_counter() - start:.0f} s]", flush=True)
     report["baselines"] = baseline_scores(groups, labels)
     (out / "igpo_credit_change.json").write_text(json.dumps(report, indent=1, default=float))
-    lines = [f"IGPO on `{args.episodes}` ({sum(map(len, groups))} episodes, {n_lab} labelled turns, {n_pos} useful; "
-             f"truth `{args.truth}`; scorer `{args.scorer}`)", "",
-             "| configuration | estimator | AUC [95% CI] | within-episode AUC | format penalties |",
-             "| --- | --- | --- | --- | --- |"]
-    for name, r in report["rows"].items():
-        ci = r.get("auc_ci95") or [None, None]
-        lines.append(f"| {name} | `{r['estimator']}` | {r.get('auc')} {ci} | {r.get('within_auc')} | {r['format_penalties']} |")
-    for b, v in report["baselines"].items():
-        lines.append(f"| *label-free: {b}* | | {v.get('auc')} | {v.get('within_auc')} | |")
-    (out / "igpo_credit_change.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    lines = markdown(report)
+    (out / "igpo_credit_change.md").write_text(lines)
+    print(lines)
 
 
 if __name__ == "__main__":
