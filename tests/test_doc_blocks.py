@@ -1,7 +1,9 @@
 """The README's and docs' ``bash`` and ``python`` blocks run as written (after the set-up command), so the
 pages cannot drift from the code. A block is run in a fresh folder (with the repository's ``configs``),
 with this interpreter's ``turngym`` on PATH. Blocks are tagged by an HTML comment on the line before the
-fence: ``<!-- block: slow -->`` runs under the ``slow`` marker; ``<!-- block: skip (reason) -->`` cannot run
+fence: ``<!-- block: slow -->`` runs under the ``slow`` marker; ``<!-- block: long (reason) -->`` takes longer
+than a CI run affords on 2 cores (a model-scored benchmark, a training run, a whole BFCL category) and runs
+only when asked, ``pytest -m long``; ``<!-- block: skip (reason) -->`` cannot run
 here, for the reason given (a GPU, the network, a placeholder for the reader's own model or files).
 Untagged blocks are fast and run in every test run."""
 
@@ -19,7 +21,7 @@ from markdown_it import MarkdownIt
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
-TAG = re.compile(r"<!--\s*block:\s*(slow|skip)\s*(?:\((.+)\))?\s*-->")
+TAG = re.compile(r"<!--\s*block:\s*(slow|long|skip)\s*(?:\((.+)\))?\s*-->")
 LANGUAGES = {"bash", "sh", "python"}
 
 
@@ -29,7 +31,7 @@ class Block:
     line: int
     language: str
     code: str
-    tag: str | None      # None (fast), "slow" or "skip"
+    tag: str | None      # None (fast), "slow", "long" or "skip"
     reason: str
 
 
@@ -51,19 +53,19 @@ ALL = [b for page in PAGES if page.exists() for b in blocks(page)]
 
 
 def _param(block: Block):
-    marks = [pytest.mark.slow] if block.tag == "slow" else []
+    marks = {"slow": [pytest.mark.slow], "long": [pytest.mark.slow, pytest.mark.long]}.get(block.tag or "", [])
     return pytest.param(block, id=f"{block.page}:{block.line}", marks=marks)
 
 
 def test_blocks_are_found_and_every_skip_says_why():
     assert any(b.page == "README.md" and b.tag is None and b.language == "python" for b in ALL)
-    assert [f"{b.page}:{b.line}" for b in ALL if b.tag == "skip" and not b.reason] == []
+    assert [f"{b.page}:{b.line}" for b in ALL if b.tag in ("skip", "long") and not b.reason] == []
 
 
 def test_the_tag_parser_reads_tags_and_fences():
     page = ROOT / "README.md"
     tagged = [b for b in blocks(page) if b.tag]
-    assert {b.tag for b in tagged} <= {"slow", "skip"} and any(b.code.startswith("bash scripts/main.sh") for b in tagged)
+    assert {b.tag for b in tagged} <= {"slow", "long", "skip"} and any(b.code.startswith("bash scripts/main.sh") for b in tagged)
 
 
 @pytest.mark.parametrize("block", [_param(b) for b in ALL if b.tag != "skip"])
