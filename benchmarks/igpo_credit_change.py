@@ -32,7 +32,7 @@ from pathlib import Path
 from turngym.episode import Episode, group_episodes, read_episodes, reward_view
 from turngym.evals.credit_table import baseline_scores, estimator_scores
 from turngym.rewards.siop import IGPOReward, igpo_tags_balanced
-from turngym.rewards.support import make_scorer
+from turngym.rewards.support import MemoSupportScorer, make_scorer
 from turngym.truth import turn_labels
 
 
@@ -46,25 +46,6 @@ class RawActionFormatIGPO(IGPOReward):
         if self.format_penalty is not None and (ep.final_answer is None or not igpo_tags_balanced(raw)):
             return float(self.format_penalty)
         return super().outcome(ep, golds)
-
-
-class MemoScorer:
-    """The scorer with every (scoring point, continuation) it has scored kept: the configurations differ in
-    how they combine the supports, not in the supports, so each is scored once for all of them."""
-
-    def __init__(self, scorer) -> None:
-        self.scorer, self.memo = scorer, {}
-
-    def __getattr__(self, name):
-        return getattr(self.scorer, name)
-
-    def mean_logprobs(self, points, continuations):
-        keys = [(tuple(p), tuple(continuations)) for p in points]
-        todo = [i for i, k in enumerate(keys) if k not in self.memo]
-        if todo:
-            for i, row in zip(todo, self.scorer.mean_logprobs([points[i] for i in todo], continuations), strict=True):
-                self.memo[keys[i]] = row
-        return [self.memo[k] for k in keys]
 
 
 def configurations(scorer, tokens: str) -> dict[str, tuple[IGPOReward, str]]:
@@ -125,7 +106,7 @@ def main() -> None:
     n_lab = sum(x is not None for g in labels for e in g for x in e)
     n_pos = sum(x == 1 for g in labels for e in g for x in e)
     print(f"{sum(map(len, groups))} episodes in {len(groups)} groups; {n_lab} labelled turns ({n_pos} useful)", flush=True)
-    scorer = MemoScorer(make_scorer(args.scorer))
+    scorer = MemoSupportScorer(make_scorer(args.scorer))
     report = {"episodes": args.episodes, "scorer": args.scorer, "truth": args.truth, "labelled": n_lab,
               "useful": n_pos, "rows": {}}
     for name, (reward, est) in configurations(scorer, tokens).items():

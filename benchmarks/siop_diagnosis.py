@@ -1,6 +1,7 @@
 """Why SIOP scored below chance on the planted benchmark: scorer, method, estimator or benchmark?
 
-On the planted SearchQA sets (``turngym creditbench``: each search useful or useless by construction;
+On the planted SearchQA sets (and MathCode's, ``--envs searchqa,mathcode``) of ``turngym creditbench``
+(each search useful or useless by construction;
 the random design, where useless searches sit mostly in failing episodes, and the contrast design, where
 every episode holds one useful and one useless search in either order) this scores, side by side:
 
@@ -15,7 +16,8 @@ every episode holds one useful and one useless search in either order) this scor
   "this episode succeeded"?), beside the label-free baselines.
 
 Writes ``siop_diagnosis.json`` and ``siop_diagnosis.md`` under ``--out``.
-Usage: python benchmarks/siop_diagnosis.py [--groups 8] [--k 4] [--scorer qwen2.5-coder-0.5b-instruct] [--out runs/siop-diag]
+Usage: python benchmarks/siop_diagnosis.py [--envs searchqa] [--groups 8] [--k 4]
+       [--scorer qwen2.5-coder-0.5b-instruct] [--out runs/siop-diag]
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def main() -> None:
     from turngym.truth import turn_labels
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--envs", default="searchqa", help="planted envs, comma-separated (searchqa, mathcode)")
     ap.add_argument("--groups", type=int, default=8)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--scorer", default="qwen2.5-coder-0.5b-instruct")
@@ -46,7 +49,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    cfg = BenchConfig(envs=("searchqa",), groups=args.groups, k=args.k, designs=("random", "contrast"))
+    cfg = BenchConfig(envs=tuple(args.envs.split(",")), groups=args.groups, k=args.k, designs=("random", "contrast"))
     built = build(cfg)
     print(f"built {sum(len(g) for g in built.values())} groups in {time.perf_counter() - start:.0f} s", flush=True)
     scorer = make_scorer(args.scorer)
@@ -58,7 +61,7 @@ def main() -> None:
                 "siop (official: before the observation)": get_reward("siop", scorer=scorer, tokens="text"),
                 "siop, prefix=after_observation": get_reward("siop", scorer=scorer, tokens="text",
                                                              prefix="after_observation")}
-    report: dict = {"scorer": args.scorer, "groups": args.groups, "k": args.k, "sets": {}}
+    report: dict = {"scorer": args.scorer, "envs": args.envs, "groups": args.groups, "k": args.k, "sets": {}}
     for name, groups in built.items():
         labels = [[turn_labels(e, "planted") for e in g] for g in groups]
         rows = {}
@@ -84,7 +87,7 @@ def _f(x) -> str:
 
 
 def markdown(report: dict) -> str:
-    lines = [f"SIOP diagnosis on planted SearchQA ({report['groups']} groups × {report['k']}; scorer "
+    lines = [f"SIOP diagnosis on planted {report.get('envs', 'searchqa')} ({report['groups']} groups × {report['k']}; scorer "
              f"`{report['scorer']}`). AUC pooled / within-episode.", "",
              "| set | SIOP scoring point | raw reward | raw, next turn | `turn` | `turn_loo` | `grpo` |",
              "| --- | --- | --- | --- | --- | --- | --- |"]

@@ -15,6 +15,7 @@ from turngym.envs.calculator import CalculatorEnv
 from turngym.rewards import get_reward
 from turngym.rewards.support import (
     HFSupportScorer,
+    MemoSupportScorer,
     OpenAISupportScorer,
     PseudoAnswer,
     continuation,
@@ -320,6 +321,24 @@ def test_kept_prefixes_give_the_same_scores_with_one_forward_less(tiny_chat_poli
     small = HFSupportScorer(tiny_chat_policy.model, tok, prefix_cache_tokens=1)  # too small to keep any prefix
     get_reward("siop", scorer=small, tokens="text").score_group(group)
     assert small.stats["prefix_reused"] == 0 and not small._prefixes
+
+
+def test_a_memo_scorer_scores_each_support_once_and_changes_no_reward(tiny_chat_policy):
+    """Two configurations of IGPO and SIOP on one memo: the second pass runs no forward, and every reward
+    equals the plain scorer's."""
+    tok = tiny_chat_policy.tokenizer
+    group = calculator_group([("6*7", "42"), ("2+2", "4"), ("6*7", "41")], "What is 6 times 7?", "42")
+    plain = HFSupportScorer(tiny_chat_policy.model, tok)
+    memo = MemoSupportScorer(HFSupportScorer(tiny_chat_policy.model, tok))
+    for name in ("siop", "igpo"):
+        want = get_reward(name, scorer=plain, tokens="text").score_group(group).rewards
+        first = get_reward(name, scorer=memo, tokens="text").score_group(group).rewards
+        forwards = memo.scorer.stats["forwards"]
+        again = get_reward(name, scorer=memo, tokens="text").score_group(group).rewards
+        assert memo.scorer.stats["forwards"] == forwards > 0  # the second pass ran no forward
+        for a, b, c in zip(want, first, again, strict=True):
+            assert a == pytest.approx(b, abs=1e-5) and b == c
+    assert memo.tokenizer is tok and memo.memo
 
 
 def test_lone_surrogates_anywhere_in_a_group_score_with_siop_igpo_and_prm(tiny_chat_policy):

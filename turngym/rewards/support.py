@@ -428,6 +428,28 @@ class OpenAISupportScorer:
         return [flat[i * n:(i + 1) * n] for i in range(len(points))]
 
 
+@dataclass
+class MemoSupportScorer:
+    """A scorer that scores each (scoring point, continuations) once: benchmarks that score the same episodes
+    under several configurations (which combine the same supports differently) pay for each support once."""
+
+    scorer: SupportScorer
+    memo: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.scorer.tokenizer
+
+    def mean_logprobs(self, points, continuations):
+        keys = [(tuple(p), tuple(continuations)) for p in points]
+        todo = [i for i, k in enumerate(keys) if k not in self.memo]
+        if todo:
+            rows = self.scorer.mean_logprobs([points[i] for i in todo], continuations)
+            for i, row in zip(todo, rows, strict=True):
+                self.memo[keys[i]] = row
+        return [self.memo[k] for k in keys]
+
+
 SCORER_KEYS = {"model", "base_url", "tokenizer", "api_key", "dtype", "device", "method", "prefix_cache_tokens"}
 
 
