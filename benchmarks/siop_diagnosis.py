@@ -17,7 +17,7 @@ every episode holds one useful and one useless search in either order) this scor
 
 Writes ``siop_diagnosis.json`` and ``siop_diagnosis.md`` under ``--out``.
 Usage: python benchmarks/siop_diagnosis.py [--envs searchqa] [--groups 8] [--k 4]
-       [--scorer qwen2.5-coder-0.5b-instruct] [--out runs/siop-diag]
+       [--scorer SPEC] [--out runs/siop-diag]
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def main() -> None:
     ap.add_argument("--envs", default="searchqa", help="planted envs, comma-separated (searchqa, mathcode)")
     ap.add_argument("--groups", type=int, default=8)
     ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--scorer", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--scorer", default='{"model": "qwen2.5-coder-0.5b-instruct", "prefix_cache_tokens": 40000}',
+                    help="scorer spec (as for ``--scorer`` of ablate); fp32")
     ap.add_argument("--out", default="runs/siop-diag")
     args = ap.parse_args()
     out = Path(args.out)
@@ -53,12 +54,13 @@ def main() -> None:
     built = build(cfg)
     print(f"built {sum(len(g) for g in built.values())} groups in {time.perf_counter() - start:.0f} s", flush=True)
     scorer = make_scorer(args.scorer)
-    # the scorer: Δ log p(gold) per turn (the SIOP repository's gold-reference IGPO reward), cut before and
-    # after each turn's observation; then SIOP itself at both scoring points
+    # the scorer: Δ log p(gold) per turn (the SIOP repository's gold-reference IGPO reward), and SIOP itself,
+    # each cut before and after each turn's observation (every scoring point is a prefix of the whole transcript,
+    # so with ``prefix_cache_tokens`` in the scorer spec one forward per episode serves all four)
     wrappers = {"scorer: Δ log p(gold), before the observation": get_reward("igpo_siop", scorer=scorer, tokens="text"),
+                "siop (official: before the observation)": get_reward("siop", scorer=scorer, tokens="text"),
                 "scorer: Δ log p(gold), after the observation": get_reward("igpo_siop", scorer=scorer, tokens="text",
                                                                            prefix="after_observation"),
-                "siop (official: before the observation)": get_reward("siop", scorer=scorer, tokens="text"),
                 "siop, prefix=after_observation": get_reward("siop", scorer=scorer, tokens="text",
                                                              prefix="after_observation")}
     report: dict = {"scorer": args.scorer, "envs": args.envs, "groups": args.groups, "k": args.k, "sets": {}}

@@ -192,14 +192,16 @@ def test_the_mc_creditbench_command_end_to_end(tmp_path, tiny_chat_policy):
     with EpisodeWriter(tmp_path / "episodes.jsonl") as w:
         for e in episodes:
             w.write(e)
-    (tmp_path / "run.json").write_text(json.dumps({"env_kwargs": {"max_turns": 2}}))
+    (tmp_path / "run.json").write_text(json.dumps({"env_kwargs": {"max_turns": 2},
+                                                   "sampling": {"temperature": 0.7, "max_new_tokens": 6}}))
     out = subprocess.run([sys.executable, "-m", "turngym.cli", "creditbench", "--oracle", "mc", "--episodes",
                           str(tmp_path / "episodes.jsonl"), "--out", str(tmp_path / "mc"), "--rollouts", "2",
-                          "--model", str(tiny_model_dir(chat=True)), "--max-new-tokens", "6", "--rewards", "outcome",
+                          "--model", str(tiny_model_dir(chat=True)), "--rewards", "outcome",
                           "--estimators", "turn_loo"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((tmp_path / "mc" / "mc_oracle.json").read_text())
+    assert summary["sampling"] == {"temperature": 0.7, "max_new_tokens": 6, "seed": 0}  # the recording policy's
     assert [(r["wrapper"], r["estimator"]) for r in summary["rows"]] == [("outcome", "grpo"), ("outcome", "turn_loo")]
     assert set(summary["baselines"]) == {"position", "remaining", "outcome"}
     values = [json.loads(line) for line in (tmp_path / "mc" / "values.jsonl").read_text().splitlines()]

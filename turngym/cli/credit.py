@@ -153,8 +153,10 @@ def add_parser(sub: Any) -> None:
     cb.add_argument("--rollouts", type=int, default=8, help="--oracle mc: continuations per prefix")
     cb.add_argument("--model", default="qwen2.5-coder-0.5b-instruct", help="--oracle mc: the policy that continues")
     cb.add_argument("--env-arg", action="append", default=[], help="--oracle mc: env option key=value (default: run.json)")
-    cb.add_argument("--temperature", type=float, default=1.0, help="--oracle mc: sampling temperature")
-    cb.add_argument("--max-new-tokens", type=int, default=256, help="--oracle mc: tokens per turn")
+    cb.add_argument("--temperature", type=float, default=None,
+                    help="--oracle mc: sampling temperature (default: run.json's, else 1.0)")
+    cb.add_argument("--max-new-tokens", type=int, default=None,
+                    help="--oracle mc: tokens per turn (default: run.json's, else 256)")
     cb.add_argument("--concurrency", type=int, default=8, help="--oracle mc: episodes in flight")
     cb.add_argument("--batch-sizes", default="4,32,256", help="--oracle exact: episodes per batch")
     cb.add_argument("--group-size", type=int, default=None, help="--oracle exact: episodes per group (default: the batch)")

@@ -139,12 +139,13 @@ def cost_markdown(cost: dict[str, Any], n_episodes: int) -> str:
 
 def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: str, rewards: Sequence[str] = ("outcome",),
                        estimators: Sequence[str] = (), env_kwargs: dict[str, Any] | None = None, rollouts: int = 8,
-                       base_url: str | None = None, temperature: float = 1.0, max_new_tokens: int = 256,
+                       base_url: str | None = None, temperature: float | None = None, max_new_tokens: int | None = None,
                        concurrency: int = 8, seed: int = 0, scorer: str | None = None,
                        progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """``turngym creditbench --oracle mc``: the oracle on recorded episodes (one env), then every reward
-    wrapper × estimator and the label-free baselines against it. Env options default to the ``run.json``
-    beside the episodes (what ``turngym eval`` wrote), so the env renders the prompts it recorded."""
+    wrapper × estimator and the label-free baselines against it. Env options and the sampling (temperature, tokens
+    per turn) default to the ``run.json`` beside the episodes (what ``turngym eval`` wrote), so the env renders the
+    prompts it recorded and the continuations value the policy that recorded them; else temperature 1, 256 tokens."""
     import gymnasium
 
     import turngym  # noqa: F401 - registers the envs
@@ -162,8 +163,12 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
     env_id = env_ids.pop()
     kwargs = dict(env_kwargs or {})
     settings = Path(episodes_file).with_name("run.json")
-    if not kwargs and settings.is_file():
-        kwargs = dict(json.loads(settings.read_text()).get("env_kwargs") or {})
+    recorded = json.loads(settings.read_text()) if settings.is_file() else {}
+    if not kwargs:
+        kwargs = dict(recorded.get("env_kwargs") or {})
+    recorded_sampling = recorded.get("sampling") or {}
+    temperature = float(recorded_sampling.get("temperature", 1.0)) if temperature is None else temperature
+    max_new_tokens = int(recorded_sampling.get("max_new_tokens", 256)) if max_new_tokens is None else max_new_tokens
     policy = load_policy(model, base_url=base_url)
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     make_env = lambda: gymnasium.make(env_id, **kwargs)  # noqa: E731
@@ -177,6 +182,7 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
     wrappers = make_wrappers(list(rewards), scorer=scorer)
     result = credit_against_oracle(episodes, values, wrappers, estimators)
     summary = {"env": env_id, "env_kwargs": kwargs, "model": model, "rollouts": rollouts, "episodes": len(episodes),
+               "sampling": {"temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed},
                "cost": cost, **result}
     (out / "mc_oracle.json").write_text(json.dumps(summary, indent=1))
     (out / "mc_oracle.md").write_text(markdown(result, values, rollouts) + cost_markdown(cost, len(episodes)))
