@@ -6,8 +6,8 @@ it writes is timestamped as it arrives. ``eval``: Calculator-v0, one episode at 
 reported: seconds to the first line, to the first line after the model is ready (a checkout that prints none
 before its bar: the first line), to the end, and the bar's elapsed time at the end (the bug was a bar started
 when the first episode finished). ``train``: a one-step Calculator-v0 run, stopped once training starts
-(TRL's bar, or this checkout's ``training`` line); reported: seconds to the first line, to the line after the
-model load, and to the start of training. ``--model``: 'tiny' (a tiny local model built here, no download),
+(TRL's bar appears); reported: seconds to the first line, to the line after the model load (a checkout that
+prints none: TRL's bar), and to the start of training. ``--model``: 'tiny' (a tiny local model built here, no download),
 or any model ``turngym eval --model`` takes (e.g. ``qwen2.5-coder-0.5b-instruct``). Arms alternate; each
 figure is printed as soon as it is measured, then medians.
 Usage: python benchmarks/first_progress.py [--baseline DIR] [--command eval|train] [--model tiny] [--repeats 2] [--echo]
@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+TRL_BAR = r"\d+%\|"  # TRL's training bar has no description (the model load's bar says "Loading weights")
 
 
 def train_config(model: str, out: Path) -> Path:
@@ -60,7 +61,7 @@ def run_arm(root: Path, command: str, model: str, limit: int, out: Path, echo: b
         ready_marks, end_marks = ("model ready", "episodes"), ()
     else:
         cmd = [sys.executable, "-m", "turngym", "train", "--config", str(train_config(model, out))]
-        ready_marks, end_marks = ("building the reward", "it/s]", "s/it]"), ("training (", "it/s]", "s/it]")
+        ready_marks, end_marks = ("building the reward", TRL_BAR), (TRL_BAR,)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=tempfile.gettempdir(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, bufsize=1)
@@ -71,11 +72,11 @@ def run_arm(root: Path, command: str, model: str, limit: int, out: Path, echo: b
         if echo:
             print(f"  {now:7.1f} s | {line[:150]}", flush=True)
         first = now if first is None else first
-        if ready is None and any(m in line for m in ready_marks):
+        if ready is None and any(m == TRL_BAR and re.match(m, line) or m in line for m in ready_marks):
             ready = now
         if "episodes" in line:
             last_bar = line
-        if any(m in line for m in end_marks):
+        if any(m == TRL_BAR and re.match(m, line) or m in line for m in end_marks):
             proc.kill()  # training has started: what is measured is the wait before it
             break
     proc.wait()
