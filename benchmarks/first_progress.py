@@ -41,16 +41,16 @@ def train_config(model: str, out: Path) -> Path:
     return path
 
 
-def lines_of(proc: subprocess.Popen[str]) -> Iterator[str]:
-    """Each line (or tqdm redraw) as it arrives."""
+def lines_of(proc: subprocess.Popen[bytes]) -> Iterator[str]:
+    """Each line, or tqdm redraw, as it arrives. A redraw ends with no newline (the next one starts with a
+    carriage return), so what one read returns is taken as complete: waiting for the next terminator would
+    date every redraw at the one after it."""
     assert proc.stdout is not None
-    buf = ""
-    while chunk := proc.stdout.read(1):
-        buf += chunk
-        if chunk in "\r\n":
-            line, buf = buf.strip(), ""
-            if line:
-                yield line
+    fd = proc.stdout.fileno()
+    while chunk := os.read(fd, 65536):
+        for line in re.split(r"[\r\n]+", chunk.decode("utf-8", "replace")):
+            if line.strip():
+                yield line.strip()
 
 
 def run_arm(root: Path, command: str, model: str, limit: int, out: Path, echo: bool = False) -> dict[str, float]:
@@ -64,7 +64,7 @@ def run_arm(root: Path, command: str, model: str, limit: int, out: Path, echo: b
         ready_marks, end_marks = ("building the reward", TRL_BAR), (TRL_BAR,)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=tempfile.gettempdir(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, bufsize=1)
+                            bufsize=0)
     first = ready = None
     last_bar = ""
     for line in lines_of(proc):
