@@ -1,6 +1,7 @@
 """``turngym train``'s per-step line: where TRL's bar is off (``disable_tqdm``), each optimizer step prints its
 count, the latest batch's mean outcome, the elapsed time and an ETA, in the same line format as every other
-command (:mod:`turngym.cli._progress`). With the bar on, TRL's bar says the same and this stays quiet."""
+command (:mod:`turngym.cli._progress`). With the bar on, TRL's bar says the same and this stays quiet; with
+several processes, only the first prints."""
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ class StepLines(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # counted from the step training starts at, so a resumed run's ETA is the rate of the steps done now
         self.tally = self.clock.tally("step", state.max_steps, state.global_step)
-        if args.disable_tqdm:
+        if args.disable_tqdm and state.is_world_process_zero:
             self.clock.stage(f"training: steps {state.global_step + 1}-{state.max_steps}")
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if args.disable_tqdm and self.tally is not None:
+        if args.disable_tqdm and state.is_world_process_zero and self.tally is not None:
             outcome = self.trainer.last_outcome
             self.tally.update(state.global_step, "" if outcome is None else f"outcome reward {outcome:.3f}")
