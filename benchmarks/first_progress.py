@@ -1,5 +1,5 @@
-"""Seconds until ``turngym eval`` or ``turngym train`` first shows progress: this checkout, and a baseline
-checkout side by side when one is given.
+"""Seconds until ``turngym eval``, ``train`` or ``scribe build-library`` first shows progress: this checkout, and
+a baseline checkout side by side when one is given.
 
 Every arm runs the same command in a fresh interpreter with ``PYTHONPATH`` set to its checkout, and every line
 it writes is timestamped as it arrives. ``eval``: Calculator-v0, one episode at a time, run to its end;
@@ -7,10 +7,12 @@ reported: seconds to the first line, to the first line after the model is ready 
 before its bar: the first line), to the end, and the bar's elapsed time at the end (the bug was a bar started
 when the first episode finished). ``train``: a one-step Calculator-v0 run, stopped once training starts
 (TRL's bar appears); reported: seconds to the first line, to the line after the model load (a checkout that
-prints none: TRL's bar), and to the start of training. ``--model``: 'tiny' (a tiny local model built here, no download),
-or any model ``turngym eval --model`` takes (e.g. ``qwen2.5-coder-0.5b-instruct``). Arms alternate; each
-figure is printed as soon as it is measured, then medians.
-Usage: python benchmarks/first_progress.py [--baseline DIR] [--command eval|train] [--model tiny] [--repeats 2] [--echo]
+prints none: TRL's bar), and to the start of training. ``scribe``: ``scribe build-library`` on two real
+Calculator-v0 episodes with the model as its LLM, stopped when decomposition starts (the LLM is loaded);
+a checkout that prints nothing before runs to its end. ``--model``: 'tiny' (a tiny local model built here, no
+download), or any model ``turngym eval --model`` takes (e.g. ``qwen2.5-coder-0.5b-instruct``). Arms
+alternate; each figure is printed as soon as it is measured, then medians.
+Usage: python benchmarks/first_progress.py [--baseline DIR] [--command eval|train|scribe] [--model tiny] [--repeats 2] [--echo]
 """
 
 from __future__ import annotations
@@ -41,6 +43,24 @@ def train_config(model: str, out: Path) -> Path:
     return path
 
 
+def scribe_episodes(out: Path) -> Path:
+    """Two real Calculator-v0 episodes (scripted actions) for ``scribe build-library`` to decompose."""
+    import gymnasium
+
+    import turngym  # noqa: F401 - registers the envs
+    from turngym.episode import EpisodeWriter
+
+    path = out.with_suffix(".jsonl")
+    with EpisodeWriter(path) as w:
+        for k, actions in enumerate((["<calc>84 * 63 + 51</calc>", "<answer>5343</answer>"], ["<answer>5292</answer>"])):
+            env = gymnasium.make("turngym/Calculator-v0")
+            env.reset(seed=k, options={"index": 0, "group": "q0", "episode_id": f"q0#{k}"})
+            for a in actions:
+                env.step(a)
+            w.write(env.unwrapped.episode)
+    return path
+
+
 def lines_of(proc: subprocess.Popen[bytes]) -> Iterator[str]:
     """Each line, or tqdm redraw, as it arrives. A redraw ends with no newline (the next one starts with a
     carriage return), so what one read returns is taken as complete: waiting for the next terminator would
@@ -59,6 +79,10 @@ def run_arm(root: Path, command: str, model: str, limit: int, out: Path, echo: b
         cmd = [sys.executable, "-m", "turngym", "eval", "--model", model, "--env", "Calculator-v0", "--max-turns", "3",
                "--max-new-tokens", "24", "--limit", str(limit), "--concurrency", "1", "--out", str(out)]
         ready_marks, end_marks = ("model ready", "episodes"), ()
+    elif command == "scribe":
+        cmd = [sys.executable, "-m", "turngym", "scribe", "build-library", str(scribe_episodes(out)), "--llm", model,
+               "--out", str(out / "lib.json")]
+        ready_marks = end_marks = ("decomposing",)
     else:
         cmd = [sys.executable, "-m", "turngym", "train", "--config", str(train_config(model, out))]
         ready_marks, end_marks = ("building the reward", TRL_BAR), (TRL_BAR,)
@@ -77,7 +101,7 @@ def run_arm(root: Path, command: str, model: str, limit: int, out: Path, echo: b
         if "episodes" in line:
             last_bar = line
         if any(m == TRL_BAR and re.match(m, line) or m in line for m in end_marks):
-            proc.kill()  # training has started: what is measured is the wait before it
+            proc.kill()  # training or decomposition has started: what is measured is the wait before it
             break
     proc.wait()
     end = time.perf_counter() - start
@@ -91,7 +115,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--baseline", type=Path, default=None, help="a checkout of the commit to compare with")
-    ap.add_argument("--command", choices=("eval", "train"), default="eval", help="the command timed")
+    ap.add_argument("--command", choices=("eval", "train", "scribe"), default="eval", help="the command timed")
     ap.add_argument("--model", default="tiny", help="'tiny' (built here) or any model name turngym takes")
     ap.add_argument("--repeats", type=int, default=2, help="runs per arm")
     ap.add_argument("--limit", type=int, default=3, help="eval: items (one episode each)")
@@ -109,8 +133,9 @@ def main() -> None:
                 f = run_arm(root, args.command, model, args.limit, Path(tmp) / f"{arm}-{i}", args.echo)
                 figures[arm].append(f)
                 print(f"repeat {i + 1} {arm:8s} " + "  ".join(f"{k} {v:.1f}" for k, v in f.items()), flush=True)
-    ready = "model ready (else first bar)" if args.command == "eval" else "model loaded (else TRL's bar)"
-    end = "end" if args.command == "eval" else "training starts"
+    ready = {"eval": "model ready (else first bar)", "train": "model loaded (else TRL's bar)",
+             "scribe": "LLM loaded, decomposing"}[args.command]
+    end = {"eval": "end", "train": "training starts", "scribe": "stopped"}[args.command]
     print(f"\n{args.command}, model {args.model}\n| arm | first line s | {ready} s | {end} s |"
           + (" bar's elapsed at the end s |" if args.command == "eval" else "")
           + "\n| --- | --- | --- | --- |" + (" --- |" if args.command == "eval" else ""))
