@@ -953,3 +953,52 @@ def test_scribe_costs_counts_judged_episodes_and_refuses_one_repeat():
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scribe_costs.py"), "--repeats", "1"],
                          capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
     assert run.returncode == 2 and "--repeats must be at least 2" in run.stderr
+
+
+def test_scribe_commands_say_each_stage_before_it_runs_and_count_replies_as_they_arrive(tmp_path, monkeypatch):
+    """Stage lines and reply counts in the order things happen: every line is recorded beside the served
+    model's requests, so a line said after the work it names would show up out of order."""
+    import turngym.cli._progress as progress
+    from turngym.cli import main
+
+    events: list[str] = []
+    monkeypatch.setattr(progress, "say", lambda text: events.append(text.split("] ", 1)[1]))
+
+    def recorded(prompt, n, sampling):
+        events.append("<llm call>")
+        return scripted_rule(prompt, n, sampling)
+
+    server = _serve(recorded)
+    try:
+        eps = tmp_path / "eps.jsonl"
+        _write_episodes(eps)
+        lib = tmp_path / "lib.json"
+        assert main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url, "--out", str(lib),
+                     "--min-cluster-size", "2", "--concurrency", "2"]) == 0
+        assert events[0].startswith("scribe build-library: importing")
+        first_call = events.index("<llm call>")
+        assert events[first_call - 1] == "decomposing 6 episodes into steps…"
+        # identical episodes share a prompt: 2 distinct decompositions, one chunk; 4 rubrics, two chunks of 2
+        assert events[first_call + 2] == "decomposing 6 episodes into steps: replies 2/2"
+        stages = [e for e in events if e.endswith("…")]
+        assert [s.split(" ")[0] for s in stages] == ["scribe", "reading", "LLM", "decomposing", "embedding", "clustering",
+                                                     "distilling"]
+        distil = events.index("distilling 4 rubrics (2 families)…")
+        assert events[distil + 1] == "<llm call>"
+        counts = [e for e in events[distil:] if "replies" in e]
+        assert counts[0].startswith("distilling 4 rubrics (2 families): replies 2/4, ETA ")
+        assert counts[1:] == ["distilling 4 rubrics (2 families): replies 4/4"] and events[-1] == counts[-1]
+
+        events.clear()
+        assert main(["scribe", "diagnose", str(eps), "--llm", "m", "--base-url", server.url, "--library", str(lib),
+                     "--repeats", "2", "--no-prm"]) == 0
+        stages = [e for e in events if e.endswith("…")]
+        assert stages[:4] == ["scribe diagnose: importing the decomposer, embedder and judge…",
+                              f"reading episodes from {eps}…", f"LLM 'm' served at {server.url}…",
+                              "decomposing 6 episodes into steps…"]
+        assert stages[-3:] == ["scribe judge: first judgement of 12 steps…", "scribe judge: repeat 1/2 over 12 steps…",
+                               "scribe judge: repeat 2/2 over 12 steps…"]
+        last = events[-1]
+        assert last.startswith("scribe judge: repeat 2/2 over 12 steps: replies ") and last.endswith("/12")
+    finally:
+        server.close()

@@ -258,13 +258,19 @@ def test_train_command_with_yaml_lora_kl_and_tensorboard(tmp_path):
         "max_episode_tokens": 32,
         "trl": {"output_dir": str(tmp_path / "run"), "per_device_train_batch_size": 4, "num_generations": 4,
                 "max_completion_length": 16, "max_steps": 2, "logging_steps": 1, "report_to": "tensorboard",
-                "use_cpu": True, "beta": 0.04, "loss_type": "dr_grpo", "save_steps": 1},
+                "use_cpu": True, "beta": 0.04, "loss_type": "dr_grpo", "save_steps": 1, "disable_tqdm": True},
     }
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
     proc = subprocess.run([sys.executable, "-m", "turngym.cli", "train", "--config", str(path)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # progress without TRL's bar: the stages, then a line per step with its outcome reward (and an ETA but the last)
+    said = [line.split("] ", 1)[1] for line in proc.stderr.splitlines() if line.startswith("[") and " s] " in line]
+    assert said[0] == f"reading {path}…" and "loading the model from" in said[3], said
+    steps = [line for line in said if line.startswith("step ")]
+    assert [line.split(",")[0] for line in steps] == ["step 1/2", "step 2/2"], said
+    assert "outcome reward" in steps[0] and ", ETA " in steps[0] and "ETA" not in steps[1]
     run = tmp_path / "run"
     assert (run / "checkpoint-2").is_dir() and (run / "adapter_config.json").exists()
     assert list(run.rglob("events.out.tfevents.*"))

@@ -42,6 +42,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from turngym.cli._progress import StageClock
+
+    clock = StageClock()  # the first line comes before the heavy imports
+    clock.stage(f"scribe {args.scribe_command}: importing the decomposer, embedder and judge…")
     from turngym.rewards.scribe.cli import cmd_build_library, cmd_diagnose
 
-    return cmd_build_library(args) if args.scribe_command == "build-library" else cmd_diagnose(args)
+    return (cmd_build_library if args.scribe_command == "build-library" else cmd_diagnose)(args, clock)

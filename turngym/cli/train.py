@@ -37,6 +37,10 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
+    from turngym.cli._progress import StageClock
+
+    clock = StageClock()
+    clock.stage(f"reading {args.config}…")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from turngym.training.config import TrainConfig, build_trainer
     from turngym.training.overrides import apply_overrides, parse_overrides
@@ -46,10 +50,16 @@ def run(args: argparse.Namespace) -> int:
         apply_overrides(cfg, parse_overrides(args.overrides))
         if args.allow_eval_overlap:
             cfg.data["eval_overlap"] = "allow"
-        trainer = build_trainer(cfg)
+        trainer = build_trainer(cfg, progress=clock.stage)
     except (FileNotFoundError, ValueError) as exc:
         fail(exc)
+    from turngym.training.progress import StepLines
+
+    trainer.add_callback(StepLines(clock, trainer))
+    shown = "a line per step" if trainer.args.disable_tqdm else "TRL's bar follows"
+    clock.stage(f"training ({shown}); each step plays its episodes before it updates the model…")
     trainer.train(resume_from_checkpoint=args.resume)
+    clock.stage("saving the model…")
     trainer.save_model()
     print(f"model saved to {trainer.args.output_dir}")
     return 0

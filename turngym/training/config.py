@@ -23,6 +23,7 @@ Example (``configs/train_calculator.yaml``)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,10 +141,14 @@ def available_accelerator() -> str | None:
     return None
 
 
-def build_trainer(cfg: TrainConfig) -> Any:
+def build_trainer(cfg: TrainConfig, progress: Callable[[str], None] | None = None) -> Any:
+    """The trainer ``cfg`` describes; ``progress`` hears each stage's name as it starts (the model load and the
+    imports take seconds to minutes on a CPU)."""
     from turngym.extras import require
 
+    say = progress or (lambda text: None)
     require("turngym train")
+    say("importing TRL and transformers…")
     import gymnasium
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
@@ -160,12 +165,14 @@ def build_trainer(cfg: TrainConfig) -> Any:
     def env_factory():
         return gymnasium.make(env_id, **env_kwargs)
 
+    say(f"loading {env_id} and its dataset; selecting the training items…")
     indices = select_training_indices(cfg, env_factory())
     try:
         args = GRPOConfig(**device_arguments(cfg.trl, available_accelerator()))
     except TypeError as exc:
         raise ValueError(f"bad trl arguments: {exc}") from None
     location = resolve_model_dir(str(cfg.model.get("name_or_path", "default")))
+    say(f"loading the model from {location}…")
     model_kwargs = {k: v for k, v in cfg.model.items() if k != "name_or_path"}
     model = AutoModelForCausalLM.from_pretrained(location, **model_kwargs)
     tok = AutoTokenizer.from_pretrained(location)
@@ -177,8 +184,10 @@ def build_trainer(cfg: TrainConfig) -> Any:
 
         peft_config = LoraConfig(task_type="CAUSAL_LM", **cfg.peft)
     reward_cfg = dict(cfg.reward)
+    say(f"building the reward {reward_cfg.get('name')!r}…")
     reward = get_reward(reward_cfg.pop("name"), **reward_cfg)
     est = dict(cfg.estimator)
+    say(f"building the trainer ({len(indices)} training items)…")
     return TurnGRPOTrainer(model=model, processing_class=tok, env_factory=env_factory, reward=reward, args=args,
                            train_dataset=task_dataset(indices), estimator=est.pop("name", None) or reward.estimator,
                            gamma=est.pop("gamma", 1.0), advantage_eps=est.pop("eps", None),

@@ -193,6 +193,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         self.max_episode_tokens = max_episode_tokens or args.max_completion_length
         self._stop = tuple(stop) if stop is not None else tuple(env_factory().unwrapped.stop)
         self._batch_episodes: list[Episode] = []
+        self.last_outcome: float | None = None  # mean graded outcome of the latest training batch
         self._rollout_calls = 0
         self.base_model = base_model
         self._env_pool: list[Any] = []  # envs reused by every rollout call (each loads its dataset once)
@@ -385,6 +386,8 @@ class TurnGRPOTrainer(GRPOTrainer):
         metrics["turngym/turns_per_episode"].append(sum(len(e.turns) for e in everyone) / max(1, len(everyone)))
         graded = [v for v in (outcome_score(e) for e in everyone) if math.isfinite(v)]
         metrics["turngym/outcome"].append(sum(graded) / max(1, len(graded)))
+        if mode == "train":
+            self.last_outcome = metrics["turngym/outcome"][-1]  # the per-step progress line shows it
         metrics["turngym/ungraded"].append(float(len(everyone) - len(graded)))
         step = self.state.global_step
         if mode == "train" and self.rollout_saver.due(step):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,15 +43,21 @@ def sampler_of(llm: JSONLLM, temperature: float, max_new_tokens: int | None = No
 
 
 def repeat_consistency(prompts: Sequence[tuple[str, dict[str, Any]]], llm: JSONLLM, n: int = 5,
-                       temperature: float = 0.7, max_new_tokens: int | None = None) -> dict[str, Any]:
+                       temperature: float = 0.7, max_new_tokens: int | None = None,
+                       progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Judge every prompt ``n`` times with sampling; agreement of the scores. ``max_new_tokens``: what
     each repeat may generate (default: the judge's own). A local judge's score is drawn from its
     log-probabilities over 0-3 before anything is generated, so a small value changes no score, only
-    the rest of the reply (violated items, reason), which repeat consistency does not use."""
+    the rest of the reply (violated items, reason), which repeat consistency does not use. ``progress``
+    hears each repeat as it starts."""
     if n < 2:
         raise ValueError("repeat consistency needs n >= 2 judgements per step")
     sampler = sampler_of(llm, temperature, max_new_tokens)
-    runs = [sampler.call_many(prompts) for _ in range(n)]
+    runs = []
+    for r in range(n):
+        if progress is not None:
+            progress(f"repeat {r + 1}/{n} over {len(prompts)} steps…")
+        runs.append(sampler.call_many(prompts))
     per_step = [[None if runs[r][i] is None else int(runs[r][i]["score"]) for r in range(n)]
                 for i in range(len(prompts))]
     valid = [s for s in per_step if all(x is not None for x in s)]
@@ -119,13 +125,18 @@ def routed_jobs(episodes: Sequence[Episode], library: SkillLibrary, decompositio
 
 def reliability(episodes: Sequence[Episode], scribe: Any, repeats: int = 5, temperature: float = 0.7,
                 neighbour_threshold: float = 0.8, with_prm: bool = True,
-                repeat_max_new_tokens: int | None = None) -> dict[str, Any]:
+                repeat_max_new_tokens: int | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Repeat and cross-instance consistency of the rubric judge and (``with_prm``) the open judge,
-    on the same routed steps of ``episodes``; ``scribe`` is a ``ScribeReward`` with a library."""
+    on the same routed steps of ``episodes``; ``scribe`` is a ``ScribeReward`` with a library.
+    ``progress`` hears each stage's name as it starts."""
     if not isinstance(scribe.library, SkillLibrary):
         raise ValueError("reliability needs a SCRIBE reward with a skill library (fit it or load one)")
+    say = progress or (lambda text: None)
+    say(f"decomposing {len(episodes)} episodes into steps…")
     decomps = scribe.decompose(episodes)
+    say(f"routing {sum(len(d.items) for d in decomps)} steps to the library's skills…")
     jobs = routed_jobs(episodes, scribe.library, decomps, scribe.step_router)
+    say(f"embedding {len(jobs)} routed steps for cross-instance pairs…")
     pairs = neighbour_pairs(jobs, scribe.embedder, neighbour_threshold)
     out: dict[str, Any] = {"episodes": len(episodes), "steps": sum(len(d.items) for d in decomps),
                            "routed_steps": len(jobs), "neighbour_threshold": neighbour_threshold,
@@ -135,10 +146,13 @@ def reliability(episodes: Sequence[Episode], scribe: Any, repeats: int = 5, temp
         prompt_sets["prm"] = open_prompts([(e, it) for e, it, _ in jobs], scribe.llm, scribe.judge_tokens,
                                           scribe.observation_tokens)
     for name, prompts in prompt_sets.items():
+        say(f"{name} judge: first judgement of {len(prompts)} steps…")
         first = scribe.llm.call_many(prompts) if prompts else []
         scores = [None if r is None else int(r["score"]) for r in first]
         out["judges"][name] = {
-            "repeat": (repeat_consistency(prompts, scribe.llm, repeats, temperature, repeat_max_new_tokens)
+            "repeat": (repeat_consistency(prompts, scribe.llm, repeats, temperature, repeat_max_new_tokens,
+                                          progress=None if progress is None else
+                                          (lambda text, judge=name: progress(f"{judge} judge: {text}")))
                        if prompts else None),
             "cross_instance": cross_instance_consistency(pairs, scores, [prompts[i] == prompts[j] for i, j in pairs])}
     return out

@@ -19,7 +19,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,13 +145,18 @@ def _unit_mean(vectors: np.ndarray) -> np.ndarray:
 
 def build_library(items: Sequence[SkillItem], embedder: Any, llm: Any, *, min_cluster_size: int = 5,
                   family_similarity: float = 0.3, max_noise: float = 0.5, examples_per_prototype: int = 8,
-                  version: int = 1, step: int | None = None, seed: int = 0) -> tuple[SkillLibrary, dict[str, float]]:
-    """Cluster ``items`` into skills and families and distil each; returns the library and the time per stage (s)."""
+                  version: int = 1, step: int | None = None, seed: int = 0,
+                  progress: Callable[[str], None] | None = None) -> tuple[SkillLibrary, dict[str, float]]:
+    """Cluster ``items`` into skills and families and distil each; returns the library and the time per stage (s).
+    ``progress`` hears each stage's name as it starts."""
+    say = progress or (lambda text: None)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
+    say(f"embedding {len(items)} step descriptions…")
     vectors = embedder.embed([it.text for it in items])
     timings["embed_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    say(f"clustering {len(items)} steps into skills and skill families…")
     clusters = cluster_skills(vectors, min_cluster_size=min_cluster_size, max_noise=max_noise, seed=seed)
     skills = [idx for _, idx in sorted(clusters.groups.items())]
     fam_of = group_families(np.stack([_unit_mean(vectors[idx]) for idx in skills]) if skills else np.zeros((0, 1)),
@@ -171,6 +176,7 @@ def build_library(items: Sequence[SkillItem], embedder: Any, llm: Any, *, min_cl
         jobs.append((distill_prompt(examples), DISTILL_SCHEMA))
         chosen_of.append(chosen)
     t0 = time.perf_counter()
+    say(f"distilling {len(jobs)} rubrics ({sum(p is None for _, p, _ in tree)} families)…")
     rubrics = llm.call_many(jobs) if jobs else []
     timings["distill_s"] = time.perf_counter() - t0
     protos, failed, lost_families = [], 0, set()

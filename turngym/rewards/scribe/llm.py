@@ -10,7 +10,10 @@ closed); otherwise the model is asked once more with the validation error. A rep
 that still fails is returned as ``None`` and counted: callers report it, nothing is
 invented. Identical calls are answered from a cache (optionally a JSONL file that
 survives restarts; with greedy decoding a failed call is remembered as failed too);
-``max_concurrency`` bounds how many prompts are in flight.
+``max_concurrency`` bounds how many prompts are in flight. ``progress`` (optional) hears each
+:meth:`JSONLLM.call_many`'s count of prompts to generate: ``(0, total)`` when it starts, then
+``(done, total)`` after every chunk, so a command can show replies arriving (a local model takes
+minutes per chunk on a CPU).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import json
 import random
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,6 +211,7 @@ class JSONLLM:
     cache_path: str | Path | None = None
     guided_json: bool = False  # served models: ask the server to constrain replies to the schema
     stats: LLMStats = field(default_factory=LLMStats)
+    progress: Callable[[int, int], None] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
@@ -252,6 +256,8 @@ class JSONLLM:
                 else:
                     todo[k if self.use_cache else f"{k}#{i}"] = [i]  # uncached: every call is its own draw
         keys = list(todo)
+        if keys and self.progress is not None:
+            self.progress(0, len(keys))
         for start in range(0, len(keys), self.max_concurrency):
             chunk = keys[start:start + self.max_concurrency]
             values = self._generate_valid([jobs[todo[k][0]] for k in chunk])
@@ -261,6 +267,8 @@ class JSONLLM:
                 # greedy decoding fails the same way twice: remember failures too, but not when sampling
                 if self.use_cache and (value is not None or self.temperature == 0):
                     self._remember(k, value)
+            if self.progress is not None:
+                self.progress(start + len(chunk), len(keys))
         return out
 
     def _remember(self, key: str, value: Any) -> None:

@@ -1,0 +1,125 @@
+"""``turngym train`` says what it is doing from the first second: a line per stage before TRL's bar (config,
+env and data, model, reward, trainer), and where TRL shows no bar, a line per optimizer step with its
+outcome reward, the elapsed time and an ETA. Also the count line every counted stage shares."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import pytest
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from turngym.agents.tiny import tiny_model_dir  # noqa: E402
+from turngym.cli import main  # noqa: E402
+from turngym.cli._progress import StageClock, count_text, span  # noqa: E402
+
+STAMP = re.compile(r"^\[\s*(\d+\.\d) s\] (.*)$")
+
+
+def said(err: str) -> list[tuple[float, str]]:
+    return [(float(m.group(1)), m.group(2)) for m in map(STAMP.match, err.splitlines()) if m]
+
+
+def test_count_line_eta_is_the_rate_of_the_units_counted_now():
+    assert count_text("step", 3, 10, 30.0, 3) == "step 3/10, ETA 1 min 10 s"
+    # resumed at step 50: 3 steps in 30 s, 7 left
+    assert count_text("step", 53, 60, 30.0, 3, "outcome reward 0.500") == "step 53/60, outcome reward 0.500, ETA 1 min 10 s"
+    assert count_text("step", 10, 10, 99.0, 10) == "step 10/10"          # done: no ETA
+    assert count_text("replies", 0, 8, 5.0, 0) == "replies 0/8"          # no rate yet: no ETA
+    assert [span(s) for s in (4.4, 59.6, 61, 3600 * 2 + 7 * 60 + 20)] == ["4 s", "1 min 00 s", "1 min 01 s", "2 h 07 min"]
+
+
+def test_an_llm_count_starts_under_the_current_stage_and_each_chunk_prints_a_line(capsys):
+    clock = StageClock()
+    clock.stage("distilling 6 rubrics…")
+    for done in (0, 2, 4, 6):
+        clock.count(done, 6)
+    clock.stage("judging…")
+    clock.count(0, 3)
+    clock.count(3, 3)
+    lines = [text for _, text in said(capsys.readouterr().err)]
+    assert lines[0] == "distilling 6 rubrics…"
+    assert lines[1].startswith("distilling 6 rubrics: replies 2/6, ETA ")
+    assert lines[2].startswith("distilling 6 rubrics: replies 4/6, ETA ")
+    assert lines[3] == "distilling 6 rubrics: replies 6/6"
+    assert lines[4:] == ["judging…", "judging: replies 3/3"]
+
+
+class FakeTrainerForTest:
+    """A fake trainer inside this test: only the latest batch's outcome the callback reads."""
+
+    last_outcome: float | None = None
+
+
+@pytest.mark.parametrize("resume_at", [0, 2])
+def test_step_lines_count_each_step_with_its_reward_and_an_eta_when_trls_bar_is_off(tmp_path, capsys, resume_at):
+    from transformers import TrainerControl, TrainerState
+    from trl import GRPOConfig
+
+    from turngym.training.progress import StepLines
+
+    args = GRPOConfig(output_dir=str(tmp_path), disable_tqdm=True, use_cpu=True, report_to="none")
+    state, control, trainer = TrainerState(max_steps=5, global_step=resume_at), TrainerControl(), FakeTrainerForTest()
+    cb = StepLines(StageClock(), trainer)
+    cb.on_train_begin(args, state, control)
+    for step in range(resume_at + 1, 6):
+        time.sleep(0.01)
+        state.global_step, trainer.last_outcome = step, step / 10
+        cb.on_step_end(args, state, control)
+    lines = [text for _, text in said(capsys.readouterr().err)]
+    assert lines[0] == f"training: steps {resume_at + 1}-5"
+    steps = lines[1:]
+    assert [re.match(r"step (\d)/5", s).group(1) for s in steps] == [str(s) for s in range(resume_at + 1, 6)]
+    assert all(f"outcome reward {int(s[5]) / 10:.3f}" in s for s in steps)
+    assert all(", ETA " in s for s in steps[:-1]) and "ETA" not in steps[-1]
+
+
+def test_step_lines_stay_quiet_under_trls_bar(tmp_path, capsys):
+    from transformers import TrainerControl, TrainerState
+    from trl import GRPOConfig
+
+    from turngym.training.progress import StepLines
+
+    args = GRPOConfig(output_dir=str(tmp_path), disable_tqdm=False, use_cpu=True, report_to="none")
+    state = TrainerState(max_steps=2, global_step=0)
+    cb = StepLines(StageClock(), FakeTrainerForTest())
+    cb.on_train_begin(args, state, TrainerControl())
+    state.global_step = 1
+    cb.on_step_end(args, state, TrainerControl())
+    assert said(capsys.readouterr().err) == []
+
+
+def test_train_says_its_first_stage_before_it_builds_anything(tmp_path, capsys, monkeypatch):
+    import turngym.training.config as config
+
+    seen: list[str] = []
+
+    def refuse_after_looking(cfg, progress):  # stands in for the heavy build: what was said before it ran?
+        seen.extend(text for _, text in said(capsys.readouterr().err))
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(config, "build_trainer", refuse_after_looking)
+    path = tmp_path / "run.yaml"
+    path.write_text("env: {id: turngym/Calculator-v0}\ntrl: {output_dir: out}\n")
+    with pytest.raises(SystemExit, match="stop here"):
+        main(["train", "--config", str(path)])
+    assert seen == [f"reading {path}…"]
+
+
+def test_build_trainer_names_each_stage_before_it_runs(tmp_path):
+    from turngym.training.config import TrainConfig, build_trainer
+
+    stages: list[str] = []
+    model = str(tiny_model_dir(chat=True))
+    cfg = TrainConfig(env={"id": "turngym/Calculator-v0"}, data={"indices": [0, 4]}, model={"name_or_path": model},
+                      trl={"output_dir": str(tmp_path / "o"), "per_device_train_batch_size": 4, "num_generations": 4,
+                           "max_completion_length": 8, "max_steps": 1, "report_to": "none", "use_cpu": True})
+    trainer = build_trainer(cfg, progress=stages.append)
+    assert stages == ["importing TRL and transformers…",
+                      "loading turngym/Calculator-v0 and its dataset; selecting the training items…",
+                      f"loading the model from {model}…", "building the reward 'outcome'…",
+                      "building the trainer (4 training items)…"]
+    assert trainer.last_outcome is None
