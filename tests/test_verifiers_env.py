@@ -292,6 +292,7 @@ def check_rows_replay_in_gymnasium(rows, env, reward_name: str, env_kwargs: dict
         assert (ep.terminated, ep.truncated, ep.outcome) == (want.terminated, want.truncated, want.outcome)
         # the transcript: the model's replies, each followed by the observation as a user message
         assert [field(m, "role") for m in row["completion"]] == ["assistant", "user"] * (len(actions) - 1) + ["assistant"]
+        assert [message_text(m) for m in row["completion"][::2]] == [message_text(s["completion"][-1]) for s in steps]
         assert [message_text(m) for m in row["completion"][1::2]] == [t.observation for t in want.turns[:-1]]
         (per_turn,) = reward.score_group([want]).rewards  # outcome and env score each episode on its own
         assert row["reward"] == pytest.approx(sum(per_turn))
