@@ -1,5 +1,5 @@
-"""Shared fixtures: tiny random models built locally (no hub), real Lucene indexes built from test passages,
-and a fake policy for unit tests."""
+"""Shared fixtures: tiny random models built locally (no hub), a real OpenAI-compatible server serving one
+(``transformers serve``), real Lucene indexes built from test passages, and a fake policy for unit tests."""
 
 from __future__ import annotations
 
@@ -27,6 +27,58 @@ def tiny_plain_policy():
     from turngym.agents.tiny import tiny_model_dir
 
     return load_hf_policy(str(tiny_model_dir(chat=False)), dtype="float32", device="cpu")
+
+
+SERVE_STARTUP_S = 600  # a cold start on two busy cores can take minutes
+
+
+@pytest.fixture(scope="session")
+def served():
+    """(base_url, model name) of a running ``transformers serve`` on 127.0.0.1 pinned to the tiny local
+    chat model (offline: no hub). A real OpenAI-compatible server speaking the common API only: it
+    answers HTTP 422 to fields it does not know and returns no token ids. One server for the session."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from turngym.agents.tiny import tiny_model_dir
+
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    model_dir = str(tiny_model_dir(chat=True))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", "from transformers.cli.transformers import main; main()",
+                             "serve", model_dir, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
+                             "--dtype", "float32"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    root = f"http://127.0.0.1:{port}"
+    deadline = time.time() + SERVE_STARTUP_S
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"transformers serve exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            try:
+                if httpx.get(f"{root}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline:
+                pytest.fail(f"transformers serve did not come up within {SERVE_STARTUP_S} s")
+            time.sleep(1)
+        yield f"{root}/v1", model_dir
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture(scope="session")

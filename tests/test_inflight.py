@@ -106,10 +106,7 @@ def test_a_server_that_stays_busy_stops_the_stream_with_a_clear_error():
         server.close()
 
 
-from test_openai_server import served  # noqa: E402,F401 - the real server fixture (transformers serve)
-
-
-def test_continuous_against_a_real_server_plays_the_episodes_static_plays(served):  # noqa: F811
+def test_continuous_against_a_real_server_plays_the_episodes_static_plays(served):
     """``transformers serve`` (a real OpenAI-compatible server, a tiny random model): the stream gives every
     episode, and at temperature 0 the same replies as the static path (the server answers one request at a
     time, so greedy replies do not depend on what else is in flight)."""

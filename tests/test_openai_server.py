@@ -1,14 +1,10 @@
 """The OpenAI-compatible backend end to end against a real OpenAI-compatible server:
 ``transformers serve`` on 127.0.0.1, serving a tiny random model built here from a config
-(a local directory, offline: no hub). It speaks the common API only, so nothing vLLM-only
-may be sent (it answers HTTP 422 to unknown fields) and no token ids come back."""
+(a local directory, offline: no hub), started by the ``served`` fixture in conftest.py. It speaks
+the common API only, so nothing vLLM-only may be sent (it answers HTTP 422 to unknown fields) and
+no token ids come back."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 
 import httpx
 import pytest
@@ -16,50 +12,8 @@ import pytest
 from turngym.agents.openai_compat import OpenAICompatPolicy
 from turngym.agents.policy import GenerationRequest, PolicyError, SamplingParams
 from turngym.agents.runner import RolloutRunner
-from turngym.agents.tiny import tiny_model_dir
 from turngym.envs.calculator import CalculatorEnv
 from turngym.evals.harness import EvalSpec, run_eval
-
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
-
-STARTUP_S = 600  # a cold start on two busy cores can take minutes
-
-
-@pytest.fixture(scope="module")
-def served():
-    """(base_url, model name) of a running ``transformers serve`` pinned to a tiny local model."""
-    model_dir = str(tiny_model_dir(chat=True))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", "from transformers.cli.transformers import main; main()",
-                             "serve", model_dir, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
-                             "--dtype", "float32"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    root = f"http://127.0.0.1:{port}"
-    deadline = time.time() + STARTUP_S
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"transformers serve exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
-            try:
-                if httpx.get(f"{root}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline:
-                pytest.fail(f"transformers serve did not come up within {STARTUP_S} s")
-            time.sleep(1)
-        yield f"{root}/v1", model_dir
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_the_server_is_seen_as_common_api_and_both_prompt_forms_work(served):

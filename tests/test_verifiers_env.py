@@ -1,9 +1,12 @@
-"""turngym envs through verifiers' own evaluation (``Environment.evaluate_sync``) against a fake
-OpenAI-compatible server defined here that replays scripted replies: the episodes must equal what
-``gymnasium.make`` gives on the same actions, and the rubric must be the turngym reward."""
+"""turngym envs through verifiers' own evaluation (``Environment.evaluate_sync`` and the ``vf-eval``
+command) against a fake OpenAI-compatible server defined here that replays scripted replies, and
+against a real one (``transformers serve`` with a tiny random model, the ``served`` fixture): the
+episodes must equal what ``gymnasium.make`` gives on the same actions, and the rubric must be the
+turngym reward."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -22,7 +25,7 @@ if not hasattr(vf, "MultiTurnEnv"):
 
 import turngym  # noqa: E402,F401 - registers the envs
 from turngym.episode import Episode  # noqa: E402
-from turngym.integrations.verifiers_env import TurngymVerifiersEnv, load_environment  # noqa: E402
+from turngym.integrations.verifiers_env import TurngymVerifiersEnv, load_environment, message_text  # noqa: E402
 from turngym.rewards import GroupReward, get_reward  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +52,8 @@ def gym_episode(index: int, actions: list[str]):
 
 class FakeOpenAIServer:
     """A fake chat-completions server (test only): finds the script by the conversation's first user
-    message and answers with the next scripted reply, dropping the stop string as the OpenAI spec does."""
+    message and answers with the next scripted reply (a text, or a ``(text, finish_reason)`` pair;
+    finish "stop" otherwise), dropping the stop string as the OpenAI spec does."""
 
     def __init__(self, scripts_by_prompt: dict[str, list[str]]):
         self.scripts = scripts_by_prompt
@@ -70,10 +74,13 @@ class FakeOpenAIServer:
                 first_user = next(m["content"] for m in msgs if m["role"] == "user")
                 turn = sum(m["role"] == "assistant" for m in msgs)
                 text = server.scripts[first_user][turn]
+                finish = "stop"
+                if isinstance(text, tuple):  # (text, finish_reason): e.g. a reply the token limit cut
+                    text, finish = text
                 for s in body.get("stop") or []:
                     text = text.split(s)[0] if s in text else text
                 payload = {"id": "fake", "object": "chat.completion", "created": 0, "model": body["model"],
-                           "choices": [{"index": 0, "finish_reason": "stop",
+                           "choices": [{"index": 0, "finish_reason": finish,
                                         "message": {"role": "assistant", "content": text}}],
                            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
                 data = json.dumps(payload).encode()
@@ -138,6 +145,24 @@ def test_evaluate_drives_turngym_episodes_like_gymnasium(monkeypatch):
         assert users == [t.observation for t in ep.turns[:-1]]
 
 
+def test_a_reply_cut_at_the_token_limit_is_sent_with_its_tag_open(monkeypatch):
+    """Only a reply the server says a stop string ended gets the dropped stop string back: one the
+    token limit cut (finish "length") keeps its ``<calc>`` open, and the env says so."""
+    script = [("<calc>80*10", "length"), "<answer>819</answer>"]
+    want = gym_episode(3, ["<calc>80*10", "<answer>819</answer>"])
+    assert "never closed" in want.turns[0].parse_error
+    env = load_environment("Calculator-v0", indices=[3])
+    monkeypatch.setenv("FAKE_OPENAI_KEY", "fake")
+    with FakeOpenAIServer({first_user_content(want.prompt): script}) as server:
+        config = vf.ClientConfig(api_base_url=server.base_url, api_key_var="FAKE_OPENAI_KEY", max_retries=0)
+        out = env.evaluate_sync(config, "fake-model", state_columns=["turngym_record"])
+    ep = Episode.from_dict(out["outputs"][0]["turngym_record"])
+    assert [t.action for t in ep.turns] == ["<calc>80*10", "<answer>819</answer>"]
+    assert [t.observation for t in ep.turns] == [t.observation for t in want.turns]
+    assert [t.parse_error for t in ep.turns] == [t.parse_error for t in want.turns]
+    assert ep.outcome == want.outcome
+
+
 def test_bad_arguments_fail_at_load():
     with pytest.raises(ValueError, match="out of range"):
         load_environment("Calculator-v0", indices=[10**9])
@@ -199,3 +224,148 @@ def test_vf_eval_cli_plays_the_same_episodes(tmp_path):
         assert [t.observation for t in ep.turns] == [t.observation for t in want.turns]
         assert (ep.terminated, ep.truncated, ep.outcome) == (want.terminated, want.truncated, want.outcome)
         assert row["reward"] == (1.0 if want.outcome["correct"] else 0.0)
+
+
+# --- against a real server: ``transformers serve`` with the tiny random chat model (the ``served`` fixture) ---
+
+MAX_TOKENS = 12
+
+
+def served_sampling(model_dir: str, replies: str = "any") -> dict:
+    """verifiers sampling args for the tiny random model behind ``transformers serve``. Its greedy reply
+    is newlines only, so the requests sample (``do_sample`` in the server's ``generation_config``
+    request field) and every rollout plays different garbage. ``replies`` narrows the garbage with
+    the same field: ``"digits"`` suppresses every token that is not a digit string (Digits-v0's
+    per-turn rewards, digit shares, are then 1.0); ``"open_calc"`` makes each reply ``<calc>`` and
+    digits, never closed, so the token limit cuts it with the tag open."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    defaults = GenerationConfig.from_pretrained(model_dir)
+    config: dict = {"do_sample": True, "top_k": 0, "eos_token_id": defaults.eos_token_id,
+                    "pad_token_id": defaults.pad_token_id}
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    digits = [i for i in range(len(tok)) if tok.decode([i]).isdigit()]
+    if replies == "digits":
+        config["suppress_tokens"] = [i for i in range(len(tok)) if i not in digits]
+    elif replies == "open_calc":
+        opener = tok("<calc>", add_special_tokens=False)["input_ids"]  # several tokens: "<", "calc", ">"
+        config["suppress_tokens"] = [i for i in range(len(tok)) if i not in digits and i not in opener]
+        config["begin_suppress_tokens"] = [i for i in range(len(tok)) if i != opener[0]]
+        config["sequence_bias"] = ([[[a, b], 1e4] for a, b in itertools.pairwise(opener)]  # spell "<calc>" out
+                                   + [[[a, o], -1e4] for a in digits + opener[-1:] for o in opener])  # once
+    else:
+        assert replies == "any"
+    return {"max_tokens": MAX_TOKENS, "extra_body": {"generation_config": json.dumps(config)}}
+
+
+def field(obj, name: str):
+    """A field of an in-memory verifiers record (a model) or of its saved JSON (a dict)."""
+    return obj[name] if isinstance(obj, dict) else getattr(obj, name)
+
+
+def check_rows_replay_in_gymnasium(rows, env, reward_name: str, env_kwargs: dict) -> list[Episode]:
+    """Each result row (an ``evaluate_sync`` output or a vf-eval results.jsonl line, saved with the
+    ``turngym_record`` and ``trajectory`` columns) is a turngym episode equal to ``gymnasium.make``
+    replaying the model's replies from verifiers' trajectory; its reward is the turngym reward's on
+    that replay, per turn on the trajectory steps. Returns the replays."""
+    reward = get_reward(reward_name)
+    replays = []
+    for row in rows:
+        assert row["error"] is None
+        ep = Episode.from_dict(row["turngym_record"])
+        index = row["info"]["index"]
+        steps = row["trajectory"]
+        reasons = [field(field(step["response"], "message"), "finish_reason") for step in steps]
+        actions = [env.action_of(step["completion"][-1], reason) for step, reason in zip(steps, reasons, strict=True)]
+        gym_env = gymnasium.make(env.turngym_env_id, **env_kwargs)
+        gym_env.reset(options={"index": index})
+        for i, a in enumerate(actions):
+            _, _, term, trunc, _ = gym_env.step(a)
+            assert (term or trunc) == (i == len(actions) - 1)  # the rollout ended where the env did
+        want = gym_env.unwrapped.episode
+        gym_env.close()
+        assert ep.task["index"] == index and ep.prompt == want.prompt
+        assert [t.action for t in ep.turns] == actions == [t.action for t in want.turns]
+        assert [t.observation for t in ep.turns] == [t.observation for t in want.turns]
+        assert [t.reward for t in ep.turns] == [t.reward for t in want.turns]
+        assert [t.parse_error for t in ep.turns] == [t.parse_error for t in want.turns]
+        assert (ep.terminated, ep.truncated, ep.outcome) == (want.terminated, want.truncated, want.outcome)
+        # the transcript: the model's replies, each followed by the observation as a user message
+        assert [field(m, "role") for m in row["completion"]] == ["assistant", "user"] * (len(actions) - 1) + ["assistant"]
+        assert [message_text(m) for m in row["completion"][::2]] == [message_text(s["completion"][-1]) for s in steps]
+        assert [message_text(m) for m in row["completion"][1::2]] == [t.observation for t in want.turns[:-1]]
+        (per_turn,) = reward.score_group([want]).rewards  # outcome and env score each episode on its own
+        assert row["reward"] == pytest.approx(sum(per_turn))
+        assert row["metrics"][f"turngym_{reward_name}"] == row["reward"]
+        assert [step["reward"] for step in steps] == pytest.approx(per_turn)  # one verifiers step per turn
+        replays.append(want)
+    return replays
+
+
+@pytest.mark.parametrize(("env_name", "reward_name", "indices", "env_kwargs", "replies"), [
+    ("Calculator-v0", "outcome", [3, 5], {"max_turns": 2}, "any"),
+    ("Digits-v0", "env", [0, 1], {}, "digits"),
+])
+def test_evaluate_against_a_real_server_plays_gymnasium_episodes(served, monkeypatch, env_name, reward_name, indices,
+                                                                 env_kwargs, replies):
+    url, model = served
+    env = load_environment(env_name, reward=reward_name, indices=indices, **env_kwargs)
+    monkeypatch.setenv("LOCAL_SERVER_KEY", "unused")  # verifiers wants a key variable; the server ignores it
+    config = vf.ClientConfig(api_base_url=url, api_key_var="LOCAL_SERVER_KEY", max_retries=0)
+    out = env.evaluate_sync(config, model, sampling_args=served_sampling(model, replies), rollouts_per_example=2,
+                            state_columns=["turngym_record", "trajectory"])
+    rows = out["outputs"]
+    assert sorted(row["info"]["index"] for row in rows) == sorted(indices * 2)
+    replays = check_rows_replay_in_gymnasium(rows, env, reward_name, env_kwargs)
+    assert len({tuple(t.action for t in ep.turns) for ep in replays}) > 1  # sampled: the rollouts differ
+    for row, ep in zip(rows, replays, strict=True):
+        assert all(step["tokens"] is None for step in row["trajectory"])  # this server returns no token ids
+        # its usage reached verifiers: at most MAX_TOKENS a reply (the sampling args went through)
+        assert 0 < row["token_usage"]["output_tokens"] <= MAX_TOKENS * len(ep.turns)
+    if replies == "digits":  # digit strings of MAX_TOKENS tokens (end of text suppressed): per-turn rewards 1.0
+        assert all(t.action.isdigit() and t.reward == 1.0 for ep in replays for t in ep.turns)
+        assert all(row["token_usage"]["output_tokens"] == MAX_TOKENS * 2 for row in rows)
+        assert all([step["reward"] for step in row["trajectory"]] == [1.0, 1.0] for row in rows)
+
+
+def test_a_reply_cut_at_the_token_limit_keeps_its_tag_open_on_a_real_server(served, monkeypatch):
+    """The stop string is put back only where the server says one ended the reply: ``<calc>`` and
+    digits cut at the token limit (finish "length") is sent as it is, and the env reports the open tag
+    (closing it would run a calculation the model never asked for)."""
+    url, model = served
+    env = load_environment("Calculator-v0", indices=[3], max_turns=2)
+    monkeypatch.setenv("LOCAL_SERVER_KEY", "unused")
+    config = vf.ClientConfig(api_base_url=url, api_key_var="LOCAL_SERVER_KEY", max_retries=0)
+    out = env.evaluate_sync(config, model, sampling_args=served_sampling(model, "open_calc"),
+                            state_columns=["turngym_record", "trajectory"])
+    (row,) = out["outputs"]
+    (ep,) = check_rows_replay_in_gymnasium([row], env, "outcome", {"max_turns": 2})
+    assert [step["response"].message.finish_reason for step in row["trajectory"]] == ["length", "length"]
+    for turn, reply in zip(ep.turns, row["completion"][::2], strict=True):
+        assert turn.action == message_text(reply)
+        assert turn.action.startswith("<calc>") and turn.action.removeprefix("<calc>").isdigit()
+        assert "never closed" in turn.parse_error
+
+
+def test_vf_eval_cli_against_a_real_server(served, tmp_path):
+    vf_eval = Path(sys.executable).parent / "vf-eval"
+    if not vf_eval.exists():
+        pytest.skip(f"verifiers' vf-eval script is not next to {sys.executable}")
+    url, model = served
+    indices, env_kwargs = [3, 5], {"max_turns": 2}
+    env_vars = {**os.environ, "LOCAL_SERVER_KEY": "unused",
+                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [str(vf_eval), "turngym.integrations.verifiers_env",
+         "-a", json.dumps({"turngym_env": "Calculator-v0", "indices": indices, **env_kwargs}),
+         "-m", model, "-b", url, "-k", "LOCAL_SERVER_KEY", "-n", "2", "-r", "1", "-t", str(MAX_TOKENS),
+         "-S", json.dumps({"extra_body": served_sampling(model)["extra_body"]}),
+         "--disable-tui", "--disable-env-server", "--save-results", "--output-dir", str(tmp_path),
+         "--state-columns", "turngym_record,trajectory"],
+        capture_output=True, text=True, env=env_vars, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (results,) = tmp_path.rglob("results.jsonl")
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert sorted(row["info"]["index"] for row in rows) == indices
+    env = load_environment("Calculator-v0", indices=indices, **env_kwargs)
+    check_rows_replay_in_gymnasium(rows, env, "outcome", env_kwargs)

@@ -89,7 +89,8 @@ class TurngymVerifiersEnv(vf.MultiTurnEnv):
     Observations go back as chat messages: an env whose ``observation_role`` is ``None`` (the
     observation continues the assistant's text, Search-R1 style) sends it as a ``user`` message,
     since a chat API starts a new message after every reply. The model's reply is the action, with
-    the stop string a spec-following server dropped put back (as ``turngym eval`` does).
+    the stop string a spec-following server dropped put back where the server says a stop string
+    ended it (as ``turngym eval`` does).
     """
 
     def __init__(self, env_id: str, reward: GroupReward, env_kwargs: dict[str, Any],
@@ -129,16 +130,22 @@ class TurngymVerifiersEnv(vf.MultiTurnEnv):
         state[EPISODE_KEY] = env.unwrapped.episode
         return state
 
-    def action_of(self, message: Any) -> str:
-        """The turngym action for a model reply: its text, stop string restored, cut after the first stop."""
+    def action_of(self, message: Any, finish_reason: str | None) -> str:
+        """The turngym action for a model reply: its text, cut after the first stop string. The stop
+        string a spec-following server dropped is put back only when the server says a stop string
+        ended the reply (``finish_reason`` "stop", or None: it did not say), as ``turngym eval`` does: a reply
+        cut at the token limit keeps its tag open, and the env reports it unparsed."""
         text = message_text(message)
         if self.stop:
-            text, _ = trim_at_stop(restore_stop(text, self.stop), self.stop)
+            if (finish_reason or "stop") == "stop":
+                text = restore_stop(text, self.stop)
+            text, _ = trim_at_stop(text, self.stop)
         return text
 
     async def env_response(self, messages: vf.Messages, state: vf.State, **kwargs: Any) -> vf.Messages:
         env = state[ENV_KEY]
-        text, _, terminated, truncated, _ = env.step(self.action_of(messages[-1]))
+        reply = state["trajectory"][-1]["response"].message  # the reply messages[-1] renders, with its finish
+        text, _, terminated, truncated, _ = env.step(self.action_of(messages[-1], reply.finish_reason))
         if terminated or truncated:
             state["final_env_response"] = []
             return []
