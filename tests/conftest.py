@@ -217,13 +217,3 @@ def batch_hits():
     from turngym.corpora.lucene import jvm
 
     return jvm().autoclass("turngym.lucene.BatchHits")
-
-
-@pytest.fixture(scope="session")
-def java_parse(batch_hits):
-    """The Java reader's (id, title, text) for one stored document, or None where it leaves it to Python."""
-    def parse(raw):
-        got = batch_hits.parseRaw(raw)
-        return None if got is None else (got[0], got[1], got[2])
-
-    return parse

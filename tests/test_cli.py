@@ -85,3 +85,28 @@ def test_python_dash_m_turngym_lists_every_command_and_its_version():
     eval_help = subprocess.run([sys.executable, "-m", "turngym", "eval", "--help"],
                                capture_output=True, text=True, check=True).stdout
     assert eval_help.count("(default:") >= 5  # option defaults are shown
+
+
+def test_attempt_turns_only_the_listed_errors_into_one_line():
+    import pytest
+
+    from turngym.cli._common import attempt
+
+    assert attempt(lambda: 7, ValueError) == 7
+    def bad() -> int:
+        raise ValueError("bad value")
+
+    with pytest.raises(SystemExit, match=r"^error: bad value$"):
+        attempt(bad, ValueError)
+    with pytest.raises(KeyError):  # not the user's to fix: the traceback stays
+        attempt(lambda: {}["x"], ValueError)
+
+
+def test_analysis_and_index_commands_report_a_missing_input_as_one_line(tmp_path):
+    for argv in (["report", str(tmp_path / "no-run"), "--out", str(tmp_path / "c.md")],
+                 ["view", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "v.html")],
+                 ["index", "build", "--input", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "idx")]):
+        proc = subprocess.run(CLI + argv, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1, (argv, proc.stderr)
+        last = proc.stderr.strip().splitlines()[-1]  # after any progress bar
+        assert last.startswith("error:") and "Traceback" not in proc.stderr, (argv, proc.stderr)

@@ -1,5 +1,5 @@
-"""Stored documents read back to the exact (title, text) they were written from by every reader
-(``split_contents``, ``parse_raw`` and the Java ``BatchHits`` reader), in turngym's layout
+"""Stored documents read back to the exact (title, text) they were written from by both readers
+(``split_contents`` and ``parse_raw``), in turngym's layout
 (``{"id", "contents", "title", "text"}``) and in Search-R1's (``{"id", "contents"}``), including
 titles that start or end with a double quote."""
 
@@ -32,11 +32,10 @@ EDGE_PASSAGES = [
     ('"\nx', ('"', "x")),
     ('"T"', ("T", "")),
 ])
-def test_split_contents_removes_one_enclosing_pair(java_parse, contents, want):
+def test_split_contents_removes_one_enclosing_pair(contents, want):
     assert split_contents(contents) == want
     raw = json.dumps({"id": "d", "contents": contents})
     assert parse_raw(raw) == ("d", *want)
-    assert java_parse(raw) == ("d", *want)
 
 
 def written(passages, tmp_path):
@@ -50,7 +49,7 @@ def contents_only(d):
     return {"id": d["id"], "contents": d["contents"]}
 
 
-def test_written_documents_read_back_in_both_layouts(tmp_path, java_parse):
+def test_written_documents_read_back_in_both_layouts(tmp_path):
     docs = written(EDGE_PASSAGES, tmp_path)
     for p, d in zip(EDGE_PASSAGES, docs, strict=True):
         assert d == {"id": p["id"], "contents": f"\"{p['title']}\"\n{p['text']}", "title": p["title"], "text": p["text"]}
@@ -58,10 +57,9 @@ def test_written_documents_read_back_in_both_layouts(tmp_path, java_parse):
         for doc in layouts:
             raw = json.dumps(doc, ensure_ascii=False)
             assert parse_raw(raw) == (p["id"], p["title"], p["text"])
-            assert java_parse(raw) == (p["id"], p["title"], p["text"])
 
 
-def test_every_default_passage_reads_back_the_same(tmp_path, java_parse):
+def test_every_default_passage_reads_back_the_same(tmp_path):
     """Every passage of the default corpus gives the same (title, text) from either layout."""
     passages, seen = [], set()
     for p in default_passages():  # deduplicated as write_collection does, so the two lists align
@@ -74,7 +72,6 @@ def test_every_default_passage_reads_back_the_same(tmp_path, java_parse):
         for doc in (d, contents_only(d)):
             raw = json.dumps(doc, ensure_ascii=False)
             assert parse_raw(raw) == want
-            assert java_parse(raw) == want
 
 
 @pytest.fixture(scope="module")

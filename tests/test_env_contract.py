@@ -111,3 +111,18 @@ def test_the_checker_catches_a_broken_env_and_accepts_action_errors_as_observati
     undeclared.reward_needs = None
     with pytest.raises(ContractError, match="reward_needs must declare"):
         check_text_env(undeclared, actions=("",))
+
+
+class _UndeclaredToolEnvForTest(_SilentEnvForTest):
+    """A fake env (inside this test) that runs a tool but declares no metric saying whether it ran."""
+
+    def act(self, action):
+        return ActionResult(observation="result", tool_calls=[{"name": "t", "arguments": {}}], metrics={"ran": True})
+
+
+def test_the_checker_requires_a_declared_tool_metric_from_an_env_that_runs_tools():
+    with pytest.raises(ContractError, match="must declare tool_ok_metrics"):
+        check_text_env(_UndeclaredToolEnvForTest(), actions=("x",))
+    declared = _UndeclaredToolEnvForTest()
+    declared.reward_needs = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag", tool_ok_metrics=("ran",))
+    check_text_env(declared, actions=("x",))

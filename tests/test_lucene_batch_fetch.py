@@ -2,7 +2,7 @@
 the per-hit path (Anserini's objects read one by one): ids, float scores, titles and texts, on
 real Lucene indexes holding title/text documents, Search-R1 ``contents`` documents, documents
 whose used fields are not strings, non-JSON stored documents (a TREC collection) and no stored
-documents at all; its JSON reader must agree with Python's ``parse_raw`` wherever it answers."""
+documents at all. Python's ``parse_raw`` reads every stored document on both paths."""
 
 import json
 import os
@@ -12,11 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from turngym.corpora.java_helper import compile_helper
-from turngym.corpora.lucene import LuceneRetriever, RetrieverError, build_index, decode_hits, jvm, parse_raw
+from turngym.corpora.lucene import LuceneRetriever, RetrieverError, build_index, decode_hits, jvm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +55,7 @@ def trec_index(tmp_path_factory):
     root = tmp_path_factory.mktemp("trec")
     (root / "coll").mkdir()
     docs = "".join(f"<DOC>\n<DOCNO>t{i}</DOCNO>\n<TEXT>\nlambda star {i} \"{i}\" {{not json}}\n</TEXT>\n</DOC>\n"
-                   for i in range(5))
+                   for i in range(5)) + "<DOC>\n<DOCNO>t5</DOCNO>\n<TEXT>\nmu only \x01 sep \x02 esc\n</TEXT>\n</DOC>\n"
     (root / "coll" / "docs.trec").write_text(docs, encoding="utf-8")
     jvm().autoclass("io.anserini.index.IndexCollection").main(
         ["-collection", "TrecCollection", "-input", str(root / "coll"), "-index", str(root / "index"),
@@ -245,79 +243,17 @@ def test_a_faulthandler_enabled_after_the_jvm_leaves_the_jvm_its_signal_handler(
     assert proc.stdout.split() == ["libjvm.so", "libjvm.so", "True", "500"]
 
 
-# ----------------------------------------------------------------------------- the Java JSON reader
+# ----------------------------------------------------------------------------- the escaped form
 
-RAW_CASES = [
-    '{"id": "x", "title": "T", "text": "u"}', '{"contents": "\\"T\\"\\nbody"}', '{}', '{"id": null, "contents": "a"}',
-    '  {"id":"x","contents":"c"}  \n', '{"id": 3, "contents": "c"}', '{"id": "x", "title": 1.5, "text": "t"}',
-    '{"title": "only title", "contents": "\\"C\\"\\nrest"}', '{"contents": null}', '{"contents": ["a"]}',
-    '{"title": "a", "title": "b", "text": "c"}', '{"title": "a", "text": "c", "title": null}',
-    '{"contents": "\\ud83d\\ude00 pair"}', '{"contents": "\\ud800 lone"}', '{"contents": "\\udc00 lone low"}',
-    '{"contents": "\\ud83d\\u0041"}', '{"contents": "\\u00e9\\u6771 \\/ \\b\\f\\r\\t"}', '{"contents": "\\x"}',
-    '{"contents": "\\u00g1"}', '{"contents": "tab\tinside"}', '{"contents": "c",}', '{"contents": "c"} x',
-    '{"a": NaN, "b": -Infinity, "c": Infinity, "contents": "c"}', '{"a": -NaN, "contents": "c"}',
-    '{"a": 01, "contents": "c"}', '{"a": 1., "contents": "c"}', '{"a": -0.5e-7, "contents": "c"}', '{"a": +1}',
-    '{"a": [1, [2, {"b": [true, false, null]}]], "contents": "c"}', '{"a": [1,], "contents": "c"}',
-    '[1, 2]', '"just a string"', '3', 'null', 'not json at all', '', '\ufeff{"contents": "c"}',
-    '{"contents": "\\u2003 \\"Spaced\\" \\u00a0\\nrest"}', '{"contents": "\\u180e\\"Mongolian\\"\\nrest"}',
-    '{"a": ' + "[" * 300 + "]" * 300 + ', "contents": "deep"}', '{"a": ' + "1" * 5000 + ', "contents": "c"}',
-    '{"t\\u0069tle": "escaped key", "text": "t"}', '{"contents": "first\\r\\nsecond"}', '{"contents" "c"}',
-    # non-Latin-1 characters next to escapes, and long plain runs ended by a control character or an escape
-    '{"id": "ĢĢĢĢĢĢĢĢĢ", "title": "ŜŜŜŜŜŜŜŜŜŜ \\"q\\" Ā", "text": "ĀĀĀĀĀĀĀĀĊĊĊĊĊĊĊĊ 😀😀😀😀 end"}',
-    '{"contents": "abcdefghijklmnopqrstuvw\tx"}', '{"contents": "abcdefghijklmnopqrstuvwxyz0123456\u0001"}',
-    '{"contents": "abcdefghijklmnopqrstuvwxyz\x1fzz"}',
-    '{"contents": "abcdefghijklmnopqrstuvwxyzabcdef\\"quoted\\"abcdefghijklmnop\\nxyzxyzxyzxyz"}',
-]
-
-
-
-
-def python_parse(raw):
-    try:
-        return parse_raw(raw)
-    except (ValueError, RecursionError) as exc:  # Python raises where Java must hand the document back
-        return type(exc)
-
-
-@pytest.mark.parametrize("raw", RAW_CASES)
-def test_java_reader_agrees_with_parse_raw_or_hands_back(java_parse, raw):
-    got = java_parse(raw)
-    if got is not None:
-        assert got == python_parse(raw)
-
-
-def test_java_reader_answers_the_common_shapes_itself(java_parse):
-    """The fast path is taken for the documents Anserini stores (pretty-printed by Jackson)."""
-    for raw in RAW_CASES[:5] + [r for r in RAW_CASES if "ĢĢ" in r or "quoted" in r] + [
-            json.dumps({"id": "x", "contents": "\"T\"\nb", "title": "T", "text": "b"}, indent=2)]:
-        assert java_parse(raw) == parse_raw(raw)
-    for raw in ['{"id": 3, "contents": "c"}', '{"contents": "\\ud800 lone"}', "[1, 2]", "not json at all"]:
-        assert java_parse(raw) is None
-
-
-def test_java_spaces_are_pythons(batch_hits):
-    assert batch_hits.pythonSpaces() == "".join(chr(c) for c in range(0xD800) if chr(c).isspace())
-    assert not any(chr(c).isspace() for c in range(0xD800, 0x110000))
-
-
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=6)
-DOC_KEYS = st.sampled_from(["id", "title", "text", "contents", "other", "tïtle"])
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(DOC_KEYS, st.one_of(st.text(), JSON_VALUES)), max_size=6), st.booleans(),
-       st.sampled_from([None, 2]))
-def test_java_reader_property(java_parse, items, ascii_only, indent):
-    body = ", ".join(f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=ascii_only, indent=indent)}" for k, v in items)
-    raw = "{" + body + "}"
-    got = java_parse(raw)
-    if got is not None:
-        assert got == python_parse(raw)
-    elif all(isinstance(v, str) and "\ud800" > max(v, default="") for k, v in items if k in ("id", "title", "text", "contents")):
-        assert got is not None, raw  # string fields without surrogates are always read in Java
+def test_a_stored_document_holding_the_separator_is_sent_escaped(trec_index, batch_hits):
+    """A stored document that holds BatchHits' separator or escape character (possible outside JSON)
+    goes through the escaped form and reads back exactly as the per-hit path reads it."""
+    fast, slow = both(trec_index)
+    chunk = batch_hits.searchOne(fast.raw_searcher(), "mu", 3)
+    assert chunk.startswith("\x02")  # the escaped form
+    got = fast.search("mu", 3)
+    assert as_tuples([got]) == as_tuples([slow.search("mu", 3)])
+    assert "\x01" in got[0].text and "\x02" in got[0].text
 
 
 # ----------------------------------------------------------------------------- without a compiler

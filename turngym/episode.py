@@ -84,6 +84,10 @@ class RewardNeeds:
     - ``answer_cue``: how the env asks for the final answer, the cue SIOP / IGPO's pseudo-answer
       uses under ``pseudo_answer="auto"``: ``answer_tag`` (``<answer>y</answer>``, the official
       pseudo-answer) or ``boxed`` (``\\boxed{y}``).
+    - ``tool_ok_metrics``: the per-turn metrics that say a turn's tool calls ran (True) or failed
+      (False); the env records one on every turn whose calls it ran (None or absent: no verdict,
+      e.g. SearchQA's answer call). ``toolcall_dense`` reads them (:meth:`tool_succeeded`); an env
+      whose turns make tool calls must declare at least one.
     - which observations are tool results (evidence): the observation of a turn that made tool
       calls and parsed, unless one of ``tool_ok_metrics`` is False or one of
       ``tool_error_metrics`` holds an error in the turn's metrics (then it is an error message).
@@ -105,6 +109,12 @@ class RewardNeeds:
                 raise ValueError(f"{name} must be a sequence of metric names, got {value!r}")
             object.__setattr__(self, name, tuple(value))  # lists read back from JSON
 
+    def tool_succeeded(self, metrics: dict[str, Any]) -> bool | None:
+        """The declared verdict on a turn's tool calls: True when every declared ``tool_ok_metrics`` the
+        turn records is true, False when one is false, None when it records none of them."""
+        verdicts = [bool(metrics[m]) for m in self.tool_ok_metrics if metrics.get(m) is not None]
+        return all(verdicts) if verdicts else None
+
     def tool_failed(self, metrics: dict[str, Any]) -> bool:
         """The turn's metrics say its tool call failed (its observation is an error, not a result)."""
         return any(metrics.get(m) is False for m in self.tool_ok_metrics) or \
@@ -120,7 +130,8 @@ class RewardNeeds:
 # What an episode built in code (not played by an env) declares unless given its own: text answers
 # in answer tags, tool failures marked by any of the failure metrics turngym's envs record.
 DEFAULT_REWARD_NEEDS = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag",
-                                   tool_ok_metrics=("tool_ok", "exec_ok"), tool_error_metrics=("retrieval_error",))
+                                   tool_ok_metrics=("tool_ok", "exec_ok", "search_ok"),
+                                   tool_error_metrics=("retrieval_error",))
 
 
 class MissingRewardNeeds(ValueError):

@@ -82,8 +82,8 @@ def _searchqa_metrics(msg: dict[str, Any], calls: list[dict[str, Any]], _user_tu
     """The metrics and parse error SearchQA-v0 records for such a step (a call, an answer, or neither)."""
     from turngym.envs.search_qa import last_answer
 
-    if calls:
-        return {"action": "search"}, None
+    if calls:  # the transcript holds the call's response: the search ran
+        return {"action": "search", "search_ok": True}, None
     if last_answer(_text(msg.get("content"))) is not None:
         return {"action": "answer"}, None
     return {"action": "invalid"}, "no search call and no <answer> tag"

@@ -1,7 +1,7 @@
 """Per-turn truth: what a turn was worth, kept where no reward looks.
 
 Credit tables compare a reward's credit with a per-turn truth no reward saw. That truth used to
-sit in ``Turn.metrics``, which rewards read (funrl reads ``tool_ok``), and was guessed from four
+sit in ``Turn.metrics``, which rewards read (toolcall_dense reads ``tool_ok``), and was guessed from four
 metric names. Here it has its own namespace, ``Turn.truth``: key → :class:`TruthValue` (the value
 as recorded, never cast, and its source). Envs declare the keys they write (``truth_keys``), an
 importer or the planted benchmark writes its own; rewards get episodes through

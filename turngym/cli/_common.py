@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 from turngym.agents.options import BATCHING, PROMPT_FORMATS, SERVERS
+
+T = TypeVar("T")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -33,6 +36,15 @@ class Parser(argparse.ArgumentParser):
 def fail(exc: object) -> NoReturn:
     """End the command with one line on stderr and exit status 1."""
     raise SystemExit(f"error: {exc}")
+
+
+def attempt(call: Callable[[], T], *errors: type[Exception]) -> T:
+    """``call()``, where one of ``errors`` (the user's to fix: a missing file, a bad value) ends the command
+    as one line (:func:`fail`); any other exception is a bug and keeps its traceback."""
+    try:
+        return call()
+    except errors as exc:
+        fail(exc)
 
 
 def say(text: str) -> None:

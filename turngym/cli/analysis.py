@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._common import fail, log_trackers
+from turngym.cli._common import attempt, log_trackers
 from turngym.evals.trackers import add_tracker_arguments
 
 COMMANDS = ("ablate", "report", "view")
@@ -62,14 +62,11 @@ def _ablate(args: argparse.Namespace) -> int:
 
     clock = StageClock()
     clock.stage("reading episodes and loading the rewards' models…")
-    try:
-        summary = run_ablation(args.episodes, [r.strip() for r in args.rewards.split(",") if r.strip()], args.out,
-                               scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_library=args.scribe_library,
-                               scribe_base_url=args.scribe_base_url, reliability_repeats=args.reliability_repeats,
-                               truth=args.truth, truth_map=args.truth_map, estimators=parse_estimators(args.estimators),
-                               progress=clock.stage)
-    except (FileNotFoundError, ValueError) as exc:
-        fail(exc)
+    summary = attempt(lambda: run_ablation(
+        args.episodes, [r.strip() for r in args.rewards.split(",") if r.strip()], args.out, scorer=args.scorer,
+        scribe_llm=args.scribe_llm, scribe_library=args.scribe_library, scribe_base_url=args.scribe_base_url,
+        reliability_repeats=args.reliability_repeats, truth=args.truth, truth_map=args.truth_map,
+        estimators=parse_estimators(args.estimators), progress=clock.stage), FileNotFoundError, ValueError)
     for name, m in summary["rewards"].items():
         ca = m["credit_accuracy"]
         print(f"{name:8s} credit accuracy {'–' if ca is None else f'{ca:.3f}'}")
@@ -83,10 +80,7 @@ def _ablate(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from turngym.evals.report import compare_runs
 
-    try:
-        path = compare_runs(args.dirs, args.out)
-    except (FileNotFoundError, KeyError, ValueError) as exc:
-        fail(exc)
+    path = attempt(lambda: compare_runs(args.dirs, args.out), FileNotFoundError, KeyError, ValueError)
     print(f"report: {path}")
     return 0
 
@@ -94,10 +88,8 @@ def _report(args: argparse.Namespace) -> int:
 def _view(args: argparse.Namespace) -> int:
     from turngym.evals.viewer import write_viewer
 
-    try:
-        path = write_viewer(args.episodes, args.out, ablation_dir=args.ablation, scores_path=args.scores,
-                            compare_path=args.compare, compare_scores_path=args.compare_scores)
-    except (FileNotFoundError, ValueError, OSError) as exc:
-        fail(exc)
+    path = attempt(lambda: write_viewer(args.episodes, args.out, ablation_dir=args.ablation, scores_path=args.scores,
+                                        compare_path=args.compare, compare_scores_path=args.compare_scores),
+                   FileNotFoundError, ValueError, OSError)
     print(f"viewer: {path} ({path.stat().st_size / 1e6:.1f} MB); open it in a browser")
     return 0

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._common import fail, port
+from turngym.cli._common import attempt, port
 
 COMMANDS = ("index", "serve-retriever")
 
@@ -49,13 +49,15 @@ def _build(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     collection = out.parent / f"{out.name}.collection"
-    try:
+    errors = (FileNotFoundError, ValueError, RetrieverError)
+
+    def collect() -> int:
         sources = default_passages() if args.default else (p for f in args.input for p in read_user_passages(f))
-        n = write_collection(sources, collection, dedupe=not args.no_dedupe, progress=True)
-        print(f"{n} passages written to {collection}; indexing with {args.threads} threads ...", flush=True)
-        seconds = build_index(collection, out, threads=args.threads)
-    except (FileNotFoundError, ValueError, RetrieverError) as exc:
-        fail(exc)
+        return write_collection(sources, collection, dedupe=not args.no_dedupe, progress=True)
+
+    n = attempt(collect, *errors)
+    print(f"{n} passages written to {collection}; indexing with {args.threads} threads ...", flush=True)
+    seconds = attempt(lambda: build_index(collection, out, threads=args.threads), *errors)
     print(f"index built in {seconds:.1f} s: {out}")
     return 0
 
@@ -64,11 +66,8 @@ def _search(args: argparse.Namespace) -> int:
     from turngym.corpora.lucene import RetrieverError
     from turngym.corpora.service import make_retriever
 
-    try:
-        retriever = make_retriever(args.index)
-        hits = retriever.search(args.query, args.k)
-    except (FileNotFoundError, ValueError, RetrieverError) as exc:
-        fail(exc)
+    hits = attempt(lambda: make_retriever(args.index).search(args.query, args.k),
+                   FileNotFoundError, ValueError, RetrieverError)
     for rank, h in enumerate(hits, start=1):
         print(f"{rank:2d}  {h.score:8.3f}  {h.docid}  {h.title}: {h.text[:160]}")
     return 0
@@ -80,10 +79,8 @@ def _serve(args: argparse.Namespace) -> int:
     from turngym.corpora.service import RetrievalServer
 
     index = str(default_index_dir()) if args.index == "default" else args.index
-    try:
-        server = RetrievalServer(index, host=args.host, port=args.port, threads=args.threads, max_hits=args.max_hits)
-    except (RetrieverError, OSError, ValueError) as exc:
-        fail(exc)
+    server = attempt(lambda: RetrievalServer(index, host=args.host, port=args.port, threads=args.threads,
+                                             max_hits=args.max_hits), RetrieverError, OSError, ValueError)
     print(f"serving {index} on http://{args.host}:{server.server_address[1]}/retrieve", flush=True)
     try:
         server.serve_forever()

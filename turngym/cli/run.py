@@ -82,7 +82,8 @@ def _spec(args: argparse.Namespace, env: str | None = None, dataset: str | None 
 def _play(args: argparse.Namespace) -> int:
     from turngym.agents.runner import RolloutTask
     from turngym.cli._progress import TurnPrinter
-    from turngym.evals.pipeline import NoWriter, execute
+    from turngym.evals.pipeline import execute
+    from turngym.evals.writers import NoWriter
 
     if args.human:
         return _play_human(args)
@@ -138,7 +139,8 @@ def _rollout(args: argparse.Namespace) -> int:
     from turngym.agents.openai_compat import server_settings
     from turngym.cli._progress import BarProgress
     from turngym.episode import read_episodes
-    from turngym.evals.pipeline import JsonlWriter, PipelineError, env_id, env_kwargs, execute
+    from turngym.evals.pipeline import PipelineError, env_id, env_kwargs, execute
+    from turngym.evals.writers import JsonlWriter
 
     spec = _spec(args, k=args.k, concurrency=args.concurrency, batching=args.batching, start=args.start, limit=args.limit)
     try:

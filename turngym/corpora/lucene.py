@@ -135,7 +135,7 @@ class Hit:
 def split_contents(contents: str) -> tuple[str, str]:
     """(title, text) from Search-R1's ``contents``: the first line, whitespace-stripped, less exactly
     one enclosing pair of double quotes (so a title that itself starts or ends with a quote survives
-    the ``'"' + title + '"'`` it was written as), then the rest. ``BatchHits.java`` does the same."""
+    the ``'"' + title + '"'`` it was written as), then the rest."""
     first, _, rest = contents.partition("\n")
     title = first.strip()
     if len(title) >= 2 and title[0] == '"' and title[-1] == '"':
@@ -205,27 +205,25 @@ def decode_hits(encoded: str, n_queries: int, docs: SentDocs | None = None) -> l
     ``docs`` carries the documents of earlier chunks of the same batch."""
     docs = SentDocs() if docs is None else docs
     fields = encoded.split(_SEP)
-    if fields[0] not in ("", _ESC):
-        raise RetrieverError(f"BatchHits answered a chunk that starts with {fields[0][:20]!r}")
+    if fields[0] not in ("", _ESC) or fields[-1]:
+        raise RetrieverError(f"BatchHits answered a chunk that starts with {fields[0][:20]!r} and ends with "
+                             f"{fields[-1][-20:]!r}")
     counts = [int(c) for c in fields[1:n_queries + 1]]
     n = sum(counts)
     p = n_queries + 1
-    new, odd = divmod(len(fields) - p - 2 * n - 1, 3)
+    new, odd = divmod(len(fields) - p - 2 * n - 1, 2)
     if odd or new < 0:
         raise RetrieverError(f"BatchHits answered {len(fields) - 1} fields, which no {n_queries} queries with "
                              f"{n} hits make")
     first, q = len(docs.titles), p + 2 * n
-    sent = fields[q:q + 3 * new]
+    sent = fields[q:q + 2 * new]
     if fields[0] == _ESC:
         sent = _unescaped(sent)
-    docs.docids += sent[:new]
-    docs.titles += sent[new:2 * new]
-    docs.texts += sent[2 * new:]
-    if fields[-1]:  # stored documents only Python's json may read: the per-hit path's parse
-        for i in map(int, fields[-1].split(",")):
-            raw_id, docs.titles[i], docs.texts[i] = parse_raw(docs.titles[i])
-            if raw_id is not None:
-                docs.docids[i] = raw_id
+    for docid, raw in zip(sent[:new], sent[new:], strict=True):  # Python's parse, as the per-hit path's
+        raw_id, title, text = parse_raw(raw)
+        docs.docids.append(docid if raw_id is None else raw_id)
+        docs.titles.append(title)
+        docs.texts.append(text)
     numbers = list(map(int, fields[p + n:q]))
     if numbers and max(numbers) >= first + new:
         raise RetrieverError("BatchHits named a document it has not sent")

@@ -71,6 +71,9 @@ def check_text_env(env: Any, actions: Sequence[str] = ("", "not a tool call", "\
         _require(len(ep.turns) == i + 1, f"{name}: each step must record exactly one turn")
         turn = ep.turns[-1]
         _require(turn.action == action, f"{name}: the turn must record the action as given")
+        _require(not turn.tool_calls or bool(raw.reward_needs.tool_ok_metrics),
+                 f"{name}: a turn made tool calls, so reward_needs must declare tool_ok_metrics (the per-turn "
+                 "metric that says whether they ran)")
         _require(isinstance(obs, str) and isinstance(reward, float), f"{name}: step must return a str and a float")
         _require(info.get("turn_count") == len(ep.turns) and "latency_ms" not in info.get("turn", {}),
                  f"{name}: info must carry the turn without timing fields")

@@ -151,7 +151,9 @@ class SearchQAEnv(TextEnv):
     observation_role = None
     stop = ("</search>", "</answer>")
     outcome_metric = "em"  # Search-R1's reward: exact match
-    reward_needs = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag", tool_error_metrics=("retrieval_error",))
+    # search_ok: the search ran (a query, no retrieval error); recorded on search turns only, not on the answer call
+    reward_needs = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag", tool_ok_metrics=("search_ok",),
+                               tool_error_metrics=("retrieval_error",))
     truth_keys = ("retrieval_hit",)
 
     def __init__(self, dataset: str = "nq", split: str | None = None, retriever: Any = None, topk: int = 3,
@@ -304,7 +306,7 @@ class SearchQAEnv(TextEnv):
         if not query:
             return ActionResult(observation="\n\n<information>Error: the search query is empty.</information>\n\n",
                                 tool_calls=[call], parse_error="empty search query",
-                                metrics={"action": "search"}, truth={"retrieval_hit": False})
+                                metrics={"action": "search", "search_ok": False}, truth={"retrieval_hit": False})
         if len(query) > self.max_query_chars:
             query = query[: self.max_query_chars]
         start = time.perf_counter()
@@ -313,13 +315,14 @@ class SearchQAEnv(TextEnv):
         except (RetrieverError, ValueError) as exc:
             return ActionResult(observation=f"\n\n<information>Error: search failed: {exc}</information>\n\n",
                                 tool_calls=[call],
-                                metrics={"action": "search", "retrieval_error": str(exc)}, truth={"retrieval_hit": False},
+                                metrics={"action": "search", "search_ok": False, "retrieval_error": str(exc)},
+                                truth={"retrieval_hit": False},
                                 tool_ms=(time.perf_counter() - start) * 1000.0)
         golds = [str(a) for a in self.episode.task.get("answers", [])]
         return ActionResult(
             observation=f"\n\n<information>{self._cut(format_passages(hits).strip())}</information>\n\n",
             tool_calls=[call],
-            metrics={"action": "search", "n_docs": len(hits), "doc_ids": [h.docid for h in hits]},
+            metrics={"action": "search", "search_ok": True, "n_docs": len(hits), "doc_ids": [h.docid for h in hits]},
             truth={"retrieval_hit": any(contains_answer(h.contents, golds) for h in hits)},
             tool_ms=(time.perf_counter() - start) * 1000.0,
         )

@@ -18,8 +18,9 @@ from turngym._version import __version__
 from turngym.episode import Episode, read_episodes
 from turngym.evals.bfcl_score import bfcl_metrics
 from turngym.evals.metrics import behaviour_metrics, outcome_metrics, per_dataset, ungraded
-from turngym.evals.pipeline import FolderWriter, PipelineError, Prepared, RunProgress, RunSpec, execute
+from turngym.evals.pipeline import PipelineError, RunProgress, RunSpec, execute
 from turngym.evals.pipeline import resolve_subset as _resolve_subset
+from turngym.evals.writers import EvalFolderWriter, FolderWriter, write_results
 
 EvalError = PipelineError  # a problem the user must fix (bad subset, full disk, server down); nothing written is lost
 EvalSpec = RunSpec  # what to evaluate (turngym.evals.pipeline)
@@ -33,7 +34,7 @@ def run_eval(spec: EvalSpec, out_dir: str | Path, policy: Any = None, progress: 
     Everything that can fail without a model (arguments, output folder, env, index, subset, stored
     settings) is checked before the model loads and before any episode is played (turngym.evals.pipeline).
     """
-    writer = _EvalFolder(out_dir)
+    writer = EvalFolderWriter(out_dir)
     try:
         outcome = execute(spec, writer, policy=policy, progress=progress, overwrite=overwrite)
         if outcome.note:
@@ -45,17 +46,6 @@ def run_eval(spec: EvalSpec, out_dir: str | Path, policy: Any = None, progress: 
     except OSError as exc:
         raise _disk_error(exc, writer.episodes_path) from None
     return results
-
-
-class _EvalFolder(FolderWriter):
-    """The eval folder; a resumed run first says how many corrupt lines it will play again."""
-
-    def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
-        if self.episodes_path.exists():
-            report = read_episodes(self.episodes_path)
-            if report.errors:
-                print(f"warning: {len(report.errors)} corrupt line(s) in {self.episodes_path} "
-                      f"(first: {report.errors[0]}); those episodes will be played again")
 
 
 def _disk_error(exc: OSError, episodes_path: Path) -> Exception:
@@ -98,18 +88,6 @@ def _model_name(episodes: Sequence[Episode], spec: EvalSpec) -> str:
     played = {str(e.meta["model"]) for e in episodes if e.meta.get("model")}
     name = played.pop() if len(played) == 1 else spec.model
     return name if not spec.base_url else f"{name} @ {spec.base_url}"
-
-
-def write_results(results: dict[str, Any], episodes: Sequence[Episode], out: Path) -> None:
-    from turngym.evals.report import render_eval_report
-
-    tmp = out / "results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=1))
-    tmp.replace(out / "results.json")
-    from turngym.evals.viewer import render_viewer  # the episodes turn by turn; report.md links it
-
-    render_viewer(episodes, out / "view.html", source="episodes.jsonl")
-    render_eval_report(results, episodes, out)
 
 
 def merge_shards(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dict[str, Any]:

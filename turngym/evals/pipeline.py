@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from turngym.evals.runs import RunError, RunLock, check_settings, store_settings, validate_run_args
+from turngym.evals.runs import RunError, validate_run_args
 
 if TYPE_CHECKING:
     from turngym.agents.runner import RolloutRunner, RolloutTask
     from turngym.envs.base import TextEnv
     from turngym.episode import Episode
+    from turngym.evals.writers import Writer
 
 
 class PipelineError(RuntimeError):
@@ -285,105 +286,6 @@ def resolve_subset(items_ids: Sequence[str], limit: int | None = None, subset_fi
         else:
             raise PipelineError(f"subset entry {e!r} is neither an item id nor an index of this dataset")
     return list(dict.fromkeys(out))
-
-
-# ----------------------------------------------------------------------------- writers
-
-
-class Writer(Protocol):
-    """Where a run's episodes go: its lock, its stored settings, and what it writes before playing."""
-
-    episodes_path: Path | None
-
-    def lock(self) -> Any: ...
-
-    def check(self, spec: RunSpec, overwrite: bool) -> None: ...
-
-    def store(self, spec: RunSpec, overwrite: bool) -> str | None: ...
-
-    def before_run(self, spec: RunSpec, prepared: Prepared) -> None: ...
-
-
-class _NoLock:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-class NoWriter:
-    """``play``: nothing is locked or stored; the command writes the one episode itself."""
-
-    episodes_path = None
-
-    def lock(self) -> Any:
-        return _NoLock()
-
-    def check(self, spec: RunSpec, overwrite: bool) -> None:
-        pass
-
-    def store(self, spec: RunSpec, overwrite: bool) -> str | None:
-        return None
-
-    def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
-        pass
-
-
-RUN_SETTINGS = "run.json"
-LOCK_FILE = ".lock"
-
-
-class FolderWriter:
-    """``eval``: a folder holding ``episodes.jsonl``, ``run.json`` and, afterwards, the results."""
-
-    def __init__(self, out: str | Path):
-        self.out = Path(out)
-        self.episodes_path = self.out / "episodes.jsonl"
-
-    def lock(self) -> RunLock:
-        return RunLock(self.out / LOCK_FILE, f"output folder {self.out}")
-
-    def _outputs(self) -> list[Path]:
-        return sorted(p for p in self.out.iterdir() if p.name not in (RUN_SETTINGS, LOCK_FILE)
-                      and not p.name.startswith("replaced-") and not p.name.endswith(".tmp"))
-
-    def check(self, spec: RunSpec, overwrite: bool) -> None:
-        check_settings(self.out / RUN_SETTINGS, spec.settings(), self._outputs(), overwrite)
-
-    def store(self, spec: RunSpec, overwrite: bool) -> str | None:
-        return store_settings(self.out / RUN_SETTINGS, spec.settings(), self._outputs(), overwrite)
-
-    def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
-        pass
-
-
-class JsonlWriter:
-    """``rollout``: one resumable JSONL file, its settings (``.run.json``) and exact subset (``.manifest.json``) beside it."""
-
-    def __init__(self, path: str | Path, settings: dict[str, Any]):
-        self.episodes_path = Path(path)
-        self.settings = settings
-        self._outputs = [self.episodes_path, Path(f"{path}.manifest.json"), Path(f"{path}.torn")]
-        if self.episodes_path.is_dir():
-            raise PipelineError(f"--out {path} is a folder; rollout writes one JSONL file")
-
-    def lock(self) -> RunLock:
-        return RunLock(f"{self.episodes_path}.lock", f"episodes file {self.episodes_path}")
-
-    def check(self, spec: RunSpec, overwrite: bool) -> None:
-        check_settings(f"{self.episodes_path}.run.json", self.settings, self._outputs, overwrite)
-
-    def store(self, spec: RunSpec, overwrite: bool) -> str | None:
-        return store_settings(f"{self.episodes_path}.run.json", self.settings, self._outputs, overwrite)
-
-    def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
-        if prepared.manifest is None:
-            return
-        subset = prepared.subset()
-        subset.update({"indices": prepared.indices, "k": spec.k, "model": spec.model, "env": spec.env_id})
-        self.episodes_path.parent.mkdir(parents=True, exist_ok=True)
-        Path(f"{self.episodes_path}.manifest.json").write_text(json.dumps(subset, indent=1))
 
 
 # ----------------------------------------------------------------------------- the run

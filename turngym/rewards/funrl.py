@@ -8,8 +8,11 @@ env's gold outcome elsewhere), else 0. Train it with the ``egpo`` estimator for 
 paper's reward took the name). Each turn scores the mean of the components that apply to it:
 
 * ``well_formed``: the action parsed (no ``parse_error``);
-* ``executed``: the env ran the turn's calls without error (``tool_ok`` / ``exec_ok``
-  metrics; for a search, no retrieval error); only for turns that made calls;
+* ``executed``: the env ran the turn's calls without error, as the per-turn metric the env
+  declares says (``RewardNeeds.tool_ok_metrics``: Calculator and BFCL ``tool_ok``, MathCode
+  ``exec_ok``, SearchQA ``search_ok``); only for turns that made calls and on which the env
+  recorded that metric (SearchQA's answer call has none). A turn that made calls in an episode
+  whose env declares no such metric is an error, never a guess;
 * ``checker``: BFCL's verdict where the env records one: the user-turn check
   (``bfcl_turn_valid``) on the step that closed a multi-turn user turn, the outcome
   ``bfcl_valid`` on a single-turn BFCL episode.
@@ -30,24 +33,32 @@ from turngym.episode import Episode, Turn
 from turngym.rewards.base import GroupReward, GroupScores, final_turn_rewards, outcome_score
 
 
-def executed(turn: Turn) -> bool | None:
-    m = turn.metrics
-    for key in ("tool_ok", "exec_ok"):
-        if m.get(key) is not None:
-            return bool(m[key])
-    if m.get("action") == "search":
-        return turn.parse_error is None and "retrieval_error" not in m
-    return None
+def executed(episode: Episode, turn: Turn) -> bool | None:
+    """Whether the env ran the turn's calls without error, read from the metric its env declares;
+    None for a turn that made no calls or on which the env recorded no verdict."""
+    if not turn.tool_calls:
+        return None
+    needs = episode.needs("toolcall_dense reads whether a tool call ran from the metric the env declares.")
+    if not needs.tool_ok_metrics:
+        raise ValueError(f"toolcall_dense: turn {turn.index} of episode {episode.id} ({episode.env_id}) made tool calls, "
+                         "but its env declares no per-turn metric saying whether they ran (RewardNeeds.tool_ok_metrics; "
+                         "episodes of SearchQA-v0 written before it declared search_ok lack it): play them again "
+                         "or score them with a reward that does not read tool execution")
+    return needs.tool_succeeded(turn.metrics)
+
+
+def well_formed(turn: Turn) -> bool:
+    """The action parsed; a BFCL step that ends a user turn with plain text is a reply, not a malformed call."""
+    attempt = turn.action.strip().startswith("[") or "<tool_call>" in turn.action
+    bfcl_reply = "bfcl_user_turn" in turn.metrics and not turn.tool_calls and not attempt
+    return turn.parse_error is None or bfcl_reply
 
 
 def turn_components(episode: Episode, turn: Turn) -> dict[str, float]:
-    attempt = turn.action.strip().startswith("[") or "<tool_call>" in turn.action
-    bfcl_reply = "bfcl_user_turn" in turn.metrics and not turn.tool_calls and not attempt
-    parts = {"well_formed": float(turn.parse_error is None or bfcl_reply)}
-    if turn.tool_calls:
-        ok = executed(turn)
-        if ok is not None:
-            parts["executed"] = float(ok)
+    parts = {"well_formed": float(well_formed(turn))}
+    ok = executed(episode, turn)
+    if ok is not None:
+        parts["executed"] = float(ok)
     if turn.metrics.get("bfcl_checked"):
         parts["checker"] = float(bool(turn.metrics.get("bfcl_turn_valid")))
     elif "bfcl_valid" in episode.outcome and "bfcl_user_turn" not in turn.metrics and turn.index == len(episode.turns) - 1:
@@ -95,10 +106,10 @@ class FunRLReward(GroupReward):
     name: str = "funrl"
 
     def components(self, episode: Episode) -> dict[str, float]:
-        well_formed = all(turn_components(episode, t)["well_formed"] for t in episode.turns)
+        formed = all(well_formed(t) for t in episode.turns)
         if self.require_think:
-            well_formed = well_formed and all(any(m.strip() for m in _THINK.findall(t.action)) for t in episode.turns)
-        return {"format": float(bool(episode.turns) and well_formed),
+            formed = formed and all(any(m.strip() for m in _THINK.findall(t.action)) for t in episode.turns)
+        return {"format": float(bool(episode.turns) and formed),
                 "correct": float(outcome_score(episode, self.metric) == 1.0)}
 
     def score_episode(self, episode: Episode) -> list[float]:

@@ -1,0 +1,142 @@
+"""Where a run's output goes: the writers behind :func:`turngym.evals.pipeline.execute`.
+
+One writer per command: ``eval`` writes a folder (``episodes.jsonl``, ``run.json``, then ``results.json``,
+``report.md``, plots and ``view.html``), ``rollout`` one resumable JSONL file with its settings and subset
+beside it, ``play`` nothing. The pipeline only calls the :class:`Writer` methods, so the run flow and
+the file layout change apart.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from turngym.evals.pipeline import PipelineError
+from turngym.evals.runs import RunLock, check_settings, store_settings
+
+if TYPE_CHECKING:
+    from turngym.episode import Episode
+    from turngym.evals.pipeline import Prepared, RunSpec
+
+
+class Writer(Protocol):
+    """Where a run's episodes go: its lock, its stored settings, and what it writes before playing."""
+
+    episodes_path: Path | None
+
+    def lock(self) -> Any: ...
+
+    def check(self, spec: RunSpec, overwrite: bool) -> None: ...
+
+    def store(self, spec: RunSpec, overwrite: bool) -> str | None: ...
+
+    def before_run(self, spec: RunSpec, prepared: Prepared) -> None: ...
+
+
+class _NoLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class NoWriter:
+    """``play``: nothing is locked or stored; the command writes the one episode itself."""
+
+    episodes_path = None
+
+    def lock(self) -> Any:
+        return _NoLock()
+
+    def check(self, spec: RunSpec, overwrite: bool) -> None:
+        pass
+
+    def store(self, spec: RunSpec, overwrite: bool) -> str | None:
+        return None
+
+    def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
+        pass
+
+
+RUN_SETTINGS = "run.json"
+LOCK_FILE = ".lock"
+
+
+class FolderWriter:
+    """``eval``: a folder holding ``episodes.jsonl``, ``run.json`` and, afterwards, the results."""
+
+    def __init__(self, out: str | Path):
+        self.out = Path(out)
+        self.episodes_path = self.out / "episodes.jsonl"
+
+    def lock(self) -> RunLock:
+        return RunLock(self.out / LOCK_FILE, f"output folder {self.out}")
+
+    def _outputs(self) -> list[Path]:
+        return sorted(p for p in self.out.iterdir() if p.name not in (RUN_SETTINGS, LOCK_FILE)
+                      and not p.name.startswith("replaced-") and not p.name.endswith(".tmp"))
+
+    def check(self, spec: RunSpec, overwrite: bool) -> None:
+        check_settings(self.out / RUN_SETTINGS, spec.settings(), self._outputs(), overwrite)
+
+    def store(self, spec: RunSpec, overwrite: bool) -> str | None:
+        return store_settings(self.out / RUN_SETTINGS, spec.settings(), self._outputs(), overwrite)
+
+    def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
+        pass
+
+
+class JsonlWriter:
+    """``rollout``: one resumable JSONL file, its settings (``.run.json``) and exact subset (``.manifest.json``) beside it."""
+
+    def __init__(self, path: str | Path, settings: dict[str, Any]):
+        self.episodes_path = Path(path)
+        self.settings = settings
+        self._outputs = [self.episodes_path, Path(f"{path}.manifest.json"), Path(f"{path}.torn")]
+        if self.episodes_path.is_dir():
+            raise PipelineError(f"--out {path} is a folder; rollout writes one JSONL file")
+
+    def lock(self) -> RunLock:
+        return RunLock(f"{self.episodes_path}.lock", f"episodes file {self.episodes_path}")
+
+    def check(self, spec: RunSpec, overwrite: bool) -> None:
+        check_settings(f"{self.episodes_path}.run.json", self.settings, self._outputs, overwrite)
+
+    def store(self, spec: RunSpec, overwrite: bool) -> str | None:
+        return store_settings(f"{self.episodes_path}.run.json", self.settings, self._outputs, overwrite)
+
+    def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
+        if prepared.manifest is None:
+            return
+        subset = prepared.subset()
+        subset.update({"indices": prepared.indices, "k": spec.k, "model": spec.model, "env": spec.env_id})
+        self.episodes_path.parent.mkdir(parents=True, exist_ok=True)
+        Path(f"{self.episodes_path}.manifest.json").write_text(json.dumps(subset, indent=1))
+
+
+class EvalFolderWriter(FolderWriter):
+    """The eval folder; a resumed run first says how many corrupt lines it will play again."""
+
+    def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
+        from turngym.episode import read_episodes
+
+        if self.episodes_path.exists():
+            report = read_episodes(self.episodes_path)
+            if report.errors:
+                print(f"warning: {len(report.errors)} corrupt line(s) in {self.episodes_path} "
+                      f"(first: {report.errors[0]}); those episodes will be played again")
+
+
+def write_results(results: dict[str, Any], episodes: Sequence[Episode], out: Path) -> None:
+    """An eval folder's results: ``results.json`` (replaced whole), the episode viewer, and ``report.md`` with plots."""
+    from turngym.evals.report import render_eval_report
+    from turngym.evals.viewer import render_viewer  # the episodes turn by turn; report.md links it
+
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=1))
+    tmp.replace(out / "results.json")
+    render_viewer(episodes, out / "view.html", source="episodes.jsonl")
+    render_eval_report(results, episodes, out)
