@@ -41,6 +41,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--envs", default="searchqa", help="planted envs, comma-separated (searchqa, mathcode)")
+    ap.add_argument("--designs", default="random,contrast", help="planted designs, comma-separated")
     ap.add_argument("--groups", type=int, default=8)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--scorer", default='{"model": "qwen2.5-coder-0.5b-instruct", "prefix_cache_tokens": 40000}',
@@ -50,7 +51,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    cfg = BenchConfig(envs=tuple(args.envs.split(",")), groups=args.groups, k=args.k, designs=("random", "contrast"))
+    cfg = BenchConfig(envs=tuple(args.envs.split(",")), groups=args.groups, k=args.k, designs=tuple(args.designs.split(",")))
     built = build(cfg)
     print(f"built {sum(len(g) for g in built.values())} groups in {time.perf_counter() - start:.0f} s", flush=True)
     scorer = make_scorer(args.scorer)
