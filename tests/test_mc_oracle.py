@@ -212,3 +212,55 @@ def test_the_mc_creditbench_command_end_to_end(tmp_path, tiny_chat_policy):
     assert cost["continuations"] == sum(2 * (len(e.turns) + 1) for e in episodes)
     assert cost["restore_half_s"] > 0 and cost["replay_whole_s"] > 0 and cost["continuations_per_s"] > 0
     assert "## Cost" in (tmp_path / "mc" / "mc_oracle.md").read_text()
+
+
+def _write_calculator_episodes(path, tiny_chat_policy):
+    from turngym.episode import EpisodeWriter
+
+    runner = RolloutRunner(tiny_chat_policy, lambda: CalculatorEnv(max_turns=2), SamplingParams(max_new_tokens=4, seed=0), k=2)
+    with EpisodeWriter(path) as w:
+        for e in runner.run([0]):
+            w.write(e)
+
+
+def test_the_oracle_reads_a_rollout_files_settings_before_a_folders_run_json(tmp_path):
+    import json
+
+    from turngym.evals.mc_oracle import recorded_settings
+
+    episodes = tmp_path / "x.jsonl"
+    assert recorded_settings(episodes) == ({}, None)
+    (tmp_path / "run.json").write_text(json.dumps({"model": "folder"}))
+    assert recorded_settings(episodes) == ({"model": "folder"}, tmp_path / "run.json")
+    (tmp_path / "x.jsonl.run.json").write_text(json.dumps({"model": "rollout"}))
+    assert recorded_settings(episodes) == ({"model": "rollout"}, tmp_path / "x.jsonl.run.json")
+    (tmp_path / "x.jsonl.run.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"x\.jsonl\.run\.json.*not valid JSON"):
+        recorded_settings(episodes)
+
+
+def test_greedy_settings_and_a_resume_with_other_settings_are_refused_before_the_model_loads(tmp_path, tiny_chat_policy):
+    """A greedy recording (``turngym eval``'s default temperature 0) gives equal continuations and no standard error:
+    refused unless a temperature is given; a resumed oracle folder must keep its settings; the model defaults to the
+    recording's."""
+    import json
+
+    from turngym.agents.tiny import tiny_model_dir
+    from turngym.evals.mc_oracle import run_mc_creditbench
+    from turngym.evals.runs import RunError
+
+    episodes = tmp_path / "episodes.jsonl"
+    _write_calculator_episodes(episodes, tiny_chat_policy)
+    model = str(tiny_model_dir(chat=True))
+    (tmp_path / "run.json").write_text(json.dumps({"model": model, "env_kwargs": {"max_turns": 2},
+                                                   "sampling": {"temperature": 0.0, "max_new_tokens": 4}}))
+    with pytest.raises(ValueError, match="greedily"):
+        run_mc_creditbench(episodes, tmp_path / "mc", rollouts=2)
+    assert not (tmp_path / "mc" / "branches.jsonl").exists()
+    summary = run_mc_creditbench(episodes, tmp_path / "mc", rollouts=2, temperature=0.8)
+    assert summary["model"] == model and summary["sampling"]["temperature"] == 0.8
+    assert summary["settings_from"] == str(tmp_path / "run.json")
+    with pytest.raises(RunError, match="other settings"):
+        run_mc_creditbench(episodes, tmp_path / "mc", rollouts=2, temperature=1.0)
+    again = run_mc_creditbench(episodes, tmp_path / "mc", rollouts=2, temperature=0.8)  # same settings: resumes
+    assert again["cost"]["continuations"] == 0

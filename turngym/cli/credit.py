@@ -36,6 +36,7 @@ def cmd_mc_creditbench(args: argparse.Namespace) -> int:
     from turngym.evals.credit_table import parse_estimators
     from turngym.evals.mc_oracle import run_mc_creditbench
     from turngym.evals.pipeline import PipelineError, env_kwargs
+    from turngym.evals.runs import RunError
 
     if not args.episodes:
         raise SystemExit("error: --oracle mc needs --episodes FILE (e.g. a turngym eval run's episodes.jsonl)")
@@ -53,7 +54,7 @@ def cmd_mc_creditbench(args: argparse.Namespace) -> int:
                                      temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                                      concurrency=args.concurrency, seed=args.seed, scorer=args.scorer,
                                      progress=progress)
-    except (ValueError, FileNotFoundError, PolicyError, PipelineError) as exc:
+    except (ValueError, FileNotFoundError, PolicyError, PipelineError, RunError) as exc:
         raise SystemExit(f"error: {exc}") from None
     finally:
         bar.close()
@@ -151,7 +152,8 @@ def add_parser(sub: Any) -> None:
                          "mc: Monte-Carlo turn values of recorded episodes (--episodes) from branched continuations")
     cb.add_argument("--episodes", default=None, help="--oracle mc: the recorded episodes (JSONL, one env)")
     cb.add_argument("--rollouts", type=int, default=8, help="--oracle mc: continuations per prefix")
-    cb.add_argument("--model", default="qwen2.5-coder-0.5b-instruct", help="--oracle mc: the policy that continues")
+    cb.add_argument("--model", default=None,
+                    help="--oracle mc: the policy that continues (default: the episodes' run settings' model)")
     cb.add_argument("--env-arg", action="append", default=[], help="--oracle mc: env option key=value (default: run.json)")
     cb.add_argument("--temperature", type=float, default=None,
                     help="--oracle mc: sampling temperature (default: run.json's, else 1.0)")

@@ -137,21 +137,42 @@ def cost_markdown(cost: dict[str, Any], n_episodes: int) -> str:
             "state, reusing the recorded token ids).\n")
 
 
-def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: str, rewards: Sequence[str] = ("outcome",),
+MC_SETTINGS = "mc_settings.json"
+
+
+def recorded_settings(episodes_file: str | Path) -> tuple[dict[str, Any], Path | None]:
+    """The settings the episodes were recorded with: ``<file>.run.json`` (``turngym rollout``), else the
+    ``run.json`` beside them (``turngym eval``); ``({}, None)`` when there is neither."""
+    from turngym.evals.writers import RUN_SETTINGS
+
+    path = Path(episodes_file)
+    for candidate in (Path(f"{path}.run.json"), path.with_name(RUN_SETTINGS)):
+        if candidate.is_file():
+            try:
+                return json.loads(candidate.read_text()), candidate
+            except ValueError as exc:
+                raise ValueError(f"{candidate} (the episodes' run settings) is not valid JSON: {exc}") from None
+    return {}, None
+
+
+def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: str | None = None,
+                       rewards: Sequence[str] = ("outcome",),
                        estimators: Sequence[str] = (), env_kwargs: dict[str, Any] | None = None, rollouts: int = 8,
                        base_url: str | None = None, temperature: float | None = None, max_new_tokens: int | None = None,
                        concurrency: int = 8, seed: int = 0, scorer: str | None = None,
                        progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """``turngym creditbench --oracle mc``: the oracle on recorded episodes (one env), then every reward
-    wrapper × estimator and the label-free baselines against it. Env options and the sampling (temperature, tokens
-    per turn) default to the ``run.json`` beside the episodes (what ``turngym eval`` wrote), so the env renders the
-    prompts it recorded and the continuations value the policy that recorded them; else temperature 1, 256 tokens."""
+    wrapper × estimator and the label-free baselines against it. The model, env options and sampling (temperature,
+    tokens per turn) default to the episodes' run settings (:func:`recorded_settings`), so the env renders the prompts
+    it recorded and the continuations value the policy that recorded them; without settings, temperature 1 and 256
+    tokens, and the model must be given. A resumed ``out_dir`` must have the same settings (``mc_settings.json``)."""
     import gymnasium
 
     import turngym  # noqa: F401 - registers the envs
     from turngym.agents.loading import load_policy
     from turngym.agents.policy import SamplingParams
     from turngym.evals.ablate import make_wrappers
+    from turngym.evals.runs import check_settings, store_settings
 
     report = read_episodes(episodes_file)
     episodes = report.episodes
@@ -162,17 +183,29 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
         raise ValueError(f"the oracle runs one env at a time; {episodes_file} holds {sorted(env_ids)}")
     env_id = env_ids.pop()
     kwargs = dict(env_kwargs or {})
-    settings = Path(episodes_file).with_name("run.json")
-    recorded = json.loads(settings.read_text()) if settings.is_file() else {}
+    recorded, source = recorded_settings(episodes_file)
     if not kwargs:
         kwargs = dict(recorded.get("env_kwargs") or {})
     recorded_sampling = recorded.get("sampling") or {}
     temperature = float(recorded_sampling.get("temperature", 1.0)) if temperature is None else temperature
     max_new_tokens = int(recorded_sampling.get("max_new_tokens", 256)) if max_new_tokens is None else max_new_tokens
+    model = model or recorded.get("model")
+    if not model:
+        raise ValueError(f"no model recorded beside {episodes_file}: pass --model (the policy that continues)")
+    if temperature <= 0:
+        raise ValueError(f"temperature {temperature} ({'from ' + str(source) if source else 'given'}) samples greedily: "
+                         "every continuation of a prefix would be the same, so the oracle would have no standard "
+                         "error; pass --temperature > 0 (the recording policy's, if it sampled)")
+    settings = {"episodes": str(episodes_file), "env": env_id, "env_kwargs": kwargs, "model": model,
+                "base_url": base_url, "rollouts": rollouts,
+                "sampling": {"temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed}}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    check_settings(out / MC_SETTINGS, settings, [out / "branches.jsonl"])
+    store_settings(out / MC_SETTINGS, settings, [out / "branches.jsonl"])
     policy = load_policy(model, base_url=base_url)
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     make_env = lambda: gymnasium.make(env_id, **kwargs)  # noqa: E731
-    out = Path(out_dir)
     before = _branches_done(out)
     start = time.perf_counter()
     values = run_mc_oracle(episodes, policy, make_env, out_dir, rollouts, sampling, concurrency, seed, progress)
@@ -182,7 +215,7 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
     wrappers = make_wrappers(list(rewards), scorer=scorer)
     result = credit_against_oracle(episodes, values, wrappers, estimators)
     summary = {"env": env_id, "env_kwargs": kwargs, "model": model, "rollouts": rollouts, "episodes": len(episodes),
-               "sampling": {"temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed},
+               "sampling": settings["sampling"], "settings_from": str(source) if source else None,
                "cost": cost, **result}
     (out / "mc_oracle.json").write_text(json.dumps(summary, indent=1))
     (out / "mc_oracle.md").write_text(markdown(result, values, rollouts) + cost_markdown(cost, len(episodes)))
