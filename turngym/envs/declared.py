@@ -77,6 +77,12 @@ def fill_declared_needs(episodes: Sequence[Episode]) -> int:
     return filled
 
 
+def fill_needs(episodes: list[Episode]) -> list[Episode]:
+    """``episodes``, with :func:`fill_declared_needs` applied (for a caller that reads them itself)."""
+    fill_declared_needs(episodes)
+    return episodes
+
+
 def load_episodes(path: str | os.PathLike) -> ReadReport:
     """The valid episodes of ``path`` with declared needs filled in; corrupt lines and filled episodes are
     reported once on stdout. Raises ``ValueError`` when the file holds no valid episode."""
