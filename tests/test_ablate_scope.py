@@ -124,7 +124,7 @@ def test_every_command_that_reads_saved_episodes_fills_old_files_the_same_way(ep
     writer.close()
     report = load_episodes(path)
     assert [e.reward_needs is not None for e in report.episodes] == [True] * 3 + [False] * 3
-    assert "note: 3 episode(s) written before episodes carried reward_needs" in capsys.readouterr().out
+    assert "note: 3 episode(s) written before episodes carried reward_needs (or all its fields)" in capsys.readouterr().out
     html = write_viewer(path, tmp_path / "view.html").read_text()
     assert "3 episode(s) written before episodes carried reward_needs" in html
     (tmp_path / "empty.jsonl").write_text("")

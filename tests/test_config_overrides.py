@@ -60,7 +60,7 @@ def test_unknown_or_malformed_overrides_are_one_clear_error(tokens, message):
 def test_cli_hands_overrides_to_the_trainer_build(monkeypatch):
     seen = []
 
-    def fake_build(cfg):  # a fake of build_trainer: this test is about parsing, not training
+    def fake_build(cfg, progress=None):  # a fake of build_trainer: this test is about parsing, not training
         seen.append(cfg)
         raise ValueError("stop before training")
 

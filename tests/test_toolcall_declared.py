@@ -1,10 +1,13 @@
 """toolcall_dense reads tool success from the metric each env declares (``RewardNeeds.tool_ok_metrics``),
-not from metric names it guesses; funrl reads no tool metric at all.
+and a checker's verdict and which steps are replies to a user from what the env declares
+(``checker_metric`` / ``checker_outcome``, ``user_turn_metric``), not from metric names it guesses;
+funrl reads no tool metric at all.
 
-The reference below is the reward's code from before the declaration (it read ``tool_ok`` / ``exec_ok``
-and SearchQA's ``action`` / ``retrieval_error``), kept here only to show the scores did not move: every
-env plays scripted episodes that reach each outcome of a tool call (ran, failed, no call, malformed),
-and both versions score them.
+The reference below is the reward's code from before the declarations (it read ``tool_ok`` / ``exec_ok``,
+SearchQA's ``action`` / ``retrieval_error`` and BFCL's ``bfcl_checked`` / ``bfcl_turn_valid`` /
+``bfcl_user_turn`` / ``bfcl_valid``), kept here only to show the scores did not move: every env plays
+scripted episodes that reach each outcome of a tool call (ran, failed, no call, malformed) and of
+BFCL's checker (passed, failed, a plain reply), and both versions score them.
 """
 
 from __future__ import annotations
@@ -148,11 +151,17 @@ def test_every_env_scores_as_before_and_reads_its_declared_metric(episodes):
             assert dense.score_episode(view) == [sum(p.values()) / len(p) for p in before], env
             assert funrl.components(view)["format"] == before_funrl_format(ep), env
             seen |= {(env, p.get("executed")) for p in before}
+            seen |= {(env, "checker", p["checker"]) for p in before if "checker" in p}
+            seen |= {(env, "reply") for t, p in zip(ep.turns, before, strict=True)
+                     if t.parse_error is not None and p["well_formed"] == 1.0}
             declared = ep.reward_needs.tool_ok_metrics
             assert all(set(t.metrics) & set(declared) for t, p in zip(ep.turns, before, strict=True) if "executed" in p)
     # the episodes reach a tool that ran and one that failed in every env that runs tools
     for env in episodes:
         assert {(env, 1.0), (env, 0.0)} <= seen, (env, seen)
+    # BFCL's checker passes and fails, and a plain reply that did not parse as a call is well-formed
+    assert {("bfcl", "checker", 1.0), ("bfcl", "checker", 0.0), ("bfcl", "reply")} <= seen, seen
+    assert not any(s[1] == "checker" for s in seen if s[0] != "bfcl")
 
 
 def test_imported_episodes_score_as_before(tmp_path):
@@ -191,3 +200,103 @@ def test_a_turn_with_calls_and_no_declared_metric_is_an_error_not_a_guess():
     no_calls = Episode(id="n", env_id="turngym/Digits-v0", turns=[Turn(index=0, action="123")],
                        reward_needs=RewardNeeds(answer_kind="none", answer_cue="answer_tag"))
     assert get_reward("toolcall_dense").score_episode(no_calls) == [1.0]
+
+
+def test_the_checker_and_replies_are_read_from_the_declaration_not_from_bfcl_names(episodes):
+    """Multi-turn BFCL declares its per-turn check and its user turns, single-turn its outcome verdict:
+    renamed metrics are read under their declared names, and undeclared ones are not read at all."""
+    multi, single = episodes["bfcl"][0], episodes["bfcl"][1]
+    assert multi.reward_needs.checker_metric == "bfcl_turn_valid" and multi.reward_needs.user_turn_metric
+    assert single.reward_needs.checker_outcome == "bfcl_valid"
+    before = [turn_components(multi, t) for t in multi.turns]
+
+    renamed = Episode.from_dict(multi.to_dict())
+    renamed.reward_needs = RewardNeeds(answer_kind="calls", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",),
+                                       checker_metric="turn_check", user_turn_metric="asked")
+    for t in renamed.turns:
+        t.metrics = {{"bfcl_turn_valid": "turn_check", "bfcl_user_turn": "asked"}.get(k, k): v
+                     for k, v in t.metrics.items()}
+    assert [turn_components(renamed, t) for t in renamed.turns] == before
+
+    silent = Episode.from_dict(multi.to_dict())
+    silent.reward_needs = RewardNeeds(answer_kind="calls", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))
+    parts = [turn_components(silent, t) for t in silent.turns]
+    assert all("checker" not in p for p in parts)
+    replies = [i for i, (t, p) in enumerate(zip(multi.turns, before, strict=True))
+               if t.parse_error is not None and p["well_formed"] == 1.0]
+    assert replies and all(parts[i]["well_formed"] == 0.0 for i in replies)  # undeclared: a malformed call
+
+    wrong = episodes["bfcl"][2]  # a single-turn entry answered with no call: the checker fails it
+    one = Episode.from_dict(wrong.to_dict())
+    assert turn_components(one, one.turns[-1])["checker"] == 0.0
+    one.reward_needs = RewardNeeds(answer_kind="calls", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))
+    assert "checker" not in turn_components(one, one.turns[-1])
+
+
+def test_the_checker_is_never_read_from_the_truth_namespace(episodes):
+    """BFCL copies bfcl_turn_valid into the turn's truth; rewards see episodes without truth, and even with
+    it, a turn whose declared metric is gone has no checker verdict."""
+    multi = episodes["bfcl"][0]
+    assert any("bfcl_turn_valid" in t.truth for t in multi.turns)
+    [view] = reward_view([multi])
+    assert all(not t.truth for t in view.turns)
+    stripped = Episode.from_dict(multi.to_dict())
+    for t in stripped.turns:
+        t.metrics.pop("bfcl_turn_valid", None)
+    assert any("bfcl_turn_valid" in t.truth for t in stripped.turns)
+    assert all("checker" not in turn_components(stripped, t) for t in stripped.turns)
+
+
+def test_an_episode_written_before_the_checker_declaration_is_refused_not_rescored(episodes):
+    multi = episodes["bfcl"][0]
+    new = Episode.from_json(multi.to_json())
+    assert new.reward_needs == multi.reward_needs and not new.reward_needs.predates
+    assert "predates" not in multi.to_dict()["reward_needs"]
+    old = multi.to_dict()
+    for key in ("checker_metric", "checker_outcome", "user_turn_metric"):
+        old["reward_needs"].pop(key)
+    read = Episode.from_dict(old)
+    assert set(read.reward_needs.predates) == {"checker_metric", "checker_outcome", "user_turn_metric"}
+    assert Episode.from_json(read.to_json()).reward_needs.predates == read.reward_needs.predates  # kept on rewrite
+    with pytest.raises(MissingRewardNeeds, match="before envs declared checker_metric, checker_outcome.*play it again"):
+        get_reward("toolcall_dense").score_episode(read)
+    with pytest.raises(MissingRewardNeeds, match="user_turn_metric"):
+        get_reward("funrl").components(read)  # it has a step that did not parse: reply or malformed call?
+    parsed = Episode.from_dict({**old, "turns": [t for t in old["turns"] if t["parse_error"] is None]})
+    assert get_reward("funrl").components(parsed)["format"] == 1.0  # turns that parsed need no declaration
+
+
+def test_a_declaration_names_one_checker():
+    with pytest.raises(ValueError, match="not both"):
+        RewardNeeds(answer_kind="calls", answer_cue="answer_tag", checker_metric="a", checker_outcome="b")
+    with pytest.raises(ValueError, match="user_turn_metric must be a metric name"):
+        RewardNeeds(answer_kind="calls", answer_cue="answer_tag", user_turn_metric="")
+
+
+def test_commands_reading_old_bfcl_files_fill_the_declaration_of_each_episodes_category(episodes, tmp_path):
+    """ablate, view and scribe read saved episodes through load_episodes: an old BFCL file gets its
+    category's declaration (multi-turn or single-turn) and scores as the reward did before."""
+    import json
+
+    from turngym.envs.declared import load_episodes
+
+    dense = get_reward("toolcall_dense")
+    lines = []
+    for ep in episodes["bfcl"]:
+        d = ep.to_dict()
+        for key in ("checker_metric", "checker_outcome", "user_turn_metric"):
+            d["reward_needs"].pop(key)
+        lines.append(json.dumps(d))
+        lines.append(json.dumps({**ep.to_dict(), "id": ep.id + "-older", "reward_needs": None}))
+    unknown = {**episodes["bfcl"][0].to_dict(), "id": "adhoc", "task": {"id": "x", "dataset": "not_a_category"}}
+    unknown["reward_needs"].pop("checker_metric")
+    lines.append(json.dumps(unknown))
+    path = tmp_path / "old.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    *read, adhoc = load_episodes(path).episodes
+    for ep, again in zip([e for e in episodes["bfcl"] for _ in (0, 1)], read, strict=True):
+        assert again.reward_needs == ep.reward_needs and not again.reward_needs.predates
+        assert dense.score_episode(again) == [sum(p.values()) / len(p) for p in
+                                              (before_components(ep, t) for t in ep.turns)]
+    with pytest.raises(MissingRewardNeeds, match="checker_metric"):
+        dense.score_episode(adhoc)  # a category BFCL cannot name: still refused, never guessed

@@ -91,12 +91,27 @@ class RewardNeeds:
     - which observations are tool results (evidence): the observation of a turn that made tool
       calls and parsed, unless one of ``tool_ok_metrics`` is False or one of
       ``tool_error_metrics`` holds an error in the turn's metrics (then it is an error message).
+    - a checker's verdict, at most one of: ``checker_metric``, the per-turn metric holding the
+      verdict on the turns the env checked (True / False; absent or None: not checked), or
+      ``checker_outcome``, the outcome field holding one verdict on the whole episode, which counts
+      on its last turn. ``toolcall_dense`` reads it (:meth:`checker_verdict`).
+    - ``user_turn_metric``: the per-turn metric an env records on every step of a conversation
+      with several user turns; there a step that makes no call attempt is a reply to the user, so
+      it is well-formed though it parsed no call (:meth:`is_reply`).
+
+    ``predates`` lists the fields above that the file this declaration was read from did not have
+    (written by an older turngym); a reward that reads one of them refuses the episode
+    (:meth:`Episode.needs`) rather than read "none declared" into it.
     """
 
     answer_kind: str
     answer_cue: str
     tool_ok_metrics: tuple[str, ...] = ()
     tool_error_metrics: tuple[str, ...] = ()
+    checker_metric: str | None = None
+    checker_outcome: str | None = None
+    user_turn_metric: str | None = None
+    predates: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.answer_kind not in ANSWER_KINDS:
@@ -108,6 +123,17 @@ class RewardNeeds:
             if isinstance(value, str) or not all(isinstance(m, str) and m for m in value):
                 raise ValueError(f"{name} must be a sequence of metric names, got {value!r}")
             object.__setattr__(self, name, tuple(value))  # lists read back from JSON
+        for name in ("checker_metric", "checker_outcome", "user_turn_metric"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value):
+                raise ValueError(f"{name} must be a metric name or None, got {value!r}")
+        if self.checker_metric is not None and self.checker_outcome is not None:
+            raise ValueError("declare checker_metric (a verdict per checked turn) or checker_outcome (one verdict "
+                             "on the episode, counted on its last turn), not both")
+        unknown = sorted(set(self.predates) - set(LATER_NEEDS))
+        if unknown:
+            raise ValueError(f"predates names fields of the declaration: {LATER_NEEDS}, got {unknown}")
+        object.__setattr__(self, "predates", tuple(self.predates))
 
     def tool_succeeded(self, metrics: dict[str, Any]) -> bool | None:
         """The declared verdict on a turn's tool calls: True when every declared ``tool_ok_metrics`` the
@@ -120,11 +146,30 @@ class RewardNeeds:
         return any(metrics.get(m) is False for m in self.tool_ok_metrics) or \
             any(bool(metrics.get(m)) for m in self.tool_error_metrics)
 
+    def checker_verdict(self, turn_metrics: dict[str, Any], outcome: dict[str, Any], last: bool) -> bool | None:
+        """The declared checker's verdict on a turn (``last``: the episode's last turn); None: no verdict on it."""
+        if self.checker_metric is not None:
+            verdict = turn_metrics.get(self.checker_metric)
+            return None if verdict is None else bool(verdict)
+        if self.checker_outcome is not None and last and self.checker_outcome in outcome:
+            return bool(outcome[self.checker_outcome])
+        return None
+
+    def is_reply(self, turn_metrics: dict[str, Any]) -> bool:
+        """The turn is a step of a conversation with several user turns (where plain text replies to the user)."""
+        return self.user_turn_metric is not None and self.user_turn_metric in turn_metrics
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RewardNeeds:
         if not isinstance(d, dict):
             raise ValueError(f"reward_needs must be a mapping, got {type(d).__name__}")
-        return cls(**_known_fields(cls, d))
+        kwargs = _known_fields(cls, d)
+        kwargs["predates"] = tuple(sorted(set(kwargs.get("predates", ())) | {f for f in LATER_NEEDS if f not in d}))
+        return cls(**kwargs)
+
+
+# the declaration's fields added after episodes first carried it: a file without them predates them
+LATER_NEEDS = ("checker_metric", "checker_outcome", "user_turn_metric")
 
 
 # What an episode built in code (not played by an env) declares unless given its own: text answers
@@ -172,6 +217,8 @@ class Episode:
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
+        if d["reward_needs"] is not None and not d["reward_needs"]["predates"]:
+            del d["reward_needs"]["predates"]  # written only for a declaration read from an older file
         d["schema_version"] = SCHEMA_VERSION
         return d
 
@@ -215,12 +262,18 @@ class Episode:
         if finish_reason is not None:
             t.metrics.setdefault("finish_reason", finish_reason)
 
-    def needs(self, purpose: str) -> RewardNeeds:
-        """The env's declaration, or a clear error saying what needs it (``purpose``) and what to do."""
+    def needs(self, purpose: str, reads: Sequence[str] = ()) -> RewardNeeds:
+        """The env's declaration, or a clear error saying what needs it (``purpose``) and what to do;
+        ``reads``: the declaration's fields the caller reads, refused when the episode's file predates them."""
         if self.reward_needs is None:
             raise MissingRewardNeeds(
                 f"episode {self.id} ({self.env_id}) does not declare what rewards need: it was written by a turngym "
                 f"from before episodes carried 'reward_needs'. {purpose}")
+        older = [f for f in reads if f in self.reward_needs.predates]
+        if older:
+            raise MissingRewardNeeds(
+                f"episode {self.id} ({self.env_id}) was written by a turngym from before envs declared "
+                f"{', '.join(older)} (RewardNeeds): play it again. {purpose}")
         return self.reward_needs
 
     @classmethod

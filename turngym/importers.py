@@ -132,9 +132,9 @@ def target(env: str) -> Target:
 
         return Target("turngym/SearchQA-v0", SearchQAEnv.reward_needs, _searchqa_finish, _searchqa_metrics)
     if name == "BFCL-v0":
-        from turngym.envs.bfcl.modes import CALL_ANSWERS
+        from turngym.envs.bfcl.modes import TURN_CALL_ANSWERS  # a conversation, as BFCL's multi-turn entries
 
-        return Target("turngym/BFCL-v0", CALL_ANSWERS, _bfcl_finish, _bfcl_metrics)
+        return Target("turngym/BFCL-v0", TURN_CALL_ANSWERS, _bfcl_finish, _bfcl_metrics)
     raise TrajectoryError(f"--env {env!r}: trajectories can be imported into SearchQA-v0 or BFCL-v0")
 
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._common import log_trackers
+from turngym.cli._common import attempt, fail, log_trackers
 from turngym.evals.trackers import add_tracker_arguments
 
 
@@ -15,12 +15,9 @@ def cmd_exact_creditbench(args: argparse.Namespace) -> int:
     """``--oracle exact``: estimators' expected gradients against the exact policy gradient (turngym.oracles)."""
     from turngym.evals.exact_oracle import run_exact
 
-    try:
-        sizes = tuple(int(b) for b in args.batch_sizes.split(",") if b.strip())
-        summary = run_exact(batch_sizes=sizes, batches=args.seeds, group_size=args.group_size, seed=args.seed,
-                            out_dir=args.out)
-    except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from None
+    summary = attempt(lambda: run_exact(batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",") if b.strip()),
+                                        batches=args.seeds, group_size=args.group_size, seed=args.seed,
+                                        out_dir=args.out), ValueError)
     for r in summary["rows"]:
         cos = "–" if r["cosine"] is None else f"{r['cosine']:.4f}"
         print(f"{r['setting']:23s} {r['estimator']:14s} B={r['batch_size']:<5d} cos {cos}")
@@ -39,7 +36,7 @@ def cmd_mc_creditbench(args: argparse.Namespace) -> int:
     from turngym.evals.runs import RunError
 
     if not args.episodes:
-        raise SystemExit("error: --oracle mc needs --episodes FILE (e.g. a turngym eval run's episodes.jsonl)")
+        fail("--oracle mc needs --episodes FILE (e.g. a turngym eval run's episodes.jsonl)")
     bar = tqdm(desc="branches", unit="rollout", dynamic_ncols=True)
 
     def progress(done: int, total: int) -> None:
@@ -48,14 +45,12 @@ def cmd_mc_creditbench(args: argparse.Namespace) -> int:
         bar.refresh()
 
     try:
-        summary = run_mc_creditbench(args.episodes, args.out, args.model, [r for r in args.rewards.split(",") if r],
-                                     estimators=parse_estimators(args.estimators),
-                                     env_kwargs=env_kwargs(args.env_arg) or None, rollouts=args.rollouts,
-                                     temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                                     concurrency=args.concurrency, seed=args.seed, scorer=args.scorer,
-                                     progress=progress)
-    except (ValueError, FileNotFoundError, PolicyError, PipelineError, RunError) as exc:
-        raise SystemExit(f"error: {exc}") from None
+        summary = attempt(lambda: run_mc_creditbench(
+            args.episodes, args.out, args.model, [r for r in args.rewards.split(",") if r],
+            estimators=parse_estimators(args.estimators), env_kwargs=env_kwargs(args.env_arg) or None,
+            rollouts=args.rollouts, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+            concurrency=args.concurrency, seed=args.seed, scorer=args.scorer, progress=progress),
+            ValueError, FileNotFoundError, PolicyError, PipelineError, RunError)
     finally:
         bar.close()
     print(f"{summary['episodes']} episodes, {summary['rollouts']} continuations per prefix")
@@ -74,7 +69,8 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
     from turngym.evals.creditbench import ENVS, BenchConfig, build, run_creditbench
 
     names = [r.strip() for r in args.rewards.split(",") if r.strip()]
-    try:
+
+    def bench() -> dict[str, Any]:
         cfg = BenchConfig(envs=tuple(e.strip() for e in args.envs.split(",") if e.strip()) or ENVS, groups=args.groups,
                           k=args.k, seed=args.seed, p_useful=args.p_useful, noise=args.noise,
                           retriever=None if args.index == "default" else args.index,
@@ -89,10 +85,10 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
         episodes = [e for groups in built.values() for g in groups for e in g]
         wrappers = make_wrappers(names, scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_episodes=episodes,
                                  tokens="text")  # scripted episodes carry text, not a policy's ids
-        summary = run_creditbench(cfg, wrappers, args.out, n_boot=args.bootstrap, built=built, build_s=build_s,
-                                  progress=clock.stage)
-    except (FileNotFoundError, ValueError, RuntimeError) as exc:
-        raise SystemExit(f"error: {exc}") from None
+        return run_creditbench(cfg, wrappers, args.out, n_boot=args.bootstrap, built=built, build_s=build_s,
+                               progress=clock.stage)
+
+    summary = attempt(bench, FileNotFoundError, ValueError, RuntimeError)
     for env_name, e in summary["envs"].items():
         for name, w in e["wrappers"].items():
             if "error" in w:
@@ -114,10 +110,8 @@ def cmd_main_job(args: argparse.Namespace) -> int:
                         bench_k=args.bench_k, seed=args.seed, setup_s=args.setup_s,
                         bench_envs=tuple(e.strip() for e in args.bench_envs.split(",") if e.strip()),
                         scorer_dtype=args.scorer_dtype, prefix_cache_tokens=args.prefix_cache_tokens)
-    try:
-        path = run_main_job(cfg, progress=lambda name: BarProgress(desc=name))
-    except (FileNotFoundError, ValueError, RuntimeError) as exc:
-        raise SystemExit(f"error: {exc}") from None
+    path = attempt(lambda: run_main_job(cfg, progress=lambda name: BarProgress(desc=name)),
+                   FileNotFoundError, ValueError, RuntimeError)
     print(f"report: {path}")
     return 0
 

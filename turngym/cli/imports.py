@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from turngym.cli._common import fail
+from turngym.cli._common import attempt
 
 COMMANDS = ("import",)
 
@@ -30,18 +30,17 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turngym.importers import Fields, import_agentprocessbench, import_messages
+    from turngym.importers import Fields, ImportSummary, import_agentprocessbench, import_messages
 
-    try:
+    def imported() -> ImportSummary:
         if args.import_kind == "agentprocessbench":
-            s = import_agentprocessbench(args.file, args.out, overwrite=args.overwrite)
-        else:
-            fields = Fields(messages=args.messages_field, labels=args.labels_field, question=args.question_field,
-                            answers=args.answers_field, id=args.id_field, final_label=args.final_label_field)
-            s = import_messages(args.file, args.out, args.env, fields, source=args.source, dataset=args.dataset,
-                                overwrite=args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError) as exc:
-        fail(exc)
+            return import_agentprocessbench(args.file, args.out, overwrite=args.overwrite)
+        fields = Fields(messages=args.messages_field, labels=args.labels_field, question=args.question_field,
+                        answers=args.answers_field, id=args.id_field, final_label=args.final_label_field)
+        return import_messages(args.file, args.out, args.env, fields, source=args.source, dataset=args.dataset,
+                               overwrite=args.overwrite)
+
+    s = attempt(imported, FileNotFoundError, FileExistsError, ValueError)
     labels = ", ".join(f"{v:+d}: {c}" if v else f"0: {c}" for v, c in sorted(s.labels.items()))
     print(f"wrote {s.written} episode(s) to {s.out} (step labels {labels or 'none'})")
     for ds, c in sorted(s.skipped.items()):

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._common import add_batching, add_env_args, add_model_args, fail, log_trackers
+from turngym.cli._common import add_batching, add_env_args, add_model_args, attempt, fail, log_trackers
 from turngym.evals.trackers import add_tracker_arguments
 
 COMMANDS = ("play", "rollout", "eval")
@@ -61,10 +61,8 @@ def run(args: argparse.Namespace) -> int:
     from turngym.agents.policy import PolicyError
     from turngym.evals.pipeline import PipelineError
 
-    try:
-        return {"play": _play, "rollout": _rollout, "eval": _eval}[args.command](args)
-    except (PipelineError, PolicyError, FileNotFoundError) as exc:
-        fail(exc)
+    command = {"play": _play, "rollout": _rollout, "eval": _eval}[args.command]
+    return attempt(lambda: command(args), PipelineError, PolicyError, FileNotFoundError)
 
 
 def _spec(args: argparse.Namespace, env: str | None = None, dataset: str | None = None, **fields: Any):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from turngym.cli._common import HelpFormatter, fail
+from turngym.cli._common import HelpFormatter, attempt
 
 COMMANDS = ("train",)
 
@@ -45,14 +45,14 @@ def run(args: argparse.Namespace) -> int:
     from turngym.training.config import TrainConfig, build_trainer
     from turngym.training.overrides import apply_overrides, parse_overrides
 
-    try:
+    def build():
         cfg = TrainConfig.load(args.config)
         apply_overrides(cfg, parse_overrides(args.overrides))
         if args.allow_eval_overlap:
             cfg.data["eval_overlap"] = "allow"
-        trainer = build_trainer(cfg, progress=clock.stage)
-    except (FileNotFoundError, ValueError) as exc:
-        fail(exc)
+        return build_trainer(cfg, progress=clock.stage)
+
+    trainer = attempt(build, FileNotFoundError, ValueError)
     from turngym.training.progress import StepLines
 
     trainer.add_callback(StepLines(clock, trainer))

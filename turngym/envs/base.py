@@ -155,6 +155,13 @@ class TextEnv(gym.Env):
 
     # -------------------------------------------------------------- subclass API
 
+    @classmethod
+    def declared_needs(cls, episode: Episode) -> RewardNeeds | None:
+        """The declaration this env writes into an episode like ``episode``, for files written before
+        episodes carried all of it; an env whose declaration depends on its configuration reads that
+        configuration from the episode (None: it cannot tell)."""
+        return cls.reward_needs
+
     def num_items(self) -> int:
         raise NotImplementedError
 

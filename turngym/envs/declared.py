@@ -1,14 +1,16 @@
 """Reading saved episodes for scoring and viewing: one step shared by every command that does so.
 
-Files written before episodes carried ``reward_needs`` get their registered env class's declaration
-(what that env now writes into every episode), so ablate, the viewer and the SCRIBE commands read the
-same file the same way and say once that they filled it. Files written before turns carried ``truth``
-get the truth keys their registered env declares (``truth_keys``) copied from the turns' metrics,
-where those envs used to record them (source "env"); nothing is guessed for an undeclared key.
+Files written before episodes carried ``reward_needs``, or before it had all its fields, get their
+registered env class's declaration for what they lack (what that env now writes into such an
+episode), so ablate, the viewer and the SCRIBE commands read the same file the same way and say
+once that they filled it. Files written before turns carried ``truth`` get the truth keys their
+registered env declares (``truth_keys``) copied from the turns' metrics, where those envs used to
+record them (source "env"); nothing is guessed for an undeclared key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 
@@ -56,18 +58,29 @@ def fill_declared_truth(episodes: Sequence[Episode]) -> int:
 
 
 def fill_declared_needs(episodes: Sequence[Episode]) -> int:
-    """Give each episode without ``reward_needs`` its registered env class's declaration. Envs that are not
-    registered are left alone, so a reward that needs the declaration still says so. Returns how many were filled."""
+    """Give each episode without ``reward_needs`` its registered env class's declaration for it
+    (:meth:`TextEnv.declared_needs`), and one whose declaration predates some of its fields those fields.
+    Episodes of envs that are not registered, or that cannot tell, are left alone, so a reward that needs
+    the declaration still says so. Returns how many were filled."""
     filled = 0
     for ep in episodes:
-        if ep.reward_needs is not None:
+        old = ep.reward_needs
+        if old is not None and not old.predates:
             continue
         cls = _env_class(ep.env_id)
-        needs = cls.reward_needs if cls is not None else None
-        if needs is not None:
-            ep.reward_needs = needs
-            filled += 1
+        needs = cls.declared_needs(ep) if cls is not None else None
+        if needs is None:
+            continue
+        ep.reward_needs = needs if old is None else \
+            dataclasses.replace(old, **{f: getattr(needs, f) for f in old.predates}, predates=())
+        filled += 1
     return filled
+
+
+def fill_needs(episodes: list[Episode]) -> list[Episode]:
+    """``episodes``, with :func:`fill_declared_needs` applied (for a caller that reads them itself)."""
+    fill_declared_needs(episodes)
+    return episodes
 
 
 def load_episodes(path: str | os.PathLike) -> ReadReport:
@@ -80,8 +93,8 @@ def load_episodes(path: str | os.PathLike) -> ReadReport:
         raise ValueError(f"no valid episodes in {path}")
     filled = fill_declared_needs(report.episodes)
     if filled:
-        print(f"note: {filled} episode(s) written before episodes carried reward_needs: their registered env's "
-              "declaration is used")
+        print(f"note: {filled} episode(s) written before episodes carried reward_needs (or all its fields): their "
+              "registered env's declaration is used for what they lack")
     truth = fill_declared_truth(report.episodes)
     if truth:
         print(f"note: {truth} episode(s) written before turns carried truth: the truth keys their registered env "

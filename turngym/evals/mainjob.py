@@ -83,6 +83,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str
     """``policy``: an already loaded agent (then ``cfg.model`` only names it); ``progress(name)``: how each
     env's eval reports its turns and episodes (turngym.evals.pipeline.RunProgress)."""
     from turngym.agents.loading import load_policy, model_identity
+    from turngym.envs.declared import fill_needs
     from turngym.episode import read_episodes
     from turngym.evals.ablate import ablate, make_wrappers
     from turngym.evals.creditbench import BenchConfig, run_creditbench
@@ -111,7 +112,8 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str
         results[r.name] = run_eval(spec, out / r.name, policy=policy, progress=progress(r.name) if progress else None)
         times["generation_s"][r.name] = round(time.perf_counter() - t0, 1)
         times["cpu_s"][f"generation: {r.name}"] = round(time.process_time() - c0, 1)
-        episodes += read_episodes(out / r.name / "episodes.jsonl").episodes
+        # a resumed run may hold episodes an older turngym wrote: their env's declaration fills what they lack
+        episodes += fill_needs(read_episodes(out / r.name / "episodes.jsonl").episodes)
         print(f"[main-job] {r.name}: " + ", ".join(f"{k} {v['value']:.3f}" for k, v in results[r.name]["metrics"].items()
                                                    if isinstance(v, dict) and "value" in v), flush=True)
     names = list(cfg.rewards) + (["scribe"] if cfg.scribe else [])

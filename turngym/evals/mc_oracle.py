@@ -171,11 +171,12 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
     import turngym  # noqa: F401 - registers the envs
     from turngym.agents.loading import load_policy
     from turngym.agents.policy import SamplingParams
+    from turngym.envs.declared import fill_needs
     from turngym.evals.ablate import make_wrappers
     from turngym.evals.runs import check_settings, store_settings
 
     report = read_episodes(episodes_file)
-    episodes = report.episodes
+    episodes = fill_needs(report.episodes)  # recorded by an older turngym: their env's declaration fills what they lack
     if not episodes:
         raise ValueError(f"{episodes_file} holds no episodes")
     env_ids = {e.env_id for e in episodes}

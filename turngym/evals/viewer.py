@@ -93,8 +93,8 @@ def _read_run(episodes_path: str | Path, ablation_dir: str | Path | None,
         if report.errors else []
     filled = fill_declared_needs(report.episodes)
     if filled:
-        notes.append(f"{filled} episode(s) written before episodes carried reward_needs: their registered env's "
-                     "declaration is used")
+        notes.append(f"{filled} episode(s) written before episodes carried reward_needs (or all its fields): their "
+                     "registered env's declaration is used for what they lack")
     return report.episodes, records, notes
 
 

@@ -13,13 +13,15 @@ paper's reward took the name). Each turn scores the mean of the components that 
   ``exec_ok``, SearchQA ``search_ok``); only for turns that made calls and on which the env
   recorded that metric (SearchQA's answer call has none). A turn that made calls in an episode
   whose env declares no such metric is an error, never a guess;
-* ``checker``: BFCL's verdict where the env records one: the user-turn check
-  (``bfcl_turn_valid``) on the step that closed a multi-turn user turn, the outcome
-  ``bfcl_valid`` on a single-turn BFCL episode.
+* ``checker``: the verdict of the checker the env declares (``RewardNeeds.checker_metric`` or
+  ``checker_outcome``): BFCL's user-turn check on the step that closed a multi-turn user turn,
+  its outcome verdict on the last (only) turn of a single-turn entry.
 
-A BFCL step that ends a user turn with plain text is a reply, not a malformed call, so it
-is well-formed; one that starts a call (``[`` or ``<tool_call>``) and fails to decode is not. Rewards are in [0, 1];
-no outcome term.
+In a conversation with several user turns (the env declares ``RewardNeeds.user_turn_metric``,
+as BFCL's multi-turn and memory categories do) a step that ends a user turn with plain text is a
+reply, not a malformed call, so it is well-formed; one that starts a call (``[`` or
+``<tool_call>``) and fails to decode is not. Rewards are in [0, 1]; no outcome term. The reward
+reads no env's metric names: only the ones its episodes' env declares.
 """
 
 from __future__ import annotations
@@ -47,22 +49,32 @@ def executed(episode: Episode, turn: Turn) -> bool | None:
     return needs.tool_succeeded(turn.metrics)
 
 
-def well_formed(turn: Turn) -> bool:
-    """The action parsed; a BFCL step that ends a user turn with plain text is a reply, not a malformed call."""
+def well_formed(episode: Episode, turn: Turn) -> bool:
+    """The action parsed; in a conversation with several user turns (declared by the env), a step that ends
+    a user turn with plain text is a reply, not a malformed call."""
+    if turn.parse_error is None:
+        return True
+    needs = episode.needs("A turn that did not parse is a reply to the user only where the env declares "
+                          "user turns (RewardNeeds.user_turn_metric).", reads=("user_turn_metric",))
     attempt = turn.action.strip().startswith("[") or "<tool_call>" in turn.action
-    bfcl_reply = "bfcl_user_turn" in turn.metrics and not turn.tool_calls and not attempt
-    return turn.parse_error is None or bfcl_reply
+    return needs.is_reply(turn.metrics) and not turn.tool_calls and not attempt
+
+
+def checker(episode: Episode, turn: Turn) -> bool | None:
+    """The verdict of the checker the env declares on this turn; None where it gave none."""
+    needs = episode.needs("toolcall_dense reads a checker's verdict from the metric or outcome the env declares.",
+                          reads=("checker_metric", "checker_outcome"))
+    return needs.checker_verdict(turn.metrics, episode.outcome, last=turn.index == len(episode.turns) - 1)
 
 
 def turn_components(episode: Episode, turn: Turn) -> dict[str, float]:
-    parts = {"well_formed": float(well_formed(turn))}
+    parts = {"well_formed": float(well_formed(episode, turn))}
     ok = executed(episode, turn)
     if ok is not None:
         parts["executed"] = float(ok)
-    if turn.metrics.get("bfcl_checked"):
-        parts["checker"] = float(bool(turn.metrics.get("bfcl_turn_valid")))
-    elif "bfcl_valid" in episode.outcome and "bfcl_user_turn" not in turn.metrics and turn.index == len(episode.turns) - 1:
-        parts["checker"] = float(bool(episode.outcome["bfcl_valid"]))
+    verdict = checker(episode, turn)
+    if verdict is not None:
+        parts["checker"] = float(verdict)
     return parts
 
 
@@ -106,7 +118,7 @@ class FunRLReward(GroupReward):
     name: str = "funrl"
 
     def components(self, episode: Episode) -> dict[str, float]:
-        formed = all(well_formed(t) for t in episode.turns)
+        formed = all(well_formed(episode, t) for t in episode.turns)
         if self.require_think:
             formed = formed and all(any(m.strip() for m in _THINK.findall(t.action)) for t in episode.turns)
         return {"format": float(bool(episode.turns) and formed),

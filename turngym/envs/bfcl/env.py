@@ -40,11 +40,13 @@ from typing import Any
 
 from turngym.envs.base import ActionResult, TextEnv
 from turngym.envs.bfcl.calls import TOOL_FORMATS
+from turngym.envs.bfcl.categories import CATEGORIES
 from turngym.envs.bfcl.data import BFCLCategory, is_memory, is_multi_turn, language_of, load_category
 from turngym.envs.bfcl.execution import BackendSession
 from turngym.envs.bfcl.formats import FORMATS, ToolFormat
-from turngym.envs.bfcl.modes import CALL_ANSWERS, BFCLSetup, EpisodeContext, Memory, Mode, MultiTurn, SingleTurn
+from turngym.envs.bfcl.modes import CALL_ANSWERS, BFCLSetup, EpisodeContext, Mode, mode_class
 from turngym.envs.bfcl.upstream import bfcl_project_root
+from turngym.episode import Episode, RewardNeeds
 
 # bfcl-eval shows tool results uncut; a backend can return megabytes (e.g. ``cat`` of a file the agent
 # wrote), so what the agent sees and the turn records is capped (None: uncut, as bfcl-eval)
@@ -63,8 +65,9 @@ class BFCLEnv(TextEnv):
     observation_role = "user"
     outcome_metric = "bfcl_valid"  # bfcl-eval's verdict
     reward_needs = CALL_ANSWERS
-    # the checker's verdict on the step that closes a user turn; also the metric toolcall_dense reads
-    # (a reward input by design), so credit against it is circular for that reward
+    # the checker's verdict on the step that closes a user turn; also the checker the multi-turn modes declare
+    # (RewardNeeds.checker_metric), which toolcall_dense reads (a reward input by design), so credit
+    # against it is circular for that reward
     truth_keys = ("bfcl_turn_valid",)
 
     def __init__(self, category: str = "multi_turn_base", tool_format: str = "prompting",
@@ -90,9 +93,15 @@ class BFCLEnv(TextEnv):
         self.memory_dir = Path(memory_dir) if memory_dir else bfcl_project_root() / "memory"
         self.format: ToolFormat = FORMATS[tool_format]()
         setup = BFCLSetup(category, tool_format, self.format, self.data, self.memory_dir)
-        self.mode: Mode = (Memory if self.memory else MultiTurn if self.multi_turn else SingleTurn)(setup)
+        self.mode: Mode = mode_class(category)(setup)
         self.reward_needs = self.mode.reward_needs
         self.context: EpisodeContext | None = None  # the current episode's entry, ground truth and name map
+
+    @classmethod
+    def declared_needs(cls, episode: Episode) -> RewardNeeds | None:
+        """The declaration of the episode's category's protocol (its task's ``dataset``); None for another name."""
+        category = episode.task.get("dataset")
+        return mode_class(category).reward_needs if category in CATEGORIES else None
 
     # ------------------------------------------------------------------ dataset
 

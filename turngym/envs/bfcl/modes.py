@@ -20,15 +20,21 @@ from typing import Any
 from turngym.envs.base import ActionResult
 from turngym.envs.bfcl.calls import Decoded
 from turngym.envs.bfcl.categories import RELEVANCE
-from turngym.envs.bfcl.data import BFCLCategory, MemoryOrderError, language_of
+from turngym.envs.bfcl.data import BFCLCategory, MemoryOrderError, is_memory, is_multi_turn, language_of
 from turngym.envs.bfcl.execution import BackendSession, is_error_result
 from turngym.envs.bfcl.formats import ToolFormat
 from turngym.envs.bfcl.upstream import CHECKER_MODEL_NAME, bfcl
 from turngym.episode import RewardNeeds
 
-CALL_ANSWERS = RewardNeeds(answer_kind="calls", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))
-# memory questions are answered in the last reply's text (bfcl-eval's agentic checker)
-TEXT_ANSWERS = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))
+# a single-turn entry: one action, its calls checked as a whole (the outcome's bfcl-eval verdict)
+CALL_ANSWERS = RewardNeeds(answer_kind="calls", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",),
+                           checker_outcome="bfcl_valid")
+# a multi-turn conversation: each step records its user turn; the step that closes one records its check
+TURN_CALL_ANSWERS = RewardNeeds(answer_kind="calls", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",),
+                                checker_metric="bfcl_turn_valid", user_turn_metric="bfcl_user_turn")
+# memory questions are answered in the last reply's text (bfcl-eval's agentic checker): no per-turn check
+TEXT_ANSWERS = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",),
+                           user_turn_metric="bfcl_user_turn")
 
 
 def answer_json(calls: Any) -> str:
@@ -156,6 +162,8 @@ class SingleTurn(Mode):
 class MultiTurn(Mode):
     """bfcl-eval's inference loop: up to 20 steps of calls per user turn; a step without a decodable
     call ends the user turn, which is then checked (state and response)."""
+
+    reward_needs = TURN_CALL_ANSWERS
 
     def on_reset(self) -> None:
         setup, ctx = self.setup, self.ctx
@@ -324,6 +332,11 @@ class Memory(MultiTurn):
             # (bfcl-eval's own handler calls this private method; the backend has no public one)
             next(iter(self.session.instances.values()))._flush_memory_to_local_file()
         self.close_session()
+
+
+def mode_class(category: str) -> type[Mode]:
+    """The protocol of a category: memory, a multi-turn conversation, or a single-turn entry."""
+    return Memory if is_memory(category) else MultiTurn if is_multi_turn(category) else SingleTurn
 
 
 def ast_verdict(category: str, functions: list[dict[str, Any]], decoded: Decoded,
