@@ -33,10 +33,13 @@ SERVE_STARTUP_S = 600  # a cold start on two busy cores can take minutes
 
 
 @pytest.fixture(scope="session")
-def served():
+def served(tmp_path_factory):
     """(base_url, model name) of a running ``transformers serve`` on 127.0.0.1 pinned to the tiny local
     chat model (offline: no hub). A real OpenAI-compatible server speaking the common API only: it
-    answers HTTP 422 to fields it does not know and returns no token ids. One server for the session."""
+    answers HTTP 422 to fields it does not know and returns no token ids. One server for the session.
+
+Its log (a line per request) goes to a file, not a pipe: a pipe nobody reads fills after ~64 KiB and the
+server, and with it the suite, would block on its next log line. A failure shows the log's tail."""
     import socket
     import subprocess
     import sys
@@ -53,23 +56,30 @@ def served():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    log_path = tmp_path_factory.mktemp("serve") / "stderr.log"
+    log = log_path.open("w", encoding="utf-8")
+
+    def log_tail() -> str:
+        log.flush()
+        return log_path.read_text(encoding="utf-8", errors="replace")[-2000:]
+
     proc = subprocess.Popen([sys.executable, "-c", "from transformers.cli.transformers import main; main()",
                              "serve", model_dir, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
                              "--dtype", "float32"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.DEVNULL, stderr=log)
     root = f"http://127.0.0.1:{port}"
     deadline = time.time() + SERVE_STARTUP_S
     try:
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"transformers serve exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+                pytest.fail(f"transformers serve exited with {proc.returncode}: {log_tail()}")
             try:
                 if httpx.get(f"{root}/health", timeout=5).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.time() > deadline:
-                pytest.fail(f"transformers serve did not come up within {SERVE_STARTUP_S} s")
+                pytest.fail(f"transformers serve did not come up within {SERVE_STARTUP_S} s: {log_tail()}")
             time.sleep(1)
         yield f"{root}/v1", model_dir
     finally:
@@ -79,6 +89,7 @@ def served():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()
 
 
 @pytest.fixture(scope="session")

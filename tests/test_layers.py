@@ -1,5 +1,5 @@
 """Imports follow the data: no module imports a later stage, and the import graph has no cycle;
-no module reaches a private attribute of another module's object.
+no module reaches a private attribute of another module's object, nor imports a private module of another package.
 
 Stages, in the order data flows (docs/ARCHITECTURE.md): grading, episode, corpora → envs →
 agents (rollout) → rewards → training, evals → cli. Every import of a turngym module counts,
@@ -25,7 +25,7 @@ PACKAGE = Path(turngym.__file__).resolve().parent
 
 # The first dotted part under ``turngym`` names the stage; top-level modules are listed whole.
 STAGES = {
-    "_version": 0, "cache": 0, "registry": 0, "extras": 0,
+    "_version": 0, "cache": 0, "registry": 0, "extras": 0, "progress": 0,
     "procs": 0, "grading": 0, "oracles": 0, "truth": 0, "episode": 0, "corpora": 0,
     "sandbox": 0,  # code sandboxes: below the envs that run cells in them
     "envs": 1,
@@ -111,6 +111,32 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
 def test_no_module_imports_a_later_stage():
     bad = layer_violations(GRAPH)
     assert not bad, "imports against the data flow:\n" + "\n".join(bad)
+
+
+def private_module_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a ``_private`` module from outside the package that holds it (``turngym.cli._progress``
+    from ``turngym.training``): a private module is its package's own; what others need belongs in a public one."""
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            parts = dep.split(".")
+            for i, part in enumerate(parts):
+                owner = ".".join(parts[:i])
+                if part.startswith("_") and not part.startswith("__") and not (mod == owner or mod.startswith(owner + ".")):
+                    bad.append(f"{mod} imports {dep}, private to {owner}")
+    return bad
+
+
+def test_no_module_imports_another_packages_private_module():
+    bad = private_module_imports(GRAPH)
+    assert not bad, "private modules imported from outside their package:\n" + "\n".join(bad)
+
+
+def test_the_private_module_check_can_fail():
+    assert private_module_imports({"turngym.training.progress": {"turngym.cli._progress"}}) == [
+        "turngym.training.progress imports turngym.cli._progress, private to turngym.cli"]
+    assert private_module_imports({"turngym.cli.run": {"turngym.cli._progress", "turngym._version"},
+                                   "turngym.cli._progress": {"turngym.progress"}}) == []
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:

@@ -958,7 +958,7 @@ def test_scribe_costs_counts_judged_episodes_and_refuses_one_repeat():
 def test_scribe_commands_say_each_stage_before_it_runs_and_count_replies_as_they_arrive(tmp_path, monkeypatch):
     """Stage lines and reply counts in the order things happen: every line is recorded beside the served
     model's requests, so a line said after the work it names would show up out of order."""
-    import turngym.cli._progress as progress
+    import turngym.progress as progress
     from turngym.cli import main
 
     events: list[str] = []

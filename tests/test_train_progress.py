@@ -14,7 +14,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
 from turngym.cli import main  # noqa: E402
-from turngym.cli._progress import StageClock, count_text, span  # noqa: E402
+from turngym.progress import StageClock, count_text, span  # noqa: E402
 
 STAMP = re.compile(r"^\[\s*(\d+\.\d) s\] (.*)$")
 
@@ -123,3 +123,56 @@ def test_build_trainer_names_each_stage_before_it_runs(tmp_path):
                       f"loading the model from {model}…", "building the reward 'outcome'…",
                       "building the trainer (4 training items)…"]
     assert trainer.last_outcome is None
+
+
+def test_step_lines_stay_quiet_on_a_process_other_than_the_first(tmp_path, capsys):
+    from transformers import TrainerControl, TrainerState
+    from trl import GRPOConfig
+
+    from turngym.training.progress import StepLines
+
+    args = GRPOConfig(output_dir=str(tmp_path), disable_tqdm=True, use_cpu=True, report_to="none")
+    state = TrainerState(max_steps=2, global_step=0)
+    state.is_world_process_zero = False
+    trainer = FakeTrainerForTest()
+    cb = StepLines(StageClock(), trainer)
+    cb.on_train_begin(args, state, TrainerControl())
+    state.global_step, trainer.last_outcome = 1, 0.5
+    cb.on_step_end(args, state, TrainerControl())
+    assert said(capsys.readouterr().err) == []
+
+
+@pytest.mark.parametrize("rank", [None, "0", "1", "3"])
+def test_a_main_only_clock_speaks_only_on_rank_zero(capsys, monkeypatch, rank):
+    if rank is None:
+        monkeypatch.delenv("RANK", raising=False)
+    else:
+        monkeypatch.setenv("RANK", rank)
+    clock = StageClock(main_only=True)
+    clock.stage("loading…")
+    clock.tally("step", 2).update(1)
+    lines = [text for _, text in said(capsys.readouterr().err)]
+    assert lines == ([] if rank in ("1", "3") else ["loading…", lines[-1]])
+    StageClock().stage("every process")  # a clock without main_only speaks on any rank
+    assert [text for _, text in said(capsys.readouterr().err)] == ["every process"]
+
+
+def test_train_says_nothing_on_a_process_other_than_the_first(tmp_path, capsys, monkeypatch):
+    """Under ``accelerate launch`` (``RANK`` set per process) the stage lines come from rank 0 only; an error
+    still ends every process with its one line."""
+    import turngym.training.config as config
+
+    seen: list[str] = []
+
+    def refuse_after_looking(cfg, progress):
+        progress("importing TRL and transformers…")  # build_trainer's own stage lines go through the same clock
+        seen.extend(capsys.readouterr().err.splitlines())
+        raise ValueError("stop here")
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(config, "build_trainer", refuse_after_looking)
+    path = tmp_path / "run.yaml"
+    path.write_text("env: {id: turngym/Calculator-v0}\ntrl: {output_dir: out}\n")
+    with pytest.raises(SystemExit, match="stop here"):
+        main(["train", "--config", str(path)])
+    assert seen == []

@@ -25,7 +25,12 @@ if not hasattr(vf, "MultiTurnEnv"):
 
 import turngym  # noqa: E402,F401 - registers the envs
 from turngym.episode import Episode  # noqa: E402
-from turngym.integrations.verifiers_env import TurngymVerifiersEnv, load_environment, message_text  # noqa: E402
+from turngym.integrations.verifiers_env import (  # noqa: E402
+    EPISODE_KEY,
+    TurngymVerifiersEnv,
+    load_environment,
+    message_text,
+)
 from turngym.rewards import GroupReward, get_reward  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -263,6 +268,47 @@ def field(obj, name: str):
     return obj[name] if isinstance(obj, dict) else getattr(obj, name)
 
 
+def expected_action(raw: str, finish_reason: str | None, stop) -> str:
+    """The action a reply should reach the env as, worked out here rather than by the code under test:
+    the raw text up to and including a stop string it holds; else, where the server says a stop string
+    ended it (finish "stop"), the one it dropped: the closer of the last tag the text opened and never
+    closed, if that closer is a stop string; else the raw text as it is."""
+    import re
+
+    hits = [(raw.find(s), s) for s in stop if s in raw]
+    if hits:
+        at, first = min(hits)
+        return raw[: at + len(first)]
+    opened = re.findall(r"<([A-Za-z_]\w*)>", raw)
+    if finish_reason in ("stop", None) and opened and f"</{opened[-1]}>" in stop:
+        return raw + f"</{opened[-1]}>"  # no stop string is in the text, so this tag is open
+    return raw
+
+
+def test_expected_action_puts_back_only_a_dropped_stop_string():
+    assert expected_action("<calc>2+2", "stop", STOP) == "<calc>2+2</calc>"
+    assert expected_action("<calc>2+2", "length", STOP) == "<calc>2+2"
+    assert expected_action("<calc>2+2</calc> more", "length", STOP) == "<calc>2+2</calc>"
+    assert expected_action("no tag", "stop", STOP) == "no tag"
+    assert expected_action("<think>x", "stop", STOP) == "<think>x"  # its closer is no stop string
+
+
+def test_the_action_is_the_reply_the_finish_reason_belongs_to():
+    """env_response reads the text and the finish reason from the same reply (the trajectory's latest
+    response), so a transcript message that differs cannot pair one reply's text with another's finish."""
+    import asyncio
+
+    env = load_environment("Calculator-v0", indices=[3], max_turns=2)
+    state = {"info": {"index": 3}, "example_id": 0}
+    asyncio.run(env.setup_state(state))
+    reply = vf.ResponseMessage(role="assistant", content="<calc>2+2", finish_reason="stop", is_truncated=False)
+    state["trajectory"] = [{"response": vf.Response(id="r", created=0, model="m", message=reply)}]
+    out = asyncio.run(env.env_response([{"role": "assistant", "content": "<calc>7*7"}], state))
+    (turn,) = state[EPISODE_KEY].turns
+    assert turn.action == "<calc>2+2</calc>" and "<result>4</result>" in turn.observation
+    assert message_text(out[0]) == turn.observation
+
+
 def check_rows_replay_in_gymnasium(rows, env, reward_name: str, env_kwargs: dict) -> list[Episode]:
     """Each result row (an ``evaluate_sync`` output or a vf-eval results.jsonl line, saved with the
     ``turngym_record`` and ``trajectory`` columns) is a turngym episode equal to ``gymnasium.make``
@@ -275,8 +321,8 @@ def check_rows_replay_in_gymnasium(rows, env, reward_name: str, env_kwargs: dict
         ep = Episode.from_dict(row["turngym_record"])
         index = row["info"]["index"]
         steps = row["trajectory"]
-        reasons = [field(field(step["response"], "message"), "finish_reason") for step in steps]
-        actions = [env.action_of(step["completion"][-1], reason) for step, reason in zip(steps, reasons, strict=True)]
+        replies = [field(step["response"], "message") for step in steps]
+        actions = [expected_action(message_text(r), field(r, "finish_reason"), env.stop) for r in replies]
         gym_env = gymnasium.make(env.turngym_env_id, **env_kwargs)
         gym_env.reset(options={"index": index})
         for i, a in enumerate(actions):

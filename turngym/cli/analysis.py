@@ -56,9 +56,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _ablate(args: argparse.Namespace) -> int:
-    from turngym.cli._progress import StageClock
     from turngym.evals.ablate import run_ablation
     from turngym.evals.credit_table import parse_estimators
+    from turngym.progress import StageClock
 
     clock = StageClock()
     clock.stage("reading episodes and loading the rewards' models…")

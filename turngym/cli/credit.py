@@ -63,10 +63,10 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
         return cmd_exact_creditbench(args)
     if args.oracle == "mc":
         return cmd_mc_creditbench(args)
-    from turngym.cli._progress import StageClock
     from turngym.evals.ablate import make_wrappers
     from turngym.evals.credit_table import parse_estimators
     from turngym.evals.creditbench import ENVS, BenchConfig, build, run_creditbench
+    from turngym.progress import StageClock
 
     names = [r.strip() for r in args.rewards.split(",") if r.strip()]
 

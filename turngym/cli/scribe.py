@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turngym.cli._progress import StageClock
+    from turngym.progress import StageClock
 
     clock = StageClock()  # the first line comes before the heavy imports
     clock.stage(f"scribe {args.scribe_command}: importing the decomposer, embedder and judge…")

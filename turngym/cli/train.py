@@ -37,9 +37,9 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from turngym.cli._progress import StageClock
+    from turngym.progress import StageClock
 
-    clock = StageClock()
+    clock = StageClock(main_only=True)  # under accelerate launch: once, not once per process
     clock.stage(f"reading {args.config}…")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from turngym.training.config import TrainConfig, build_trainer
@@ -61,5 +61,6 @@ def run(args: argparse.Namespace) -> int:
     trainer.train(resume_from_checkpoint=args.resume)
     clock.stage("saving the model…")
     trainer.save_model()
-    print(f"model saved to {trainer.args.output_dir}")
+    if not clock.quiet:
+        print(f"model saved to {trainer.args.output_dir}")
     return 0

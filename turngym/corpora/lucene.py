@@ -146,12 +146,14 @@ def split_contents(contents: str) -> tuple[str, str]:
 def parse_raw(raw: str | None) -> tuple[str | None, str, str]:
     """(id, title, text) from a stored JsonCollection document: its title/text fields where present
     (what ``write_collection`` writes), else Search-R1's ``contents``, whose first line is the title
-    in one pair of double quotes (``split_contents``)."""
+    in one pair of double quotes (``split_contents``). A document Python's JSON reader refuses (not JSON; an
+    integer past Python's digit limit, a ValueError; nesting past the recursion limit) is kept as its text:
+    one odd stored document must not fail the search that found it, nor the rest of its batch."""
     if not raw:
         return None, "", ""
     try:
         doc = json.loads(raw)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
         return None, "", raw
     if not isinstance(doc, dict):  # valid JSON but not a document object: keep it as text
         return None, "", raw
@@ -208,7 +210,10 @@ def decode_hits(encoded: str, n_queries: int, docs: SentDocs | None = None) -> l
     if fields[0] not in ("", _ESC) or fields[-1]:
         raise RetrieverError(f"BatchHits answered a chunk that starts with {fields[0][:20]!r} and ends with "
                              f"{fields[-1][-20:]!r}")
-    counts = [int(c) for c in fields[1:n_queries + 1]]
+    try:
+        counts = [int(c) for c in fields[1:n_queries + 1]]
+    except ValueError:
+        raise RetrieverError(f"BatchHits answered hit counts {fields[1:n_queries + 1][:5]!r}…, not numbers") from None
     n = sum(counts)
     p = n_queries + 1
     new, odd = divmod(len(fields) - p - 2 * n - 1, 2)
@@ -224,10 +229,13 @@ def decode_hits(encoded: str, n_queries: int, docs: SentDocs | None = None) -> l
         docs.docids.append(docid if raw_id is None else raw_id)
         docs.titles.append(title)
         docs.texts.append(text)
-    numbers = list(map(int, fields[p + n:q]))
-    if numbers and max(numbers) >= first + new:
+    try:
+        numbers, scores = list(map(int, fields[p + n:q])), list(map(float, fields[p:p + n]))
+    except ValueError:
+        raise RetrieverError(f"BatchHits answered {n} scores and document numbers that are not all numbers") from None
+    if numbers and (max(numbers) >= first + new or min(numbers) < 0):
         raise RetrieverError("BatchHits named a document it has not sent")
-    hits = list(map(Hit, map(docs.docids.__getitem__, numbers), map(float, fields[p:p + n]),
+    hits = list(map(Hit, map(docs.docids.__getitem__, numbers), scores,
                     map(docs.titles.__getitem__, numbers), map(docs.texts.__getitem__, numbers)))
     out, at = [], 0
     for c in counts:
@@ -260,7 +268,9 @@ def _warn_per_hit(reason: str) -> None:
     if not _WARNED_PER_HIT:
         _WARNED_PER_HIT = True
         log.warning("turngym Lucene retrieval reads hits one JNI call at a time (fetch='per-hit', about 0.6x "
-                    "Anserini's own batch search instead of about 0.94x) because %s", reason)
+                    "Anserini's own batch search against about 0.94x for the batch path, both measured with the "
+                    "earlier BatchHits that read JSON in Java; docs/results.md has the current class's figures) "
+                    "because %s", reason)
 
 
 class LuceneRetriever:

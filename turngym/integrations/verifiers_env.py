@@ -133,8 +133,9 @@ class TurngymVerifiersEnv(vf.MultiTurnEnv):
     def action_of(self, message: Any, finish_reason: str | None) -> str:
         """The turngym action for a model reply: its text, cut after the first stop string. The stop
         string a spec-following server dropped is put back only when the server says a stop string
-        ended the reply (``finish_reason`` "stop", or None: it did not say), as ``turngym eval`` does: a reply
-        cut at the token limit keeps its tag open, and the env reports it unparsed."""
+        ended the reply (``finish_reason`` "stop", or None: it did not say), the rule ``turngym eval`` uses
+        for a server that does not name the stop string (verifiers' replies carry no vLLM ``stop_reason``):
+        a reply cut at the token limit keeps its tag open, and the env reports it unparsed."""
         text = message_text(message)
         if self.stop:
             if (finish_reason or "stop") == "stop":
@@ -144,8 +145,8 @@ class TurngymVerifiersEnv(vf.MultiTurnEnv):
 
     async def env_response(self, messages: vf.Messages, state: vf.State, **kwargs: Any) -> vf.Messages:
         env = state[ENV_KEY]
-        reply = state["trajectory"][-1]["response"].message  # the reply messages[-1] renders, with its finish
-        text, _, terminated, truncated, _ = env.step(self.action_of(messages[-1], reply.finish_reason))
+        reply = state["trajectory"][-1]["response"].message  # text and finish reason from this one reply
+        text, _, terminated, truncated, _ = env.step(self.action_of(reply, reply.finish_reason))
         if terminated or truncated:
             state["final_env_response"] = []
             return []

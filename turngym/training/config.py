@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from turngym.progress import is_main_process
+
 KNOWN_KEYS = {"env", "data", "reward", "estimator", "model", "peft", "trl", "stop", "max_episode_tokens", "rollouts"}
 ROLLOUT_KEYS = {"every", "dir"}
 DEFAULT_ROLLOUTS_EVERY = 10
@@ -96,7 +98,7 @@ def select_training_indices(cfg: TrainConfig, env: Any) -> list[int]:
     report = check_overlap([base.get_item(i) for i in indices], eval_sets)
     policy = cfg.data.get("eval_overlap", "refuse")
     keep = apply_overlap_policy(report, policy)
-    if report.count:
+    if report.count and is_main_process():  # once under accelerate launch, not once per process
         action = "left out" if policy == "drop" else "kept (data.eval_overlap: allow)"
         print(f"turngym train: {report.count} of {report.train_count} training items share a question with "
               f"evaluation sets {report.per_eval_set}; {action}")

@@ -1,6 +1,6 @@
 """``turngym train``'s per-step line: where TRL's bar is off (``disable_tqdm``), each optimizer step prints its
 count, the latest batch's mean outcome, the elapsed time and an ETA, in the same line format as every other
-command (:mod:`turngym.cli._progress`). With the bar on, TRL's bar says the same and this stays quiet; with
+command (:mod:`turngym.progress`). With the bar on, TRL's bar says the same and this stays quiet; with
 several processes, only the first prints."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from turngym.cli._progress import StageClock, Tally
+from turngym.progress import StageClock, Tally
 
 
 class StepLines(TrainerCallback):

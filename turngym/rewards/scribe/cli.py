@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._progress import StageClock
 from turngym.envs.declared import load_episodes
 from turngym.episode import Episode
+from turngym.progress import StageClock
 
 
 def _episodes(path: str) -> list[Episode]:
