@@ -143,8 +143,7 @@ class RewardNeeds:
 
     def tool_failed(self, metrics: dict[str, Any]) -> bool:
         """The turn's metrics say its tool call failed (its observation is an error, not a result)."""
-        return any(metrics.get(m) is False for m in self.tool_ok_metrics) or \
-            any(bool(metrics.get(m)) for m in self.tool_error_metrics)
+        return self.tool_succeeded(metrics) is False or any(bool(metrics.get(m)) for m in self.tool_error_metrics)
 
     def checker_verdict(self, turn_metrics: dict[str, Any], outcome: dict[str, Any], last: bool) -> bool | None:
         """The declared checker's verdict on a turn (``last``: the episode's last turn); None: no verdict on it."""

@@ -20,7 +20,7 @@ from turngym.evals.bfcl_score import bfcl_metrics
 from turngym.evals.metrics import behaviour_metrics, outcome_metrics, per_dataset, ungraded
 from turngym.evals.pipeline import PipelineError, RunProgress, RunSpec, execute
 from turngym.evals.pipeline import resolve_subset as _resolve_subset
-from turngym.evals.writers import EvalFolderWriter, FolderWriter, write_results
+from turngym.evals.writers import RUN_SETTINGS, EvalFolderWriter, FolderWriter, write_results
 
 EvalError = PipelineError  # a problem the user must fix (bad subset, full disk, server down); nothing written is lost
 EvalSpec = RunSpec  # what to evaluate (turngym.evals.pipeline)
@@ -103,7 +103,7 @@ def merge_shards(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dict[
     stored = []
     for d in map(Path, shard_dirs):
         try:
-            stored.append((d, json.loads((d / "run.json").read_text()), json.loads((d / "results.json").read_text())))
+            stored.append((d, json.loads((d / RUN_SETTINGS).read_text()), json.loads((d / "results.json").read_text())))
         except (OSError, ValueError) as exc:
             raise EvalError(f"{d} is not a finished eval run ({exc})") from None
     first_dir, settings, _ = stored[0]

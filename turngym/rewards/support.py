@@ -434,13 +434,13 @@ class MemoSupportScorer:
     under several configurations (which combine the same supports differently) pay for each support once."""
 
     scorer: SupportScorer
-    memo: dict = field(default_factory=dict, repr=False)
+    memo: dict[tuple[tuple[int, ...], tuple[Continuation, ...]], list[float]] = field(default_factory=dict, repr=False)
 
     @property
     def tokenizer(self) -> Any:
         return self.scorer.tokenizer
 
-    def mean_logprobs(self, points, continuations):
+    def mean_logprobs(self, points: Sequence[Sequence[int]], continuations: Sequence[Continuation]) -> list[list[float]]:
         keys = [(tuple(p), tuple(continuations)) for p in points]
         todo = [i for i, k in enumerate(keys) if k not in self.memo]
         if todo:
