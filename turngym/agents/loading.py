@@ -181,6 +181,33 @@ def resolve_model_dir(model: str) -> str:
     return model  # a hub id
 
 
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 instructions that compute in bf16 (else torch emulates it)
+
+
+def cpu_computes_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU has bf16 arithmetic. Without it torch converts every bf16 matmul, and a prompt's forward
+    runs about 6× slower than in fp32 (``benchmarks/cpu_dtype.py``). Reads ``/proc/cpuinfo``'s flags (x86:
+    ``avx512_bf16``, ``amx_bf16``; Arm: ``bf16``); an unreadable file counts as no."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = {f for line in cpuinfo.splitlines() if line.split(":")[0].strip() in ("flags", "Features")
+             for f in line.split(":", 1)[-1].split()}
+    return bool(flags & {*BF16_CPU_FLAGS, "bf16"})
+
+
+def auto_dtype(model: str, device: str) -> str:
+    """``dtype="auto"``: bf16 on an accelerator and, for the embedded GGUF models (stored dequantised in bf16), on a
+    CPU that computes in bf16; otherwise fp32."""
+    if device != "cpu":
+        return "bfloat16"
+    if (model == DEFAULT_MODEL or model in CHUNKED_MODELS) and cpu_computes_bf16():
+        return "bfloat16"
+    return "float32"
+
+
 def load_hf_policy(model: str = DEFAULT_MODEL, dtype: str = "auto", device: str | None = None, **kwargs: Any):
     from turngym.extras import require
 
@@ -193,10 +220,7 @@ def load_hf_policy(model: str = DEFAULT_MODEL, dtype: str = "auto", device: str 
     location = resolve_model_dir(model)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if dtype == "auto":
-        torch_dtype = torch.bfloat16 if (device != "cpu" or model == DEFAULT_MODEL or model in CHUNKED_MODELS) else torch.float32
-    else:
-        torch_dtype = getattr(torch, dtype)
+    torch_dtype = getattr(torch, auto_dtype(model, device) if dtype == "auto" else dtype)
     local = Path(location).exists()
     try:
         tok = AutoTokenizer.from_pretrained(location, local_files_only=local)
