@@ -204,6 +204,7 @@ def test_the_mc_creditbench_command_end_to_end(tmp_path, tiny_chat_policy):
     assert summary["sampling"] == {"temperature": 0.7, "max_new_tokens": 6, "seed": 0}  # the recording policy's
     assert [(r["wrapper"], r["estimator"]) for r in summary["rows"]] == [("outcome", "grpo"), ("outcome", "turn_loo")]
     assert set(summary["baselines"]) == {"position", "remaining", "outcome"}
+    assert all("spearman_vs_advantage" in b for b in summary["baselines"].values())  # baselines against Â too
     values = [json.loads(line) for line in (tmp_path / "mc" / "values.jsonl").read_text().splitlines()]
     assert len(values) == sum(len(e.turns) for e in episodes) and all(v["n_v"] == 2 for v in values)
     assert "Monte-Carlo oracle" in (tmp_path / "mc" / "mc_oracle.md").read_text()

@@ -119,11 +119,10 @@ def table(rows: Sequence[tuple[str, str, dict[str, Any]]], baselines: dict[str, 
           extra_headers: Sequence[str] = (), extra: dict[tuple[str, str], Sequence[str]] | None = None,
           digits: int = 3) -> list[str]:
     """Markdown lines: one row per (wrapper, estimator, score), then one per label-free baseline.
-    ``extra`` holds further cells per (wrapper, estimator), under ``extra_headers``."""
+    ``extra`` holds further cells per (wrapper, estimator), and per ``("baseline", name)``, under ``extra_headers``."""
     extra = extra or {}
     head = HEADER + "".join(f" {h} |" for h in extra_headers)
     lines = [head, "|" + " --- |" * (6 + len(extra_headers))]
-    pad = " |" * len(extra_headers)
     for name, est, s in rows:
         more = "".join(f" {c} |" for c in extra.get((name, est), ["–"] * len(extra_headers)))
         if "error" in s:
@@ -133,7 +132,8 @@ def table(rows: Sequence[tuple[str, str, dict[str, Any]]], baselines: dict[str, 
                      f"{_cell(s, 'spearman', digits)} | {s['n_turns']} ({s['n_positive']}) / {s['n_within_pairs']} |" + more)
     for name, s in baselines.items():
         lines.append(f"| *label-free: {BASELINES[name]}* | – | {_cell(s, 'auc', digits)} | {_cell(s, 'within_auc', digits)} | "
-                     f"{_cell(s, 'spearman', digits)} | {s['n_turns']} ({s['n_positive']}) / {s['n_within_pairs']} |" + pad)
+                     f"{_cell(s, 'spearman', digits)} | {s['n_turns']} ({s['n_positive']}) / {s['n_within_pairs']} |"
+                     + "".join(f" {c} |" for c in extra.get(("baseline", name), [""] * len(extra_headers))))
     return lines
 
 

@@ -75,6 +75,11 @@ def credit_against_oracle(episodes: Sequence[Episode], values: dict[str, list[Tu
         return {"spearman_vs_advantage": spearman([c for c, _ in both], [a for _, a in both]),
                 "sign_agreement": sum((c > 0) == bool(y) for c, y in clear) / len(clear) if clear else None}
 
+    from turngym.evals.credit_table import baseline_values
+
+    for name, score in baselines.items():  # the label-free credits against Â too (their sign means nothing)
+        score["spearman_vs_advantage"] = against_advantage(
+            [baseline_values(e)[name] for g in groups for e in g])["spearman_vs_advantage"]
     rows = []
     for name, wrapper in wrappers.items():
         rewards = [wrapper.score_group(reward_view(g)).rewards for g in groups]  # rewards never see truth
@@ -97,6 +102,8 @@ def markdown(result: dict[str, Any], values: dict[str, list[TurnValue]], rollout
     rows = [(r["wrapper"], r["estimator"], r) for r in result["rows"]]
     extra = {(r["wrapper"], r["estimator"]): [cell(r.get("spearman_vs_advantage")), cell(r.get("sign_agreement"))]
              for r in result["rows"]}
+    extra.update({("baseline", name): [cell(s.get("spearman_vs_advantage")), "–"]
+                  for name, s in result["baselines"].items()})
     lines = [f"# Credit against the Monte-Carlo oracle ({rollouts} continuations per prefix)", "",
              f"{len(turns)} turns; {sum(tv.trusted for tv in turns)} replayed identically; {len(clear)} with a clear "
              f"sign (|Â| > 2 se: {sum(tv.sign == 1 for tv in clear)} positive, {sum(tv.sign == -1 for tv in clear)} "
