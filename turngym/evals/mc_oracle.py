@@ -150,10 +150,10 @@ MC_SETTINGS = "mc_settings.json"
 def recorded_settings(episodes_file: str | Path) -> tuple[dict[str, Any], Path | None]:
     """The settings the episodes were recorded with: ``<file>.run.json`` (``turngym rollout``), else the
     ``run.json`` beside them (``turngym eval``); ``({}, None)`` when there is neither."""
-    from turngym.evals.writers import RUN_SETTINGS
+    from turngym.evals.writers import RUN_SETTINGS, rollout_settings_path
 
     path = Path(episodes_file)
-    for candidate in (Path(f"{path}.run.json"), path.with_name(RUN_SETTINGS)):
+    for candidate in (rollout_settings_path(path), path.with_name(RUN_SETTINGS)):
         if candidate.is_file():
             try:
                 return json.loads(candidate.read_text()), candidate

@@ -62,6 +62,11 @@ class NoWriter:
 
 
 RUN_SETTINGS = "run.json"
+
+
+def rollout_settings_path(episodes_path: str | Path) -> Path:
+    """Where ``rollout`` keeps the settings of one episodes file: beside it, as ``<file>.run.json``."""
+    return Path(f"{episodes_path}.run.json")
 LOCK_FILE = ".lock"
 
 
@@ -103,10 +108,10 @@ class JsonlWriter:
         return RunLock(f"{self.episodes_path}.lock", f"episodes file {self.episodes_path}")
 
     def check(self, spec: RunSpec, overwrite: bool) -> None:
-        check_settings(f"{self.episodes_path}.run.json", self.settings, self._outputs, overwrite)
+        check_settings(rollout_settings_path(self.episodes_path), self.settings, self._outputs, overwrite)
 
     def store(self, spec: RunSpec, overwrite: bool) -> str | None:
-        return store_settings(f"{self.episodes_path}.run.json", self.settings, self._outputs, overwrite)
+        return store_settings(rollout_settings_path(self.episodes_path), self.settings, self._outputs, overwrite)
 
     def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
         if prepared.manifest is None:
