@@ -176,3 +176,66 @@ def test_train_says_nothing_on_a_process_other_than_the_first(tmp_path, capsys, 
     with pytest.raises(SystemExit, match="stop here"):
         main(["train", "--config", str(path)])
     assert seen == []
+
+
+class EpisodeForTest:
+    """A fake episode inside this test: the watch reads only how many turns it has."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns = [None] * turns
+
+
+def play_one_step(cb) -> None:
+    """What the trainer tells its watch while a step's 2 episodes play 2 turns each."""
+    cb.rollouts_begin(1, 2)
+    for ep in range(2):
+        cb.rollout_turn(EpisodeForTest(0))  # the prompt, before any turn: not counted
+        cb.rollout_turn(EpisodeForTest(1))
+        cb.rollout_turn(EpisodeForTest(2))
+        cb.rollout_episodes(ep + 1, 2)
+
+
+@pytest.mark.parametrize("every_s", [0.0, 3600.0])
+def test_a_steps_rollouts_print_their_episodes_and_turns_as_they_end_when_the_bar_is_off(tmp_path, capsys, every_s):
+    from transformers import TrainerControl, TrainerState
+    from trl import GRPOConfig
+
+    from turngym.training.progress import StepLines
+
+    args = GRPOConfig(output_dir=str(tmp_path), disable_tqdm=True, use_cpu=True, report_to="none")
+    cb = StepLines(StageClock(), FakeTrainerForTest(), every_s=every_s)
+    cb.on_train_begin(args, TrainerState(max_steps=3, global_step=0), TrainerControl())
+    play_one_step(cb)
+    lines = [text for _, text in said(capsys.readouterr().err)][1:]
+    per_turn = ["step 1/3: rollouts 0/2 episodes, 1 turns", "step 1/3: rollouts 0/2 episodes, 2 turns",
+                "step 1/3: rollouts 1/2 episodes, 2 turns", "step 1/3: rollouts 1/2 episodes, 3 turns",
+                "step 1/3: rollouts 1/2 episodes, 4 turns", "step 1/3: rollouts 2/2 episodes, 4 turns"]
+    # every turn when due (every_s=0); otherwise the start and each finished episode only
+    expected = per_turn if every_s == 0 else [per_turn[2], per_turn[5]]
+    assert lines == ["step 1/3: rollouts 0/2 episodes, 0 turns", *expected]
+
+
+def test_a_steps_rollouts_move_trls_bar_while_they_play(tmp_path, capsys):
+    """With TRL's bar on, the rollouts print no lines; they set the bar's postfix (which redraws its elapsed time)."""
+    from transformers import ProgressCallback, TrainerControl, TrainerState
+    from trl import GRPOConfig
+
+    from turngym.training.progress import StepLines
+
+    class TrainerWithBarForTest(FakeTrainerForTest):
+        """A fake trainer inside this test, holding TRL's real progress callback."""
+
+        def __init__(self) -> None:
+            self.callback_handler = type("Handler", (), {"callbacks": [ProgressCallback()]})()
+
+    args = GRPOConfig(output_dir=str(tmp_path), disable_tqdm=False, use_cpu=True, report_to="none")
+    state, control, trainer = TrainerState(max_steps=3, global_step=0), TrainerControl(), TrainerWithBarForTest()
+    trls = trainer.callback_handler.callbacks[0]
+    trls.on_train_begin(args, state, control)  # TRL makes its bar first, as in a Trainer's callback order
+    cb = StepLines(StageClock(), trainer)
+    cb.on_train_begin(args, state, control)
+    play_one_step(cb)
+    assert trls.training_bar.postfix == "rollouts 2/2 ep, 4 turns"
+    err = capsys.readouterr().err
+    assert said(err) == [] and "rollouts 1/2 ep, 3 turns" in err
+    trls.training_bar.close()

@@ -268,8 +268,13 @@ def test_train_command_with_yaml_lora_kl_and_tensorboard(tmp_path):
     # progress without TRL's bar: the stages, then a line per step with its outcome reward (and an ETA but the last)
     said = [line.split("] ", 1)[1] for line in proc.stderr.splitlines() if line.startswith("[") and " s] " in line]
     assert said[0] == f"reading {path}…" and "loading the model from" in said[3], said
-    steps = [line for line in said if line.startswith("step ")]
+    steps = [line for line in said if line.startswith("step ") and ": rollouts" not in line]
     assert [line.split(",")[0] for line in steps] == ["step 1/2", "step 2/2"], said
+    # each step's 4 episodes report as they end, before the step's own line
+    for n, step_line in enumerate(steps, 1):
+        before = said[:said.index(step_line)]
+        assert f"step {n}/2: rollouts 0/4 episodes, 0 turns" in before, said
+        assert any(line.startswith(f"step {n}/2: rollouts 4/4 episodes, ") for line in before), said
     assert "outcome reward" in steps[0] and ", ETA " in steps[0] and "ETA" not in steps[1]
     run = tmp_path / "run"
     assert (run / "checkpoint-2").is_dir() and (run / "adapter_config.json").exists()

@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
     trainer = attempt(build, FileNotFoundError, ValueError)
     from turngym.training.progress import StepLines
 
-    trainer.add_callback(StepLines(clock, trainer))
+    lines = StepLines(clock, trainer)
+    trainer.add_callback(lines)
+    trainer.rollout_watch = lines  # each step's rollouts report their turns and episodes as they end
     shown = "a line per step" if trainer.args.disable_tqdm else "TRL's bar follows"
     clock.stage(f"training ({shown}); each step plays its episodes before it updates the model…")
     trainer.train(resume_from_checkpoint=args.resume)

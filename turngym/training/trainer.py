@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
@@ -43,6 +43,14 @@ from turngym.training.advantages import (
     get_estimator,
 )
 from turngym.training.rollouts import RolloutSaver
+
+
+class RolloutWatch(Protocol):
+    """Follows the episodes each rollout call plays (``turngym train``'s progress: :mod:`.progress`)."""
+
+    def rollouts_begin(self, step: int, episodes: int) -> None: ...  # ``episodes`` to play for optimizer step ``step``
+    def rollout_turn(self, episode: Episode) -> None: ...  # the runner's ``on_turn``
+    def rollout_episodes(self, done: int, total: int) -> None: ...  # the runner's ``progress``
 
 
 def task_prompt(index: int | None = None, task: dict[str, Any] | None = None) -> str:
@@ -195,6 +203,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         self._batch_episodes: list[Episode] = []
         self.last_outcome: float | None = None  # mean graded outcome of the latest training batch
         self._rollout_calls = 0
+        self.rollout_watch: RolloutWatch | None = None  # told of each rollout call's turns and episodes
         self.base_model = base_model
         self._env_pool: list[Any] = []  # envs reused by every rollout call (each loads its dataset once)
         self._anchor_env: Any = None  # the env whose anchor_state keys GiGPO's step groups
@@ -233,7 +242,11 @@ class TurnGRPOTrainer(GRPOTrainer):
                                run_tag=tag, max_episode_tokens=self.max_episode_tokens, env_pool=self._env_pool)
         was_training = self.model.training
         start = time.perf_counter()
-        episodes = runner.run(groups)
+        watch = self.rollout_watch
+        if watch is not None:
+            watch.rollouts_begin(self.state.global_step + 1, sum(g.k for g in groups))
+        episodes = runner.run(groups, progress=watch.rollout_episodes if watch else None,
+                              on_turn=watch.rollout_turn if watch else None)
         if self.estimator_name in MC_ESTIMATORS:
             self._branch(episodes, policy, sampling, tag)
         policy.drain()
