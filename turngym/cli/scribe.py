@@ -1,9 +1,18 @@
-"""``turngym scribe build-library|diagnose``: SCRIBE skill libraries and judge diagnostics (turngym.rewards.scribe)."""
+"""``turngym scribe build-library|diagnose``: SCRIBE skill libraries and judge diagnostics (turngym.rewards.scribe).
+
+Both say each stage on stderr from the first second, and the LLM's replies as they arrive with an ETA
+(a local decomposer or judge takes minutes per batch on a CPU)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import time
+from pathlib import Path
 from typing import Any
+
+from turngym.cli._common import attempt, fail
+from turngym.progress import StageClock
 
 COMMANDS = ("scribe",)
 
@@ -42,10 +51,71 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turngym.progress import StageClock
-
     clock = StageClock()  # the first line comes before the heavy imports
     clock.stage(f"scribe {args.scribe_command}: importing the decomposer, embedder and judge…")
-    from turngym.rewards.scribe.cli import cmd_build_library, cmd_diagnose
+    return (build_library if args.scribe_command == "build-library" else diagnose)(args, clock)
 
-    return (cmd_build_library if args.scribe_command == "build-library" else cmd_diagnose)(args, clock)
+
+def _episodes(path: str) -> list[Any]:
+    from turngym.envs.declared import load_episodes
+
+    return attempt(lambda: load_episodes(path).episodes, ValueError)
+
+
+def _llm(args: argparse.Namespace, clock: StageClock) -> Any:
+    from turngym.rewards.scribe.reward import make_llm
+
+    where = f"served at {args.base_url}" if args.base_url else "(a local model: loading it)"
+    clock.stage(f"LLM {args.llm!r} {where}…")
+    return make_llm(args.llm, args.base_url, max_concurrency=args.concurrency, cache_path=args.cache,
+                    progress=clock.count)
+
+
+def build_library(args: argparse.Namespace, clock: StageClock) -> int:
+    clock.stage(f"reading episodes from {args.episodes}…")
+    from turngym.rewards.scribe.decompose import decompose
+    from turngym.rewards.scribe.embed import SentenceEmbedder
+    from turngym.rewards.scribe.library import build_library as build
+
+    episodes = _episodes(args.episodes)
+    llm = _llm(args, clock)
+    t0 = time.perf_counter()
+    clock.stage(f"decomposing {len(episodes)} episodes into steps…")
+    decomps = decompose(episodes, llm, args.window_tokens)
+    items = [it for d in decomps for it in d.items]
+    decompose_s = time.perf_counter() - t0
+    if not items:
+        fail(f"no skill items: {sum(d.failed for d in decomps)} of {len(episodes)} decompositions failed to give "
+             "valid JSON (see the llm stats below)\n" + json.dumps(llm.stats.to_dict()))
+    lib, timings = build(items, SentenceEmbedder(args.embedder), llm, min_cluster_size=args.min_cluster_size,
+                         progress=clock.stage)
+    if not lib.prototypes:
+        fail(f"every prototype distillation failed ({lib.failed_distillations}); nothing saved")
+    path = lib.save(args.out)
+    print(f"{len(items)} steps from {len(episodes)} episodes -> {lib.clustering['families']} skill families and "
+          f"{lib.clustering['skills']} skills ({lib.clustering.get('method')}, {lib.failed_distillations} failed "
+          "distillations)")
+    print(json.dumps({"decompose_s": round(decompose_s, 2), **{k: round(v, 2) for k, v in timings.items()},
+                      "llm": llm.stats.to_dict()}))
+    print(f"library: {path}")
+    return 0
+
+
+def diagnose(args: argparse.Namespace, clock: StageClock) -> int:
+    clock.stage(f"reading episodes from {args.episodes}…")
+    from turngym.rewards import get_reward
+    from turngym.rewards.scribe.diagnostics import reliability
+
+    episodes = _episodes(args.episodes)
+    scribe = attempt(lambda: get_reward("scribe", llm=_llm(args, clock), library=args.library, embedder=args.embedder,
+                                        router=args.router, window_tokens=args.window_tokens),
+                     FileNotFoundError, ValueError)
+    result = reliability(episodes, scribe, repeats=args.repeats, temperature=args.temperature,
+                         neighbour_threshold=args.neighbour_threshold, with_prm=not args.no_prm, progress=clock.stage)
+    if not result["routed_steps"]:
+        fail("no step was routed to a prototype; nothing to judge")
+    text = json.dumps(result, indent=1)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+    return 0
