@@ -95,7 +95,7 @@ def merge_shards(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dict[
     cover disjoint items; the merged folder holds their episodes in subset order and results recomputed
     from them, equal to those of one unsharded run of the same items."""
     from turngym.episode import EpisodeWriter
-    from turngym.evals.pipeline import prepare
+    from turngym.evals.pipeline import prepare, recorded_indices
     from turngym.evals.runs import RunLock
 
     if len(shard_dirs) < 2:
@@ -120,16 +120,20 @@ def merge_shards(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dict[
                    base_url=settings["base_url"], k=settings["k"], temperature=settings["sampling"]["temperature"],
                    max_new_tokens=settings["sampling"]["max_new_tokens"], seed=settings["sampling"]["seed"],
                    server=settings.get("server", "auto"), prompt_format=settings.get("prompt_format", "chat"))
-    indices = sorted({i for _, _, r in stored for i in r["subset"].get("indices", [])})
+    prepared = prepare(spec)
+    indices = sorted({i for _, _, r in stored for i in recorded_indices(r["subset"], prepared.item_ids)})
     by_id: dict[str, Episode] = {}
     for d, _, _ in stored:
         for e in read_episodes(d / "episodes.jsonl").episodes:
             by_id.setdefault(e.id, e)
-    prepared = prepare(spec)
     prepared.indices = indices
     order = {i: n for n, i in enumerate(indices)}
     episodes = sorted((e for e in by_id.values() if e.task.get("index") in order),
                       key=lambda e: (order[e.task["index"]], e.id))
+    expected = sum(r.get("episodes", 0) for _, _, r in stored)
+    if len(episodes) != expected:  # nothing is written that would not equal the unsharded run
+        raise EvalError(f"the shards' results count {expected} episodes but {len(episodes)} of their episodes belong "
+                        "to their recorded subsets; were their episode files changed after the runs?")
     out = Path(out_dir)
     writer = FolderWriter(out)
     with RunLock(out / ".lock", f"output folder {out}"):

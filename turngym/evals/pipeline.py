@@ -273,6 +273,17 @@ def resolve_subset(items_ids: Sequence[str], limit: int | None = None, subset_fi
             entries = entries.get("item_ids") or entries.get("indices") or []
     except json.JSONDecodeError:
         entries = [line.strip() for line in text.splitlines() if line.strip()]
+    return indices_of(entries, items_ids)
+
+
+def recorded_indices(subset: dict[str, Any], items_ids: Sequence[str]) -> list[int]:
+    """The dataset indices of a subset as ``results.json`` records it (:meth:`Prepared.subset`): item ids where
+    the dataset has a manifest, else indices."""
+    return indices_of(subset.get("item_ids") or subset.get("indices") or [], items_ids)
+
+
+def indices_of(entries: Sequence[Any], items_ids: Sequence[str]) -> list[int]:
+    """Item ids or indices (an entry that is no item id but a number) as dataset indices, first mention first."""
     position = {str(i): n for n, i in enumerate(items_ids)}
     out = []
     for e in entries:
