@@ -9,10 +9,13 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turngym.cli._common import attempt, fail
 from turngym.progress import StageClock
+
+if TYPE_CHECKING:
+    from turngym.episode import Episode
 
 COMMANDS = ("scribe",)
 
@@ -56,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     return (build_library if args.scribe_command == "build-library" else diagnose)(args, clock)
 
 
-def _episodes(path: str) -> list[Any]:
+def _episodes(path: str) -> list[Episode]:
     from turngym.envs.declared import load_episodes
 
     return attempt(lambda: load_episodes(path).episodes, ValueError)

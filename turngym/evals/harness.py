@@ -20,7 +20,7 @@ from turngym.evals.bfcl_score import bfcl_metrics
 from turngym.evals.metrics import behaviour_metrics, outcome_metrics, per_dataset, ungraded
 from turngym.evals.pipeline import PipelineError, RunProgress, RunSpec, execute
 from turngym.evals.pipeline import resolve_subset as _resolve_subset
-from turngym.evals.writers import RUN_SETTINGS, EvalFolderWriter, FolderWriter, write_results
+from turngym.evals.writers import LOCK_FILE, RUN_SETTINGS, EvalFolderWriter, FolderWriter, write_results
 
 EvalError = PipelineError  # a problem the user must fix (bad subset, full disk, server down); nothing written is lost
 EvalSpec = RunSpec  # what to evaluate (turngym.evals.pipeline)
@@ -136,7 +136,7 @@ def merge_shards(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dict[
                         "to their recorded subsets; were their episode files changed after the runs?")
     out = Path(out_dir)
     writer = FolderWriter(out)
-    with RunLock(out / ".lock", f"output folder {out}"):
+    with RunLock(out / LOCK_FILE, f"output folder {out}"):
         if writer.episodes_path.exists():
             raise EvalError(f"{writer.episodes_path} exists; merge into a new folder")
         writer.store(spec, overwrite=False)

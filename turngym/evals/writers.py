@@ -62,12 +62,12 @@ class NoWriter:
 
 
 RUN_SETTINGS = "run.json"
+LOCK_FILE = ".lock"
 
 
 def rollout_settings_path(episodes_path: str | Path) -> Path:
     """Where ``rollout`` keeps the settings of one episodes file: beside it, as ``<file>.run.json``."""
     return Path(f"{episodes_path}.run.json")
-LOCK_FILE = ".lock"
 
 
 class FolderWriter:
