@@ -19,7 +19,8 @@ chat model on Digits-v0 (two turns; reply with digits), trained with the outcome
 share, on the last turn) or the env's per-turn rewards (``env``: each turn's digit share), under
 several estimators, ``--trainer-seeds`` seeds each; the mean outcome per step with a 95% interval.
 
-Usage: python benchmarks/credit_learning.py [--steps 300] [--seeds 10] [--group 8] [--out docs]
+Usage: python benchmarks/credit_learning.py [--steps 300] [--seeds 40] [--seed-start 0] [--holdout-seeds 10]
+       [--group 8] [--out docs]
        [--trainer-steps 30 --trainer-seeds 5]
 """
 
@@ -67,17 +68,48 @@ def curve(mdp: TabularMDP, start: np.ndarray, estimator: str, steps: int, group:
     return out
 
 
-def summarise(curves: np.ndarray, j_star: float) -> dict:
-    """Mean and 95% interval per step, final J, steps to close 90% of the gap."""
+def t_quantile(n: int) -> float:
+    """t(0.975, n − 1): the two-sided 95% quantile for a mean over n seeds."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, n - 1)) if n > 1 else 0.0
+
+
+def seed_steps_to_90(curve_j: np.ndarray, j_star: float) -> int | None:
+    """The first step at which one seed's curve closes 90% of the gap from its start J to J*."""
+    reached = np.nonzero(curve_j >= curve_j[0] + 0.9 * (j_star - curve_j[0]))[0]
+    return int(reached[0]) if len(reached) else None
+
+
+def summarise(curves: np.ndarray, j_star: float, seeds: list[int], holdout: np.ndarray | None = None) -> dict:
+    """Per step: the mean J and its 95% interval (t over seeds). Per arm: the final J (mean of the last 10 steps)
+    with the 95% interval of its mean and the range a new seed lands in (the lowest and highest final J over the
+    n seeds: a distribution-free prediction interval of coverage (n − 1)/(n + 1), 95.1% at 40 seeds, which holds
+    when the finals are bimodal, as a stuck seed makes them); steps until the mean curve first closes 90% of the
+    gap; and the stuck seeds: those whose own curve never closes 90% of it. ``holdout``: the final J of seeds not
+    used for the interval, and how many of them it covers."""
     n = curves.shape[0]
+    t = t_quantile(n)
     mean = curves.mean(axis=0)
-    half = 2.262 * curves.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(mean)  # t(0.975, 9) ≈ 2.262
+    half = t * curves.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(mean)
     target = mean[0] + 0.9 * (j_star - mean[0])
     reached = np.nonzero(mean >= target)[0]
     finals = curves[:, -10:].mean(axis=1)
-    return {"mean": mean.tolist(), "half": half.tolist(), "final": float(finals.mean()),
-            "final_half": float(2.262 * finals.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
-            "steps_to_90": int(reached[0]) if len(reached) else None}
+    per_seed = [seed_steps_to_90(c, j_star) for c in curves]
+    out = {"mean": mean.tolist(), "half": half.tolist(), "final": float(finals.mean()),
+           "final_half": float(t * finals.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
+           "new_seed_range": [float(finals.min()), float(finals.max())],
+           "prediction_coverage": (n - 1) / (n + 1),
+           "steps_to_90": int(reached[0]) if len(reached) else None,
+           "seed_median_steps_to_90": float(np.median([k for k in per_seed if k is not None])) if any(
+               k is not None for k in per_seed) else None,
+           "stuck": [{"seed": s, "final": round(float(f), 4)} for s, f, k in zip(seeds, finals, per_seed, strict=True)
+                     if k is None]}
+    if holdout is not None:
+        lo, hi = out["new_seed_range"]
+        out["holdout_finals"] = [round(float(f), 4) for f in holdout]
+        out["holdout_covered"] = int(sum(lo - 1e-9 <= f <= hi + 1e-9 for f in holdout))
+    return out
 
 
 TRAINER_ARMS = (("outcome", "grpo"), ("outcome", "turn"), ("env", "turn"), ("env", "turn_loo"))
@@ -117,10 +149,11 @@ def run_trainer_arms(steps: int, seeds: int, out: Path) -> dict:
         curves = np.stack([np.asarray(trainer_curve(reward, est, steps, seed)) for seed in range(seeds)])
         n = curves.shape[0]
         mean = curves.mean(axis=0)
-        half = 2.776 * curves.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(mean)  # t(0.975, 4)
+        t = t_quantile(n)
+        half = t * curves.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(mean)
         last = curves[:, -5:].mean(axis=1)
         results[f"{reward} + {est}"] = {"mean": mean.tolist(), "half": half.tolist(), "final": float(last.mean()),
-                                       "final_half": float(2.776 * last.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
+                                       "final_half": float(t * last.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
                                        "first": float(curves[:, :3].mean())}
         r = results[f"{reward} + {est}"]
         print(f"Digits-v0 {reward:>7} + {est:<9}: outcome {r['first']:.3f} (first 3 steps) -> {r['final']:.3f} "
@@ -147,7 +180,10 @@ def run_trainer_arms(steps: int, seeds: int, out: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--seeds", type=int, default=40)
+    ap.add_argument("--seed-start", type=int, default=0, help="the first seed (seeds are seed-start .. seed-start+seeds-1)")
+    ap.add_argument("--holdout-seeds", type=int, default=10,
+                    help="seeds after those, left out of the intervals, to check what a new seed gives (0: none)")
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--lr", type=float, default=0.3)
     ap.add_argument("--out", default="docs")
@@ -161,19 +197,26 @@ def main() -> None:
         run_trainer_arms(args.trainer_steps, args.trainer_seeds, out)
     if args.skip_tabular:
         return
-    results: dict = {"steps": args.steps, "seeds": args.seeds, "group": args.group, "lr": args.lr, "settings": {}}
+    seeds = list(range(args.seed_start, args.seed_start + args.seeds))
+    held = list(range(seeds[-1] + 1, seeds[-1] + 1 + args.holdout_seeds))
+    results: dict = {"steps": args.steps, "seeds": seeds, "holdout_seeds": held, "group": args.group, "lr": args.lr,
+                     "settings": {}}
     start_time = time.perf_counter()
     for setting in settings():
         j_star = optimal_value(setting.mdp)
         row = {"j_star": j_star, "j_start": float(solve(setting.mdp, setting.logits).v[setting.mdp.start]), "arms": {}}
         for est in ESTIMATORS:
-            curves = np.stack([curve(setting.mdp, setting.logits, est, args.steps, args.group, args.lr, seed)
-                               for seed in range(args.seeds)])
-            row["arms"][est] = summarise(curves, j_star)
+            def run(seed_list, est=est, mdp=setting.mdp, logits=setting.logits):
+                return np.stack([curve(mdp, logits, est, args.steps, args.group, args.lr, seed) for seed in seed_list])
+            holdout = run(held)[:, -10:].mean(axis=1) if held else None
+            row["arms"][est] = summarise(run(seeds), j_star, seeds, holdout)
             a = row["arms"][est]
+            lo, hi = a["new_seed_range"]
             print(f"{setting.name:>24} {est:>14}: final J {a['final']:.3f} ± {a['final_half']:.3f} "
-                  f"(J* {j_star:.3f}), steps to 90% {a['steps_to_90']}  [{time.perf_counter() - start_time:.0f} s]",
-                  flush=True)
+                  f"(a new seed: {lo:.3f}..{hi:.3f}; J* {j_star:.3f}), steps to 90% {a['steps_to_90']}, "
+                  f"stuck {len(a['stuck'])}/{len(seeds)}"
+                  + (f", held-out seeds covered {a['holdout_covered']}/{len(held)}" if held else "")
+                  + f"  [{time.perf_counter() - start_time:.0f} s]", flush=True)
         results["settings"][setting.name] = row
     summary = {**results, "settings": {name: {**row, "arms": {e: {k: v for k, v in a.items() if k not in ("mean", "half")}
                                                                 for e, a in row["arms"].items()}}
@@ -187,19 +230,47 @@ def main() -> None:
                 for k, (m, h) in enumerate(zip(a["mean"], a["half"], strict=True)):
                     if k % CSV_EVERY == 0 or k == len(a["mean"]) - 1:
                         w.writerow([name, est, k, f"{m:.4f}", f"{h:.4f}"])
-    lines = [f"Steps {args.steps}, {args.seeds} seeds, groups of {args.group}, normalised steps of {args.lr}. "
-             "Final J: mean of the last 10 steps, 95% interval over seeds; steps to 90%: first step whose mean "
-             "closes 90% of the gap from the start policy's J to J*.", "",
-             "| setting | J start → J* | " + " | ".join(ESTIMATORS) + " |",
-             "|---|---|" + "---|" * len(ESTIMATORS)]
-    for name, row in results["settings"].items():
-        cells = [f"{row['arms'][e]['final']:.3f} ± {row['arms'][e]['final_half']:.3f} "
-                 f"({row['arms'][e]['steps_to_90'] if row['arms'][e]['steps_to_90'] is not None else '—'})"
-                 for e in ESTIMATORS]
-        lines.append(f"| {name} | {row['j_start']:.3f} → {row['j_star']:.3f} | " + " | ".join(cells) + " |")
+    lines = table_lines(results)
     (out / "credit_learning.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(results, out / "credit_learning.png")
+
+
+def cell(a: dict) -> str:
+    """final ± interval of the mean [the range a new seed lands in] (steps to 90%; stuck seeds)."""
+    lo, hi = a["new_seed_range"]
+    steps = a["steps_to_90"] if a["steps_to_90"] is not None else "—"
+    if a.get("seed_median_steps_to_90") is not None and a["stuck"]:
+        steps = f"{steps}, median seed {a['seed_median_steps_to_90']:.0f}"
+    stuck = f"; {len(a['stuck'])} stuck" if a["stuck"] else ""
+    return f"{a['final']:.3f} ± {a['final_half']:.3f} [{lo:.2f}, {hi:.2f}] ({steps}{stuck})"
+
+
+def table_lines(results: dict) -> list[str]:
+    seeds, held = results["seeds"], results["holdout_seeds"]
+    n = len(seeds)
+    lines = [f"Steps {results['steps']}, {n} seeds ({seeds[0]}–{seeds[-1]}), groups of {results['group']}, normalised "
+             f"steps of {results['lr']}. Each cell: final J (mean of the last 10 steps) ± the 95% interval of its mean "
+             f"over seeds; in brackets the range a new seed lands in (lowest to highest final J of the {n} seeds, "
+             f"coverage {(n - 1) / (n + 1):.1%}); in parentheses the steps until the mean curve first closes 90% of the "
+             "gap from the start policy's J to J* (where seeds are stuck, also the median over the seeds that close "
+             "it), and the stuck seeds (whose own curve never closes 90% of it).", "",
+             "| setting | J start → J* | " + " | ".join(ESTIMATORS) + " |",
+             "|---|---|" + "---|" * len(ESTIMATORS)]
+    for name, row in results["settings"].items():
+        lines.append(f"| {name} | {row['j_start']:.3f} → {row['j_star']:.3f} | "
+                     + " | ".join(cell(row["arms"][e]) for e in ESTIMATORS) + " |")
+    if held:
+        covered = sum(a["holdout_covered"] for row in results["settings"].values() for a in row["arms"].values())
+        total = len(held) * sum(len(row["arms"]) for row in results["settings"].values())
+        lines += ["", f"Held-out seeds {held[0]}–{held[-1]} (not used above): {covered} of {total} final J values "
+                      f"({covered / total:.1%}) fall in their arm's new-seed range."]
+    stuck = [f"{name} {e}: " + (f"all {len(seeds)} seeds" if len(a["stuck"]) == len(seeds) else
+                                "seeds " + ", ".join(f"{s['seed']} (J {s['final']:.2f})" for s in a["stuck"]))
+             for name, row in results["settings"].items() for e, a in row["arms"].items() if a["stuck"]]
+    if stuck:
+        lines += ["", "Stuck seeds: " + "; ".join(stuck) + "."]
+    return lines
 
 
 def plot(results: dict, path: Path) -> None:

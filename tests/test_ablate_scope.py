@@ -130,3 +130,44 @@ def test_every_command_that_reads_saved_episodes_fills_old_files_the_same_way(ep
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(ValueError, match="no valid episodes"):
         load_episodes(tmp_path / "empty.jsonl")
+
+
+def test_a_reward_with_options_is_ablated_beside_the_plain_one_from_the_command_line(episodes, tmp_path):
+    """Issue #37 item 9: `--rewards 'funrl,funrl[require_think=true]'` and `--reward-arg` name variants; the
+    report and the scores file name each by its label, and the variant scores what its option says."""
+    import json
+    import subprocess
+    import sys
+
+    from turngym.episode import EpisodeWriter
+
+    path = tmp_path / "episodes.jsonl"
+    with EpisodeWriter(path) as w:
+        for e in episodes[:9]:
+            w.write(e)
+    cli = [sys.executable, "-m", "turngym.cli", "ablate", "--episodes", str(path)]
+    proc = subprocess.run(cli + ["--rewards", "funrl,funrl[require_think=true]", "--out", str(tmp_path / "a")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    recs = [json.loads(line) for line in (tmp_path / "a" / "scores.jsonl").read_text().splitlines()]
+    by = {}
+    for r in recs:
+        by.setdefault(r["reward"], []).append(sum(r["turn_rewards"]))
+    assert set(by) == {"funrl", "funrl[require_think=true]"}
+    assert max(by["funrl"]) == 1.0 and max(by["funrl[require_think=true]"]) == 0.0  # no <think>: never well-formed
+    assert "funrl[require_think=true]" in (tmp_path / "a" / "ablation.md").read_text()
+    # the same variant through --reward-arg, and an unknown option: one error line naming the reward's options
+    proc = subprocess.run(cli + ["--rewards", "funrl", "--reward-arg", "funrl.require_think=true", "--out", str(tmp_path / "b")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert {json.loads(line)["reward"] for line in (tmp_path / "b" / "scores.jsonl").read_text().splitlines()} == {
+        "funrl[require_think=true]"}
+    for argv, expected in ((["--rewards", "funrl[require_thnk=true]"],
+                            "reward 'funrl' takes no option 'require_thnk'; its options: metric, require_think"),
+                           (["--rewards", "funrl", "--reward-arg", "siop.prefix=after_observation"],
+                            "--reward-arg 'siop.prefix=after_observation': no reward 'siop' among ['funrl']"),
+                           (["--rewards", "funrl[require_think"], "write options as name[key=value,key=value]")):
+        proc = subprocess.run(cli + argv + ["--out", str(tmp_path / "c")], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == f"error: {expected}" or expected in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "c").exists()  # refused before anything was written

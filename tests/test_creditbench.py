@@ -48,8 +48,8 @@ def test_auc_and_spearman_on_known_orders():
 def test_paired_estimators_and_lagged_pairs():
     from turngym.rewards.base import declared_estimator
 
-    assert declared_estimator("outcome") == "grpo" and declared_estimator("siop") == "turn"
-    assert declared_estimator("igpo") == "igpo" and declared_estimator("igpo_siop") == "igpo_siop"
+    assert declared_estimator("outcome") == "grpo" and declared_estimator("siop") == "turn_loo"
+    assert declared_estimator("igpo") == "igpo" and declared_estimator("igpo_siop") == "turn_loo"
     adv = group_advantages("grpo", [[0.0, 1.0], [0.0, 0.0]])  # GRPO: the episode's z-score on every turn
     assert adv[0][0] == adv[0][1] > 0 > adv[1][0] == adv[1][1]
     assert labelled_pairs([[1.0, 2.0, 3.0]], [[1, 0, None]]) == [(1.0, 1), (2.0, 0)]

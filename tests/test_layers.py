@@ -275,7 +275,7 @@ def test_registry_entry_points_honour_the_order_too():
     from turngym.training.advantages import ESTIMATORS
 
     tables = {"turngym.envs": ENTRY_POINTS.values(), "turngym.rewards.base": [*REWARDS.values(), JOINED],
-              "turngym.training.advantages": ESTIMATORS.values()}
+              "turngym.training.advantages": [spec.function for spec in ESTIMATORS.values()]}
     for owner, entries in tables.items():
         for entry in entries:
             module = entry.partition(":")[0]

@@ -78,6 +78,44 @@ def test_siop_recipes_reproduce_the_launcher_settings():
     assert offline.env["kwargs"]["dataset"] == f"subset:{SEARCHQA_TRAIN_OFFLINE}"
 
 
+def test_the_recommended_siop_recipe_differs_from_the_official_only_in_its_two_named_choices():
+    official = TrainConfig.load(ROOT / "configs" / "train_searchqa_siop.yaml")
+    rec = TrainConfig.load(ROOT / "configs" / "train_searchqa_siop_recommended.yaml")
+    assert rec.reward == {**official.reward, "prefix": "after_observation"}
+    assert (official.estimator["name"], rec.estimator["name"]) == ("turn", "turn_loo")
+    assert rec.env == official.env and rec.max_episode_tokens == official.max_episode_tokens
+    assert {k: v for k, v in rec.trl.items() if k != "output_dir"} == {k: v for k, v in official.trl.items() if k != "output_dir"}
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.name for p in RECIPES])
+def test_a_recipe_uses_an_unbiased_estimator_unless_its_first_line_says_it_reproduces_official_code(path):
+    """Issue #37 item 5: a biased (or unmeasured) estimator appears only in a recipe that reproduces official code."""
+    from turngym.rewards.base import reward_class
+    from turngym.training.advantages import get_estimator
+
+    cfg = TrainConfig.load(path)
+    name = cfg.estimator.get("name") or reward_class(cfg.reward["name"]).estimator
+    if get_estimator(name).unbiased is not True:
+        assert path.read_text().startswith("# Reproduces "), f"{path.name}: {name} is not declared unbiased"
+
+
+def test_every_reward_recommends_an_unbiased_estimator():
+    """A reward's declared estimator is unbiased; where its official code pairs it with another, that one is
+    declared too (official_estimator), and a biased official pairing has a recipe that reproduces it."""
+    from turngym.rewards.base import REWARDS, reward_class
+    from turngym.training.advantages import get_estimator
+
+    recipes = {p.name: p.read_text() for p in RECIPES}
+    for name in REWARDS:
+        cls = reward_class(name)
+        assert get_estimator(cls.estimator).unbiased is True, (name, cls.estimator)
+        if cls.official_estimator is not None:
+            get_estimator(cls.official_estimator)  # registered
+    siop = reward_class("siop")
+    assert (siop.estimator, siop.official_estimator) == ("turn_loo", "turn")
+    assert any(text.startswith("# Reproduces the official SIOP launcher") and "name: turn," in text for text in recipes.values())
+
+
 # ------------------------------------------------------------------ subsets
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -9,7 +10,7 @@ import pytest
 
 from turngym.registry import Registry
 from turngym.rewards.base import REWARDS, get_reward, register_reward
-from turngym.training.advantages import ESTIMATORS, MC_ESTIMATORS, get_estimator, register_estimator
+from turngym.training.advantages import ESTIMATORS, get_estimator, register_estimator
 
 
 def run_python(code: str) -> subprocess.CompletedProcess:
@@ -61,7 +62,7 @@ def test_every_registered_entry_resolves():
         factory = REWARDS.load(name)
         assert callable(factory), name
     for name in ESTIMATORS:  # vine also takes its Monte-Carlo advantages
-        kw = {"mc": [[0.5], [-0.5]]} if name in MC_ESTIMATORS else {}
+        kw = {"mc": [[0.5], [-0.5]]} if "branches" in get_estimator(name).needs else {}
         assert get_estimator(name)([[1.0], [0.0]], **kw) is not None
 
 
@@ -113,3 +114,23 @@ def test_rewards_declare_their_contract_and_undeclared_ones_are_refused():
     assert get_reward("outcome").training_metrics() == {} and get_reward("outcome").costs() == {}
     with pytest.raises(TypeError, match="takes no scorer"):
         get_reward("outcome").bind_scorer(object())
+
+
+def test_reward_labels_carry_options_in_one_spelling_and_refuse_unknown_ones():
+    from turngym.rewards.base import apply_reward_args, check_label, get_reward, split_label
+
+    assert split_label("siop[prefix=after_observation, eta=2]") == ("siop", {"prefix": "after_observation", "eta": 2})
+    assert check_label("siop[prefix=after_observation, eta=2]") == "siop[eta=2,prefix=after_observation]"
+    assert check_label("outcome") == "outcome" and check_label("scribe+funrl") == "scribe+funrl"
+    r = get_reward("funrl[require_think=true]")
+    assert (r.require_think, r.name) == (True, "funrl[require_think=true]")
+    assert apply_reward_args(["siop", "outcome", "siop[eta=2]"], ["siop.prefix=after_observation"]) == [
+        "siop[prefix=after_observation]", "outcome", "siop[eta=2,prefix=after_observation]"]
+    for bad, message in (("siop[prefx=1]", "reward 'siop' takes no option 'prefx'; its options: eps, equivalence"),
+                         ("siop[prefix]", "option 'prefix' is not key=value"),
+                         ("scribe+funrl[x=1]", "a composite takes no options"),
+                         ("nope[x=1]", "unknown reward 'nope'")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            check_label(bad)
+    with pytest.raises(ValueError, match="given twice"):
+        get_reward("funrl[require_think=true]", require_think=False)

@@ -454,7 +454,7 @@ def test_igpo_siop_preset_is_the_siop_repositorys_gold_reference_baseline():
     # the SIOP repository's igpo estimator: F1 slots and the non-zero gains normalised apart
     from turngym.training.advantages import get_estimator
 
-    assert type(reward).estimator == "igpo_siop"
+    assert (type(reward).estimator, type(reward).official_estimator) == ("turn_loo", "igpo_siop")
     f1s = [want[0][1], want[1][2], want[2][0]]
     igs = [want[0][0], want[1][1]]  # ep1's first gain is exactly 0: no boundary
     fm, gm = sum(f1s) / 3, sum(igs) / 2

@@ -406,9 +406,9 @@ def test_the_rewards_declared_estimator_is_the_default(tmp_path):
     from turngym.rewards.base import declared_estimator
 
     assert (declared_estimator("outcome"), declared_estimator("siop"), declared_estimator("igpo"),
-            declared_estimator("scribe+funrl")) == ("grpo", "turn", "igpo", "turn")
+            declared_estimator("scribe+funrl")) == ("grpo", "turn_loo", "igpo", "turn_loo")
     model, tok = model_and_tokenizer()
-    for reward, want in ((get_reward("outcome"), "grpo"), (get_reward("funrl"), "turn")):
+    for reward, want in ((get_reward("outcome"), "grpo"), (get_reward("funrl"), "grpo")):
         tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: CalculatorEnv(max_turns=2),
                              reward=reward, args=config(tmp_path), train_dataset=task_dataset(range(4)))
         assert tr.estimator_name == want

@@ -194,3 +194,32 @@ def test_a_prompts_rollouts_over_two_processes_are_one_group_and_an_incomplete_g
         batch_groups(mixed[1:], 4)  # one rollout of prompt 0 missing
     with pytest.raises(ValueError, match="holds 3 rollouts, not num_generations=4"):
         tr.turn_advantages(mixed[1:], 4)
+
+
+def calculator_episode(actions, group="q0"):
+    env = CalculatorEnv(max_turns=3)
+    env.reset(seed=0, options={"index": 0, "group": group})
+    for action in actions:
+        env.step(action)
+    return env.episode
+
+
+def test_a_biased_estimator_meeting_groups_of_varying_length_is_named_once_with_its_exact_oracle_cosine(tmp_path):
+    """Issue #37 item 5: the warning reads the estimator's declaration (unbiased, exact_cosine), never its name."""
+    import warnings
+
+    varying = [calculator_episode(["<calc>84 * 63 + 51</calc>", "<answer>5343</answer>"]),
+               calculator_episode(["<answer>5343</answer>"])]
+    equal = [calculator_episode(["<answer>5343</answer>"]), calculator_episode(["<answer>1</answer>"])]
+    for estimator, episodes, want in (("turn", varying, 1), ("turn", equal, 0), ("turn_loo", varying, 0),
+                                      ("grpo", varying, 0)):
+        tr = make_trainer(tmp_path, get_reward("outcome"), estimator=estimator)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            for _ in range(3):  # three batches: one warning at most
+                tr._score_groups(episodes, [episodes], None)
+        named = [w for w in seen if "is biased when a group's episodes differ in length" in str(w.message)]
+        assert len(named) == want, (estimator, [str(w.message) for w in seen])
+        if want:
+            text = str(named[0].message)
+            assert "'turn'" in text and "0.84" in text and "1 to 2 turns" in text and "turn_loo" in text

@@ -143,11 +143,11 @@ def test_ablate_saves_per_turn_scores_and_writes_a_linked_viewer(tmp_path):
     assert {(r.episode_id, r.reward) for r in recs} == {(e.id, n) for e in eps for n in ("outcome", "ttrl")}
     by = {(r.episode_id, r.reward): r for r in recs}
     assert by[("s3", "outcome")].turn_rewards == [0.0, 0.0, 0.0, 1.0]
-    from turngym.evals.scores import NEEDS_POLICY
-    from turngym.training.advantages import ESTIMATORS
+    from turngym.training.advantages import ESTIMATORS, get_estimator
 
-    assert NEEDS_POLICY.keys() <= ESTIMATORS.keys()  # every estimator left out is a registered one
-    assert set(by[("s3", "outcome")].advantages) == ESTIMATORS.keys() - NEEDS_POLICY.keys()
+    beyond = {n for n in ESTIMATORS if get_estimator(n).needs != {"rewards"}}  # declared: states, branches, entropy
+    assert beyond == {"egpo", "gigpo", "vine"}
+    assert set(by[("s3", "outcome")].advantages) == ESTIMATORS.keys() - beyond
     assert "(view.html)" in (tmp_path / "ablation.md").read_text()
     assert payload(tmp_path / "view.html")["r"]["ttrl"][0] == by[("s0", "ttrl")].turn_rewards
 

@@ -69,6 +69,31 @@ def add_env_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--max-turns", type=int, default=None, help="turn limit (default: the env's)")
 
 
+def add_reward_args(sp: argparse.ArgumentParser, default: str | None, help_extra: str = "") -> None:
+    """``--rewards`` (labels, comma-separated; a label may carry options) and ``--reward-arg NAME.KEY=VALUE``."""
+    sp.add_argument("--rewards", default=default,
+                    help="rewards, comma-separated; a reward with options is written name[key=value,...] (quote it in "
+                         "the shell), e.g. 'siop,siop[prefix=after_observation]' to compare both" + help_extra)
+    sp.add_argument("--reward-arg", action="append", default=[], metavar="NAME.KEY=VALUE",
+                    help="an option for every reward NAME among --rewards, e.g. siop.prefix=after_observation")
+
+
+def reward_labels(args: argparse.Namespace) -> list[str]:
+    """The rewards ``--rewards`` and ``--reward-arg`` name, each checked (an unknown reward or option: one line)."""
+    from turngym.rewards.base import apply_reward_args
+
+    labels, depth, cur = [], 0, ""
+    for ch in args.rewards:  # split on commas outside name[...]
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            labels.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    labels = [x.strip() for x in [*labels, cur] if x.strip()]
+    return attempt(lambda: apply_reward_args(labels, args.reward_arg), ValueError)
+
+
 def add_model_args(sp: argparse.ArgumentParser, temperature: float = 0.7) -> None:
     sp.add_argument("--model", default="default", help="'default' (Gemma 3 270M), a directory, a .gguf file, or a hub id")
     sp.add_argument("--base-url", default=None, help="OpenAI-compatible server URL (then --model is its model name)")

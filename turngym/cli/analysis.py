@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._common import attempt, log_trackers
+from turngym.cli._common import add_reward_args, attempt, log_trackers, reward_labels
 from turngym.evals.trackers import add_tracker_arguments
 
 COMMANDS = ("ablate", "report", "view")
@@ -15,7 +15,7 @@ COMMANDS = ("ablate", "report", "view")
 def add_parser(sub: Any) -> None:
     ab = sub.add_parser("ablate", help="score saved groups with several reward wrappers and compare credit")
     ab.add_argument("--episodes", required=True, help="episodes JSONL (groups of k rollouts)")
-    ab.add_argument("--rewards", default="outcome,ttrl,empo,siop,igpo", help="reward wrappers, comma-separated")
+    add_reward_args(ab, "outcome,ttrl,empo,siop,igpo")
     ab.add_argument("--scorer", default=None, help="support-scoring model for siop/igpo ('default', a directory, a hub id) "
                     "or JSON: {\"model\": ..., \"dtype\": ...} or {\"base_url\": ..., \"model\": ..., \"tokenizer\": ...}, "
                     "plus \"tokens\": \"text\" for a scorer of another model family")
@@ -63,7 +63,7 @@ def _ablate(args: argparse.Namespace) -> int:
     clock = StageClock()
     clock.stage("reading episodes and loading the rewards' models…")
     summary = attempt(lambda: run_ablation(
-        args.episodes, [r.strip() for r in args.rewards.split(",") if r.strip()], args.out, scorer=args.scorer,
+        args.episodes, reward_labels(args), args.out, scorer=args.scorer,
         scribe_llm=args.scribe_llm, scribe_library=args.scribe_library, scribe_base_url=args.scribe_base_url,
         reliability_repeats=args.reliability_repeats, truth=args.truth, truth_map=args.truth_map,
         estimators=parse_estimators(args.estimators), progress=clock.stage), FileNotFoundError, ValueError)

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._common import attempt, fail, log_trackers
+from turngym.cli._common import add_reward_args, attempt, fail, log_trackers, reward_labels
 from turngym.evals.trackers import add_tracker_arguments
 
 
@@ -46,7 +46,7 @@ def cmd_mc_creditbench(args: argparse.Namespace) -> int:
 
     try:
         summary = attempt(lambda: run_mc_creditbench(
-            args.episodes, args.out, args.model, [r for r in args.rewards.split(",") if r],
+            args.episodes, args.out, args.model, reward_labels(args),
             estimators=parse_estimators(args.estimators), env_kwargs=env_kwargs(args.env_arg) or None,
             rollouts=args.rollouts, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
             concurrency=args.concurrency, seed=args.seed, scorer=args.scorer, progress=progress),
@@ -68,7 +68,7 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
     from turngym.evals.creditbench import ENVS, BenchConfig, build, run_creditbench
     from turngym.progress import StageClock
 
-    names = [r.strip() for r in args.rewards.split(",") if r.strip()]
+    names = reward_labels(args)
 
     def bench() -> dict[str, Any]:
         cfg = BenchConfig(envs=tuple(e.strip() for e in args.envs.split(",") if e.strip()) or ENVS, groups=args.groups,
@@ -105,11 +105,14 @@ def cmd_main_job(args: argparse.Namespace) -> int:
     from turngym.cli._progress import BarProgress
     from turngym.evals.mainjob import MainJobConfig, run_main_job
 
+    if args.rewards is None:
+        args.rewards = ",".join(MainJobConfig.rewards)
     cfg = MainJobConfig(out=Path(args.out), model=args.model, scorer=args.scorer or args.model, k=args.k, limit=args.limit,
                         concurrency=args.concurrency, scribe=args.scribe, bench_groups=args.bench_groups,
                         bench_k=args.bench_k, seed=args.seed, setup_s=args.setup_s,
                         bench_envs=tuple(e.strip() for e in args.bench_envs.split(",") if e.strip()),
-                        scorer_dtype=args.scorer_dtype, prefix_cache_tokens=args.prefix_cache_tokens)
+                        scorer_dtype=args.scorer_dtype, prefix_cache_tokens=args.prefix_cache_tokens,
+                        rewards=tuple(reward_labels(args)))
     path = attempt(lambda: run_main_job(cfg, progress=lambda name: BarProgress(desc=name)),
                    FileNotFoundError, ValueError, RuntimeError)
     print(f"report: {path}")
@@ -123,7 +126,7 @@ def add_parser(sub: Any) -> None:
     cb = sub.add_parser("creditbench", help="reward wrappers on episodes with planted per-turn truth (credit accuracy)")
     cb.add_argument("--out", required=True)
     cb.add_argument("--envs", default="searchqa,mathcode,bfcl", help="envs with planted truth, comma-separated")
-    cb.add_argument("--rewards", default="outcome,ttrl,empo,funrl,siop,igpo", help="add scribe to judge with --scribe-llm")
+    add_reward_args(cb, "outcome,ttrl,empo,funrl,siop,igpo", "; add scribe to judge with --scribe-llm")
     cb.add_argument("--scorer", default="qwen2.5-coder-0.5b-instruct", help="support-scoring model for siop/igpo")
     cb.add_argument("--scribe-llm", default="qwen2.5-coder-0.5b-instruct", help="scribe's decomposer/judge model")
     cb.add_argument("--groups", type=int, default=8, help="groups per env")
@@ -168,6 +171,7 @@ def add_parser(sub: Any) -> None:
     mj.add_argument("--limit", type=int, default=3, help="items per env")
     mj.add_argument("--concurrency", type=int, default=16, help="episodes in flight")
     mj.add_argument("--scribe", action="store_true", help="also score with SCRIBE judged by the agent model (slow on CPU)")
+    add_reward_args(mj, None, " (default: the main job's: outcome, ttrl, empo, funrl, siop, igpo); --scribe adds scribe")
     mj.add_argument("--bench-groups", type=int, default=4, help="creditbench groups per env")
     mj.add_argument("--bench-envs", default="searchqa,mathcode", help="creditbench envs (bfcl too: slow on CPU)")
     mj.add_argument("--bench-k", type=int, default=4, help="creditbench episodes per group")

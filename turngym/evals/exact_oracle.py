@@ -32,11 +32,12 @@ import numpy as np
 
 from turngym.envs import credit_mdps as envs
 from turngym.oracles.mdp import ExactValues, TabularMDP, Trajectories, sample, solve
+from turngym.training.advantages import ESTIMATORS as REGISTERED
 from turngym.training.advantages import get_estimator
 
-ESTIMATORS = ("grpo", "turn", "igpo_separate", "igpo", "igpo_siop", "egpo", "turn_loo", "rloo", "gigpo")
-# estimators given the env's state keys (GiGPO's anchor states)
-TAKES_STATES = {"gigpo"}
+# every built-in estimator the oracle can feed: it has rewards and states, not branched continuations (egpo runs
+# as its base advantage: the entropy term needs a policy)
+ESTIMATORS = tuple(n for n in REGISTERED if "branches" not in get_estimator(n).needs)
 ORACLE = "oracle"  # A^π as the credit
 
 
@@ -87,7 +88,7 @@ def credits(traj: Trajectories, estimator: str, group_size: int, options: dict[s
     for start in range(0, n, group_size):
         rows = slice(start, min(start + group_size, n))
         kw = dict(options or {})
-        if estimator in TAKES_STATES:
+        if "states" in est.needs:
             kw["states"] = traj.states(rows)
         for j, a in enumerate(est(traj.rewards(rows), **kw), start=start):
             out[j, :len(a)] = a

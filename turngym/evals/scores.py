@@ -10,8 +10,8 @@ Format (JSONL, ``scores.jsonl``): one object per line, one line per (episode, re
 advantage estimators (``turngym.training.advantages.ESTIMATORS``) to per-turn values; when only
 ``estimator`` is given, the viewer computes them per group with that estimator's defaults.
 
-Estimators in :data:`NEEDS_POLICY` depend on more than the rewards: ``records_for`` leaves them
-out, and the viewer labels what it can compute of them from rewards alone.
+Estimators that declare needs beyond the rewards (``EstimatorSpec.needs``) depend on more than a saved
+record: ``records_for`` leaves them out, and the viewer labels what it can compute of them from rewards alone.
 """
 
 from __future__ import annotations
@@ -24,23 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from turngym.episode import Episode
-from turngym.training.advantages import ESTIMATORS, get_estimator
-
-# Estimators whose advantage needs the policy, not only the saved rewards: name -> why.
-NEEDS_POLICY: dict[str, str] = {
-    "egpo": ("its entropy term min(alpha·H, |A|/kappa) is per token and needs the policy's token "
-             "entropies, which a saved episode does not record; from rewards alone egpo is its base "
-             "advantage, GRPO's z-scored episode reward (eps 1e-6), which the grpo column already shows"),
-    "vine": ("its advantages are Monte-Carlo values from continuations the policy plays after every prefix "
-             "(turngym creditbench --oracle mc computes them for saved episodes); rewards alone give none"),
-    "gigpo": ("its step term groups turns by the env's anchor states (TextEnv.anchor_state), which a score file "
-              "does not carry; from rewards alone gigpo is its episode term"),
-}
+from turngym.training.advantages import ESTIMATORS, NEEDS, advantages_per_group, get_estimator
 
 
 def reward_only_estimators() -> list[str]:
-    """The registered estimators that a saved episode's rewards determine completely."""
-    return [name for name in ESTIMATORS if name not in NEEDS_POLICY]
+    """The registered estimators that a saved episode's rewards determine completely (their declared ``needs``)."""
+    return [name for name in ESTIMATORS if get_estimator(name).from_rewards_alone]
+
+
+def beyond_rewards(name: str) -> str | None:
+    """Why ``name``'s advantages from rewards alone are partial (what else it needs), or None."""
+    spec = get_estimator(name)
+    return None if spec.from_rewards_alone else "; ".join(NEEDS[n] for n in sorted(spec.needs - {"rewards"}))
 
 
 @dataclass
@@ -102,7 +97,7 @@ def read_scores(path: str | Path) -> list[ScoreRecord]:
 
 def records_for(episodes: Sequence[Episode], per_turn: dict[str, list[list[float]]]) -> list[ScoreRecord]:
     """Records for rewards given in episode order, with the group advantages of every registered estimator
-    that rewards alone determine (not those in ``NEEDS_POLICY``). Episodes whose rewards are NaN (a
+    that rewards alone determine (``EstimatorSpec.from_rewards_alone``). Episodes whose rewards are NaN (a
     wrapper that did not score their group, as a gold-only one) get no record for that wrapper."""
     groups: dict[str, list[int]] = {}
     for i, ep in enumerate(episodes):
@@ -112,14 +107,8 @@ def records_for(episodes: Sequence[Episode], per_turn: dict[str, list[list[float
     for name, rows in per_turn.items():
         scored = [i for i, r in enumerate(rows) if all(math.isfinite(x) for x in r)]  # NaN: a group left unscored
         scored_set = set(scored)
-        adv: dict[str, dict[int, list[float]]] = {est: {} for est in estimators}
-        for members in groups.values():
-            members = [i for i in members if i in scored_set]
-            if not members:
-                continue
-            for est in estimators:
-                for i, a in zip(members, get_estimator(est)([rows[i] for i in members]), strict=True):
-                    adv[est][i] = [float(x) for x in a]
+        members = [[i for i in g if i in scored_set] for g in groups.values()]
+        adv = {est: advantages_per_group(rows, [g for g in members if g], est) for est in estimators}
         out += [ScoreRecord(episodes[i].id, name, [float(x) for x in rows[i]], {est: adv[est][i] for est in estimators})
                 for i in scored]
     return out

@@ -31,7 +31,7 @@ from typing import Any
 from turngym._version import __version__
 from turngym.envs.declared import fill_declared_needs
 from turngym.episode import Episode, read_episodes
-from turngym.evals.scores import NEEDS_POLICY, ScoreRecord, read_scores
+from turngym.evals.scores import ScoreRecord, beyond_rewards, read_scores
 
 TRUNCATION_MARKERS = ("[output truncated]",)  # what the envs append when they cut a tool output
 OUTCOME_KEYS = ("correct", "em", "bfcl_valid")
@@ -158,7 +158,7 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
     vocab, tok_note = _vocab(episodes)
     wrappers = list(rewards)
     estimators = sorted({e for w in advantages.values() for e in w})
-    partial = {e: NEEDS_POLICY[e] for e in estimators if e in NEEDS_POLICY}
+    partial = {e: why for e in estimators if (why := beyond_rewards(e))}
     notes = list(notes) + [f"{e} advantages here come from the rewards alone: {why}" for e, why in partial.items()]
     return {
         "title": f"turngym episodes · {source}" if source else "turngym episodes",
@@ -257,7 +257,7 @@ def _truth_shown(ep: Episode) -> list[float | None]:
 
 def _scores(episodes: Sequence[Episode], index: dict[str, int], records: Sequence[ScoreRecord]):
     """Per wrapper, one per-turn reward list per episode (None: not scored), and advantages per estimator."""
-    from turngym.training.advantages import get_estimator
+    from turngym.training.advantages import advantages_per_group
 
     rewards: dict[str, list[list[float] | None]] = {}
     advantages: dict[str, dict[str, list[list[float] | None]]] = {}
@@ -286,9 +286,9 @@ def _scores(episodes: Sequence[Episode], index: dict[str, int], records: Sequenc
                 groups.setdefault(episodes[i].group or episodes[i].id, []).append(i)
         for est in sorted(ests):
             column = advantages.setdefault(name, {}).setdefault(est, [None] * len(episodes))
-            for members in groups.values():
-                for i, a in zip(members, get_estimator(est)([rewards[name][i] for i in members]), strict=True):
-                    column[i] = [float(x) for x in a]
+            for i, a in enumerate(advantages_per_group(rewards[name], list(groups.values()), est)):
+                if a is not None:
+                    column[i] = a
     return rewards, advantages
 
 

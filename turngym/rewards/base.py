@@ -7,6 +7,7 @@ per-turn rewards per episode, in the same order, one value per turn, plus diagno
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,8 +32,11 @@ class GroupReward:
     A subclass sets ``name`` (an instance field) and implements :meth:`score_group`. Its class
     attributes are the contract the harness, ablate and the trainer read instead of probing:
 
-    * ``estimator``: the advantage estimator it is paired with in training (a run may override it);
-      every concrete reward declares one, checked when the class is defined;
+    * ``estimator``: the advantage estimator it recommends in training (a run may override it); every
+      concrete reward declares one, checked when the class is defined, and it is an unbiased one
+      (``EstimatorSpec.unbiased``; tests/test_recipes.py checks every registered reward);
+    * ``official_estimator``: the estimator its official code pairs it with, where it has official code
+      (None: none). Where that one is biased, a recipe that reproduces the official launcher names it;
     * ``needs_scorer``: it scores support with a language model (siop, igpo): ablate and the main job
       hand it one shared scorer (``scorer=``, ``tokens=``), the trainer binds the live policy through
       :meth:`bind_scorer` when :meth:`scores_with_policy`;
@@ -48,6 +52,7 @@ class GroupReward:
 
     name: str
     estimator: ClassVar[str]
+    official_estimator: ClassVar[str | None] = None
     needs_scorer: ClassVar[bool] = False
     needs_judge: ClassVar[bool] = False
     learns_library: ClassVar[bool] = False
@@ -114,8 +119,84 @@ REWARDS = Registry("reward", {
 JOINED = "turngym.rewards.composite:composite_from_name"  # builds an ``a+b`` name
 
 
+def split_label(label: str) -> tuple[str, dict[str, Any]]:
+    """A reward label: a registered name, optionally with options, ``siop[prefix=after_observation,eta=2]``.
+    Returns the name and the options, each value read as a YAML scalar (``2`` an int, ``true`` a bool)."""
+    import yaml
+
+    label = label.strip()
+    if "[" not in label:
+        return label, {}
+    name, _, rest = label.partition("[")
+    if not rest.endswith("]") or "[" in rest[:-1] or not name:
+        raise ValueError(f"reward {label!r}: write options as name[key=value,key=value]")
+    if "+" in name:
+        raise ValueError(f"reward {label!r}: a composite takes no options in its label; give its parts' options in "
+                         "a config file (reward: {name: a+b, a: {...}})")
+    options: dict[str, Any] = {}
+    for item in filter(None, (x.strip() for x in rest[:-1].split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"reward {label!r}: option {item!r} is not key=value")
+        options[key.strip()] = yaml.safe_load(value.strip()) if value.strip() else ""
+    return name.strip(), options
+
+
+def reward_options(name: str) -> dict[str, Any]:
+    """The options the reward registered as ``name`` takes (its dataclass fields but ``name``) with their defaults
+    (``None`` where a field has no plain default)."""
+    cls = reward_class(name)
+    if not dataclasses.is_dataclass(cls):
+        return {}
+    return {f.name: (f.default if f.default is not dataclasses.MISSING else None)
+            for f in dataclasses.fields(cls) if f.init and f.name != "name"}
+
+
+def reward_label(name: str, options: dict[str, Any]) -> str:
+    """The one spelling of a reward with options: its name, then the options sorted by key."""
+    import yaml
+
+    if not options:
+        return name
+    text = ",".join(f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
+                    for k, v in sorted(options.items()))
+    return f"{name}[{text}]"
+
+
+def check_label(label: str) -> str:
+    """``label`` in its one spelling, its options checked against the reward's (one error naming them)."""
+    name, options = split_label(label)
+    if "+" in name:
+        reward_class(name)
+        return name
+    known = reward_options(name)
+    if unknown := [k for k in options if k not in known]:
+        raise ValueError(f"reward {name!r} takes no option {', '.join(map(repr, unknown))}; its options: "
+                         + (", ".join(sorted(known)) or "none"))
+    return reward_label(name, options)
+
+
+def apply_reward_args(labels: Sequence[str], reward_args: Sequence[str]) -> list[str]:
+    """Each ``NAME.KEY=VALUE`` of ``reward_args`` set on every label whose reward is ``NAME`` (``--reward-arg
+    siop.prefix=after_observation``); a NAME among none of the labels is refused. Labels come back checked."""
+    parsed = [split_label(label) for label in labels]
+    for arg in reward_args:
+        target, eq, value = arg.partition("=")
+        name, dot, key = target.partition(".")
+        if not eq or not dot or not name or not key:
+            raise ValueError(f"--reward-arg {arg!r}: write NAME.KEY=VALUE, e.g. siop.prefix=after_observation")
+        hits = [opts for n, opts in parsed if n == name]
+        if not hits:
+            raise ValueError(f"--reward-arg {arg!r}: no reward {name!r} among {[n for n, _ in parsed]}")
+        for opts in hits:
+            opts.update(split_label(f"{name}[{key}={value}]")[1])
+    return [check_label(reward_label(n, o)) for n, o in parsed]
+
+
 def reward_class(name: str) -> type[GroupReward]:
-    """The class registered as ``name`` (``a+b`` composites: ``CompositeReward``), for its declared contract."""
+    """The class registered as ``name`` (``a+b`` composites: ``CompositeReward``; a label with options: its
+    name's), for its declared contract."""
+    name = name.partition("[")[0]
     factory = REWARDS.load("composite" if "+" in name else name)
     if not (isinstance(factory, type) and issubclass(factory, GroupReward)):
         raise TypeError(f"reward {name!r} is registered as {factory!r}, which is not a GroupReward subclass; "
@@ -140,7 +221,8 @@ def register_reward(name: str, factory: str | type[GroupReward]) -> None:
 
 def get_reward(name: str, **config: Any) -> GroupReward:
     """A reward by registry name (``outcome``, ``igpo``, ``ttrl``, ``empo``, ``siop``, ``scribe``, ``funrl``,
-    ``toolcall_dense``, ``prm``, ``composite``), or a weighted sum of several named ``a+b``
+    ``toolcall_dense``, ``prm``, ``composite``), a label with options (``siop[prefix=after_observation]``: the
+    reward's ``name`` is then the label), or a weighted sum of several named ``a+b``
     (see ``turngym.rewards.composite``)."""
     if "+" in name:
         try:
@@ -148,9 +230,15 @@ def get_reward(name: str, **config: Any) -> GroupReward:
         except TypeError as exc:
             raise ValueError(f"bad configuration for reward {name!r}: {exc}") from None
 
+    label = check_label(name)
+    name, options = split_label(label)
+    if clash := sorted(set(options) & set(config)):
+        raise ValueError(f"reward {label!r}: options {clash} are given twice (in the label and as arguments)")
+    if options and "name" not in config:
+        config = {**config, "name": label}  # reports and saved scores name the variant, not only the reward
     factory = reward_class(name)
     try:
-        return factory(**config)
+        return factory(**options, **config)
     except TypeError as exc:
         raise ValueError(f"bad configuration for reward {name!r}: {exc}") from None
 

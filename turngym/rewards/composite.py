@@ -25,7 +25,7 @@ from turngym.rewards.base import GroupReward, GroupScores, finite, get_reward
 
 @dataclass
 class CompositeReward(GroupReward):
-    estimator: ClassVar[str] = "turn"  # its paired estimator (a sum of per-turn rewards)
+    estimator: ClassVar[str] = "turn_loo"  # a sum of per-turn rewards: the unbiased turn-level estimator
     scores_single_episodes: ClassVar[bool] = True
     parts: list[dict[str, Any]]
     name: str = "composite"

@@ -80,7 +80,7 @@ def turn_components(episode: Episode, turn: Turn) -> dict[str, float]:
 
 @dataclass
 class ToolCallDenseReward(GroupReward):
-    estimator: ClassVar[str] = "turn"  # its paired estimator (per-turn rewards, summed backwards)
+    estimator: ClassVar[str] = "turn_loo"  # per-turn rewards: the unbiased turn-level estimator (no official code)
     scores_single_episodes: ClassVar[bool] = True
     name: str = "toolcall_dense"
 
@@ -110,7 +110,9 @@ class FunRLReward(GroupReward):
     ``metric``: the outcome field that decides correctness (default: correct / em / bfcl_valid).
     """
 
-    estimator: ClassVar[str] = "turn"  # its paired estimator (its recipes pair it with the turn estimator)
+    # a reward on the final turn only: GRPO, EGPO's base advantage; EGPO's entropy bonus is its official pairing
+    estimator: ClassVar[str] = "grpo"
+    official_estimator: ClassVar[str | None] = "egpo"
     scores_single_episodes: ClassVar[bool] = True
 
     require_think: bool = False

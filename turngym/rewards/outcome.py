@@ -61,6 +61,7 @@ class TTRLReward(GroupReward):
     """
 
     estimator: ClassVar[str] = "grpo"  # the paired estimator (TTRL trains with GRPO on the voted reward)
+    official_estimator: ClassVar[str | None] = "grpo"
 
     equivalence: Any = "auto"
     n_votes: int | None = None
@@ -116,6 +117,7 @@ class EMPOReward(GroupReward):
     """
 
     estimator: ClassVar[str] = "grpo"  # the paired estimator (EMPO: GRPO on the cluster probability)
+    official_estimator: ClassVar[str | None] = "grpo"
 
     equivalence: Any = "auto"
     entropy_threshold: float | str | None = "log_k"

@@ -23,7 +23,7 @@ from turngym.rewards.scribe.steps import judge_steps_open
 
 @dataclass
 class PRMReward(GroupReward):
-    estimator: ClassVar[str] = "turn"  # its paired estimator (per-turn judge scores, summed backwards)
+    estimator: ClassVar[str] = "turn_loo"  # per-turn judge scores: the unbiased turn-level estimator
     needs_judge: ClassVar[bool] = True
     scores_single_episodes: ClassVar[bool] = True
     llm: Any = "default"

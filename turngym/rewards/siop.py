@@ -142,8 +142,10 @@ class _PotentialMachinery(GroupReward, abstract=True):
 
 @dataclass
 class SIOPReward(_PotentialMachinery):
-    # its paired estimator: SIOP's compute_siop_turn_level_advantage (biased when lengths vary: docs/estimators.md)
-    estimator: ClassVar[str] = "turn"
+    # recommended: the unbiased turn-level estimator. The official pairing, compute_siop_turn_level_advantage
+    # (``turn``), is biased when lengths vary (docs/estimators.md); configs/train_searchqa_siop.yaml reproduces it
+    estimator: ClassVar[str] = "turn_loo"
+    official_estimator: ClassVar[str | None] = "turn"
     equivalence: Any = "auto"
     evidence: Any = "auto"
     eta: float = 1.0
@@ -277,6 +279,7 @@ class IGPOReward(_PotentialMachinery):
     """
 
     estimator: ClassVar[str] = "igpo"  # the IGPO repository's GRPO: returns-to-go minus the per-position mean
+    official_estimator: ClassVar[str | None] = "igpo"  # unbiased on the exact oracle, so also the recommendation
     lam: float = 0.0  # official: the outcome term is the F1 itself (weight 1)
     prefix: str = "after_observation"
     final_turn_gain: bool = False  # official: the answer turn gets the F1 only
@@ -349,7 +352,8 @@ class IGPOSIOPReward(IGPOReward):
     answer turn (no F1, no format check: the F1 is only a validation metric there); every rollout is scored,
     turn-limit ones included. Paired with that repository's ``igpo`` estimator (``igpo_siop`` here)."""
 
-    estimator: ClassVar[str] = "igpo_siop"
+    estimator: ClassVar[str] = "turn_loo"  # recommended; the official igpo_siop is biased with process rewards
+    official_estimator: ClassVar[str | None] = "igpo_siop"
     lam: float = 0.5
     prefix: str = "before_observation"
     final_turn_gain: bool = True

@@ -32,36 +32,135 @@ advantages); ``turn``, ``igpo_siop`` and ``igpo_separate`` 1e-6 (the official SI
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from turngym.registry import Registry
+from turngym.registry import Registry, resolve
 
 Rewards = Sequence[Sequence[float]]
 Estimator = Callable[..., list[list[float]]]
-# Name -> "module:attribute", resolved on use; ``register_estimator`` adds one (a name once only).
-ESTIMATORS = Registry("advantage estimator", {
-    "grpo": "turngym.training.advantages:grpo",
-    "turn": "turngym.training.advantages:turn",
-    "igpo_separate": "turngym.training.advantages:igpo_separate",
-    "igpo": "turngym.training.advantages:igpo",
-    "igpo_siop": "turngym.training.advantages:igpo_siop",
-    "egpo": "turngym.training.advantages:egpo",
-    "turn_loo": "turngym.training.advantages:turn_loo",
-    "rloo": "turngym.training.advantages:rloo",
-    "gigpo": "turngym.training.advantages:gigpo",
-    "vine": "turngym.training.advantages:vine",
-})
+
+# What an estimator can need beyond the group's per-turn rewards, and why a saved episode's rewards alone cannot
+# give it (the viewer and the scores record say so for the estimators they leave out).
+NEEDS: dict[str, str] = {
+    "rewards": "the group's per-turn rewards",
+    "states": ("an anchor state per turn (TextEnv.anchor_state, which a score file does not carry); from rewards alone "
+               "gigpo is its episode term"),
+    "branches": ("Monte-Carlo values from continuations the policy plays after every prefix (turngym creditbench "
+                 "--oracle mc computes them for saved episodes); rewards alone give none"),
+    "entropy": ("the policy's per-token entropies, which a saved episode does not record; from rewards alone egpo is "
+                "its base advantage, GRPO's z-scored episode reward (eps 1e-6), which the grpo column already shows"),
+}
 
 
-def register_estimator(name: str, estimator: str | Estimator) -> None:
-    """Add an estimator: a function ``(rewards, gamma, eps) -> advantages`` or its ``"module:attribute"``
-    path. A second registration of a name raises ``ValueError``."""
-    ESTIMATORS.register(name, estimator)
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """One advantage estimator, declared: the trainer, ablate, creditbench and the viewer read these fields,
+    never the estimator's name.
+
+    ``function``: ``(rewards, gamma, eps, **options) -> advantages`` or its ``"module:attribute"`` path.
+    ``options``: the options it takes beyond gamma/eps, with their defaults (YAML ``estimator:`` keys);
+    ``trainer_options``: those of them the trainer applies itself (per token, or when it rolls out), not passed on.
+    ``needs``: keys of :data:`NEEDS` (``rewards`` always; ``states``, ``branches``, ``entropy``).
+    ``unbiased``: whether its expected gradient is the policy gradient when episode lengths vary and rewards are
+    per turn (None: not measured); ``exact_cosine``: the lowest cos(ĝ, g) it reaches at B = 256 over the four
+    exact-oracle settings (docs/estimators.md), the figure a warning quotes. ``official``: the official code it
+    reproduces, if any. ``gamma`` and ``eps`` left out of a call take the function's own defaults.
+    """
+
+    name: str
+    function: str | Estimator
+    unbiased: bool | None = None
+    exact_cosine: float | None = None
+    official: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    trainer_options: frozenset[str] = frozenset()
+    needs: frozenset[str] = frozenset({"rewards"})
+
+    def __post_init__(self) -> None:
+        if unknown := set(self.needs) - NEEDS.keys():
+            raise ValueError(f"estimator {self.name!r} needs {sorted(unknown)}, which are not among {sorted(NEEDS)}")
+        if extra := set(self.trainer_options) - set(self.options):
+            raise ValueError(f"estimator {self.name!r}: trainer options {sorted(extra)} are not among its options")
+
+    def __call__(self, rewards: Rewards, gamma: float | None = None, eps: float | None = None,
+                 **kw: Any) -> list[list[float]]:
+        given = {k: v for k, v in (("gamma", gamma), ("eps", eps)) if v is not None}
+        return resolve(self.function)(rewards, **given, **kw)
+
+    @property
+    def from_rewards_alone(self) -> bool:
+        """A saved episode's per-turn rewards determine its advantages completely."""
+        return self.needs == {"rewards"}
+
+    def function_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` less those the trainer applies itself."""
+        return {k: v for k, v in options.items() if k not in self.trainer_options}
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        if unknown := set(options) - set(self.options):
+            raise ValueError(f"estimator {self.name!r} takes no options {sorted(unknown)}"
+                             + (f"; it takes {sorted(self.options)}" if self.options else ""))
 
 
-def get_estimator(name: str) -> Estimator:
+def _spec(name: str, **kw: Any) -> EstimatorSpec:
+    return EstimatorSpec(name, f"turngym.training.advantages:{name}", **kw)
+
+
+EGPO_ALPHA = 0.4  # entropy weight (FunRL/EGPO paper)
+EGPO_KAPPA = 2.0  # clip: the entropy term never exceeds |A|/kappa, so it cannot flip A's sign
+GIGPO_GAMMA = 0.95  # verl-agent's GiGPO scripts: algorithm.gamma=0.95
+GIGPO_OMEGA = 1.0  # algorithm.gigpo.step_advantage_w
+GIGPO_MODES = ("mean_norm", "mean_std_norm")  # algorithm.gigpo.mode; the scripts use mean_norm
+VINE_ROLLOUTS = 4  # continuations per prefix (VinePPO uses K = 9 on math; turngym's default is cheaper)
+
+# The exact_cosine figures are docs/estimators.md's exact-oracle table (2026-12-01, B = 256, the lowest setting).
+ESTIMATORS = Registry("advantage estimator", {spec.name: spec for spec in (
+    _spec("grpo", unbiased=True, exact_cosine=1.0000, official="TRL's GRPOTrainer (advantages and loss)"),
+    _spec("turn", unbiased=False, exact_cosine=0.8368,
+          official="dl-m9/SIOP verl/trainer/ppo/core_algos.py compute_siop_turn_level_advantage"),
+    _spec("igpo_separate", unbiased=False, exact_cosine=0.9264),
+    _spec("igpo", unbiased=True, exact_cosine=1.0000,
+          official="GuoqingWang1/IGPO verl/trainer/ppo/core_algos.py compute_grpo_outcome_advantage"),
+    _spec("igpo_siop", unbiased=False, exact_cosine=0.9264,
+          official="dl-m9/SIOP verl/trainer/ppo/core_algos.py compute_igpo_turn_level_advantage"),
+    _spec("egpo", unbiased=None, options={"alpha": EGPO_ALPHA, "kappa": EGPO_KAPPA},
+          trainer_options=frozenset({"alpha", "kappa"}), needs=frozenset({"rewards", "entropy"}),
+          official="FunRL/EGPO's entropy-enhanced GRPO"),
+    _spec("turn_loo", unbiased=True, exact_cosine=1.0000, options={"scale": "none"}),
+    _spec("rloo", unbiased=True, exact_cosine=1.0000, official="TRL's RLOOTrainer; verl compute_rloo_outcome_advantage"),
+    _spec("gigpo", unbiased=False, exact_cosine=0.9996, options={"omega": GIGPO_OMEGA, "mode": "mean_norm"},
+          needs=frozenset({"rewards", "states"}), official="verl-agent gigpo/core_gigpo.py"),
+    _spec("vine", unbiased=True, options={"rollouts": VINE_ROLLOUTS}, trainer_options=frozenset({"rollouts"}),
+          needs=frozenset({"rewards", "branches"}), official="VinePPO (Monte-Carlo values per turn)"),
+)})
+UNBIASED_CHOICES = ("turn_loo", "rloo", "grpo", "igpo")  # what a reward without an official estimator recommends
+
+
+def register_estimator(name: str, estimator: str | Estimator | EstimatorSpec, **declared: Any) -> None:
+    """Add an estimator: an :class:`EstimatorSpec`, or a function ``(rewards, gamma, eps) -> advantages`` (or its
+    ``"module:attribute"`` path) declared by ``declared`` (``unbiased=``, ``options=``, ``needs=`` ...). A second
+    registration of a name raises ``ValueError``."""
+    spec = estimator if isinstance(estimator, EstimatorSpec) else EstimatorSpec(name, estimator, **declared)
+    ESTIMATORS.register(name, spec)
+
+
+def get_estimator(name: str) -> EstimatorSpec:
+    """The declared estimator registered as ``name``; call it as ``spec(rewards, gamma=..., eps=..., **options)``."""
     return ESTIMATORS.load(name)
+
+
+def advantages_per_group(rewards: Sequence[Sequence[float]], groups: Sequence[Sequence[int]], estimator: str,
+                         **kw: Any) -> list[list[float] | None]:
+    """The one "advantages per group" loop: ``rewards`` per episode, ``groups`` lists of episode positions; each
+    group's advantages from ``estimator``; positions in no group get None."""
+    est = get_estimator(estimator)
+    out: list[list[float] | None] = [None] * len(rewards)
+    for members in groups:
+        for i, a in zip(members, est([rewards[i] for i in members], **kw), strict=True):
+            out[i] = [float(x) for x in a]
+    return out
 
 
 def zscore(values: Sequence[float], eps: float = 1e-6) -> list[float]:
@@ -242,11 +341,6 @@ def rloo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[f
     return [[a] * len(ep) for a, ep in zip(adv, rewards, strict=True)]
 
 
-GIGPO_GAMMA = 0.95  # verl-agent's GiGPO scripts: algorithm.gamma=0.95
-GIGPO_OMEGA = 1.0  # algorithm.gigpo.step_advantage_w
-GIGPO_MODES = ("mean_norm", "mean_std_norm")  # algorithm.gigpo.mode; the scripts use mean_norm
-
-
 def _centre(values: Sequence[float], mode: str, eps: float, single_mean: float | None) -> list[float]:
     """verl-agent's group normalisation: x − mean (``mean_norm``) or (x − mean)/(std + eps); a lone value
     has std 1 and mean ``single_mean`` (0 for the episode term, the value itself for the step term)."""
@@ -290,17 +384,7 @@ def gigpo(rewards: Rewards, gamma: float = GIGPO_GAMMA, eps: float = 1e-6, state
     return [[e + omega * s for e, s in zip(er, sr, strict=True)] for er, sr in zip(episode, step, strict=True)]
 
 
-# ------------------------------------------------------------------ EGPO (FunRL)
-# Options an estimator takes beyond gamma/eps (YAML ``estimator:`` keys).
-ESTIMATOR_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}, "turn_loo": {"scale"}, "gigpo": {"omega", "mode"},
-                                          "vine": {"rollouts"}}
-# options the trainer applies itself (per token, or when it rolls out), not passed to the estimator
-TRAINER_OPTIONS: dict[str, set[str]] = {"egpo": {"alpha", "kappa"}, "vine": {"rollouts"}}
-# estimators that also take ``states=`` (one anchor-state key per turn, see ``TextEnv.anchor_state``)
-STATE_ESTIMATORS = frozenset({"gigpo"})
-# estimators that take ``mc=`` (per-turn Monte-Carlo advantages from branched continuations)
-MC_ESTIMATORS = frozenset({"vine"})
-VINE_ROLLOUTS = 4  # continuations per prefix (VinePPO uses K = 9 on math; turngym's default is cheaper)
+# ------------------------------------------------------------------ VinePPO, EGPO (FunRL)
 
 
 def vine(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6,
@@ -316,8 +400,6 @@ def vine(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6,
     if [len(m) for m in mc] != [len(r) for r in rewards]:
         raise ValueError("vine: mc must have the shape of rewards (one advantage per turn)")
     return [[0.0 if a is None or not math.isfinite(a) else float(a) for a in row] for row in mc]
-EGPO_ALPHA = 0.4  # entropy weight (FunRL/EGPO paper)
-EGPO_KAPPA = 2.0  # clip: the entropy term never exceeds |A|/kappa, so it cannot flip A's sign
 
 
 def egpo(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6) -> list[list[float]]:

@@ -107,16 +107,13 @@ def select_training_indices(cfg: TrainConfig, env: Any) -> list[int]:
 
 def estimator_options(est: dict[str, Any]) -> dict[str, Any]:
     """Options of the estimator beyond name/gamma/eps (``egpo``: alpha, kappa)."""
-    from turngym.training.advantages import ESTIMATOR_OPTIONS
+    from turngym.training.advantages import get_estimator
 
     name = est.get("name")
     extra = {k: v for k, v in est.items() if k not in ("name", "gamma", "eps")}
     if name is None:  # the reward's declared estimator: the trainer checks the options once it knows it
         return extra
-    allowed = ESTIMATOR_OPTIONS.get(name, set())
-    if set(extra) - allowed:
-        raise ValueError(f"estimator {name!r} takes no options {sorted(set(extra) - allowed)}"
-                         + (f"; it takes {sorted(allowed)}" if allowed else ""))
+    get_estimator(name).check_options(extra)
     return extra
 
 

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,15 +34,7 @@ from turngym.agents.policy import Generation, GenerationRequest, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
 from turngym.episode import Episode, EpisodeGroup, group_episodes, reward_view
 from turngym.rewards.base import GroupReward, outcome_score
-from turngym.training.advantages import (
-    ESTIMATOR_OPTIONS,
-    MC_ESTIMATORS,
-    STATE_ESTIMATORS,
-    TRAINER_OPTIONS,
-    VINE_ROLLOUTS,
-    entropy_enhanced,
-    get_estimator,
-)
+from turngym.training.advantages import entropy_enhanced, get_estimator
 from turngym.training.rollouts import RolloutSaver
 
 
@@ -190,11 +183,10 @@ class TurnGRPOTrainer(GRPOTrainer):
         self.reward = reward
         estimator = estimator or reward.estimator  # the reward declares its paired estimator
         self.estimator_name = estimator
-        self.estimator = get_estimator(estimator)
-        self.estimator_options = dict(estimator_options or {})
-        unknown = set(self.estimator_options) - ESTIMATOR_OPTIONS.get(estimator, set())
-        if unknown:
-            raise ValueError(f"estimator {estimator!r} takes no options {sorted(unknown)}")
+        self.estimator = get_estimator(estimator)  # its declaration (EstimatorSpec) says what it needs
+        self.estimator.check_options(estimator_options or {})
+        self.estimator_options = {**self.estimator.options, **(estimator_options or {})}
+        self._bias_warned = False
         self._voters: dict[str, list[Episode]] = {}  # TTRL: extra rollouts that only vote, per task key
         self.gamma = float(gamma)
         self.advantage_eps = None if advantage_eps is None else float(advantage_eps)
@@ -247,7 +239,7 @@ class TurnGRPOTrainer(GRPOTrainer):
             watch.rollouts_begin(self.state.global_step + 1, sum(g.k for g in groups))
         episodes = runner.run(groups, progress=watch.rollout_episodes if watch else None,
                               on_turn=watch.rollout_turn if watch else None)
-        if self.estimator_name in MC_ESTIMATORS:
+        if "branches" in self.estimator.needs:
             self._branch(episodes, policy, sampling, tag)
         policy.drain()
         self.model.train(was_training)
@@ -271,7 +263,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         """``vine``: continue every episode ``rollouts`` times after each of its prefixes with the current
         policy and put each turn's Monte-Carlo advantage in ``meta["vine"]`` (it travels with the episode
         to whichever process scores its group). Costs rollouts × (turns + 1) continuations per episode."""
-        k = int(self.estimator_options.get("rollouts", VINE_ROLLOUTS))
+        k = int(self.estimator_options["rollouts"])
         runner = RolloutRunner(policy, self.env_factory, sampling, k=k, concurrency=max(1, k * len(episodes)),
                                run_tag=f"{tag}-vine", max_episode_tokens=self.max_episode_tokens, env_pool=self._env_pool)
         values = turn_values(episodes, runner.run(branch_tasks(episodes, k)))
@@ -325,18 +317,32 @@ class TurnGRPOTrainer(GRPOTrainer):
             pool = voters.get(group[0].meta.get("task_key")) if voters else None
             seen = reward_view(group)  # rewards never see per-turn truth (turngym.truth)
             scores = self.reward.score_group(seen, vote_pool=reward_view(pool)) if pool else self.reward.score_group(seen)
+            self._warn_if_biased(group)
             advs = self.estimator(scores.rewards, gamma=self.gamma, **eps_kw, **self._estimator_kwargs(group))
             for ep, r, a in zip(group, scores.rewards, advs, strict=True):
                 scored[id(ep)] = (r, a)
         hits = [scored[id(e)] for e in episodes if id(e) in scored]
         return [r for r, _ in hits], [a for _, a in hits]
 
+    def _warn_if_biased(self, group: Sequence[Episode]) -> None:
+        """Once per trainer: a biased estimator (its declaration) meeting a group whose episodes differ in length,
+        where its bias shows (docs/estimators.md), is named with its measured exact-oracle cosine."""
+        spec = self.estimator
+        lengths = {len(e.turns) for e in group}
+        if spec.unbiased is not False or len(lengths) < 2 or self._bias_warned:
+            return
+        self._bias_warned = True
+        cos = f"; its exact-oracle cosine is {spec.exact_cosine:.2f}" if spec.exact_cosine is not None else ""
+        warnings.warn(f"estimator {spec.name!r} is biased when a group's episodes differ in length (this group has "
+                      f"{min(lengths)} to {max(lengths)} turns){cos} (docs/estimators.md); turn_loo, rloo, grpo and "
+                      "igpo are unbiased", UserWarning, stacklevel=3)
+
     def _estimator_kwargs(self, group: Sequence[Episode]) -> dict[str, Any]:
         """The estimator's own options, and for GiGPO the anchor state of every turn, as the env declares it."""
-        kw = {k: v for k, v in self.estimator_options.items() if k not in TRAINER_OPTIONS.get(self.estimator_name, ())}
-        if self.estimator_name in MC_ESTIMATORS:
+        kw = self.estimator.function_options(self.estimator_options)
+        if "branches" in self.estimator.needs:
             kw["mc"] = [ep.meta["vine"] for ep in group]
-        if self.estimator_name in STATE_ESTIMATORS:
+        if "states" in self.estimator.needs:
             env = self._anchor_env or self.env_factory().unwrapped
             self._anchor_env = env
             kw["states"] = [[env.anchor_state(ep, t) for t in range(len(ep.turns))] for ep in group]
@@ -381,7 +387,7 @@ class TurnGRPOTrainer(GRPOTrainer):
                 if t >= 0:
                     table[row, pos] = per_turn[t]
         table = table.to(out["completion_ids"].device)
-        if self.estimator_name == "egpo":
+        if "entropy" in self.estimator.needs:
             table = self._entropy_enhanced(out, table)
         out["advantages"] = table
         flat_r = [r for ep in rewards for r in ep]
@@ -391,7 +397,7 @@ class TurnGRPOTrainer(GRPOTrainer):
             metrics["turngym/turn_reward_mean"].append(sum(flat_r) / len(flat_r))
             metrics["turngym/turn_advantage_mean"].append(sum(flat_a) / len(flat_a))
             metrics["turngym/turn_advantage_abs_max"].append(max(abs(a) for a in flat_a))
-        if self.estimator_name == "egpo":
+        if "entropy" in self.estimator.needs:
             metrics["turngym/egpo_entropy_mean"].append(self._egpo_entropy_mean)
         # e.g. SCRIBE's uncertainty, plan separability; drained in eval too, so eval groups never leak into train figures
         for key, value in self.reward.training_metrics().items():
@@ -470,4 +476,5 @@ class TurnGRPOTrainer(GRPOTrainer):
                 batch_size=self.args.per_device_train_batch_size, compute_entropy=True)
         action = out["completion_mask"].float() * out.get("tool_mask", torch.ones_like(table)).float()
         self._egpo_entropy_mean = float((entropies * action).sum() / action.sum().clamp(min=1.0))
-        return entropy_enhanced(table, entropies * action, **self.estimator_options)  # A = 0 → no bonus
+        opts = {k: self.estimator_options[k] for k in self.estimator.trainer_options}
+        return entropy_enhanced(table, entropies * action, **opts)  # A = 0 → no bonus

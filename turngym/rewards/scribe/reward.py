@@ -65,8 +65,9 @@ def judge_costs(llm: JSONLLM, library: SkillLibrary | None) -> dict[str, Any]:
 
 @dataclass
 class ScribeReward(GroupReward):
-    # its paired estimator: the SCRIBE paper says GRPO without saying how turn rewards enter; turngym sums them backwards
-    estimator: ClassVar[str] = "turn"
+    # the SCRIBE paper says GRPO without saying how turn rewards enter and has no public code: the unbiased
+    # turn-level estimator (returns-to-go minus a leave-one-out baseline; docs/estimators.md)
+    estimator: ClassVar[str] = "turn_loo"
     needs_judge: ClassVar[bool] = True
     learns_library: ClassVar[bool] = True
     scores_single_episodes: ClassVar[bool] = True
