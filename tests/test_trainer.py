@@ -377,7 +377,10 @@ def test_gigpo_gets_the_envs_anchor_states_and_estimator_options_reach_the_estim
         seen.update(states=states, omega=omega, mode=mode)
         return get_estimator("gigpo")(rewards, gamma=gamma, eps=eps, states=states, omega=omega, mode=mode)
 
-    monkeypatch.setattr(trainer_module, "get_estimator", lambda name: spy)
+    import dataclasses
+
+    declared = dataclasses.replace(get_estimator("gigpo"), function=spy)  # the declaration, its function spied on
+    monkeypatch.setattr(trainer_module, "get_estimator", lambda name: declared if name == "gigpo" else get_estimator(name))
     model, tok = model_and_tokenizer()
     tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: CalculatorEnv(max_turns=3),
                          reward=FakeTurnReward(), args=config(tmp_path, max_completion_length=160),

@@ -110,9 +110,9 @@ class FunRLReward(GroupReward):
     ``metric``: the outcome field that decides correctness (default: correct / em / bfcl_valid).
     """
 
-    # a reward on the final turn only: GRPO, EGPO's base advantage; EGPO's entropy bonus is its official pairing
+    # a reward on the final turn only: GRPO, EGPO's base advantage (the paper pairs it with EGPO, ``egpo``, whose
+    # entropy bonus changes the objective; no official code has been released)
     estimator: ClassVar[str] = "grpo"
-    official_estimator: ClassVar[str | None] = "egpo"
     scores_single_episodes: ClassVar[bool] = True
 
     require_think: bool = False
