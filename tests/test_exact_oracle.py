@@ -134,3 +134,81 @@ def test_creditbench_cli_dispatches_to_the_exact_oracle(tmp_path, capsys):
     assert "report:" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="multiple"):
         main(["creditbench", "--oracle", "exact", "--batch-sizes", "6", "--group-size", "4", "--out", str(tmp_path)])
+
+
+# ------------------------------------------------------------------ another framework's advantage code (--external)
+
+EXTERNAL = '''
+from turngym.training.advantages import turn, turn_loo
+
+def loo(rewards):
+    return turn_loo(rewards)
+
+def zscored_turns(rewards):  # SIOP's estimator, as another framework would ship it
+    return turn(rewards)
+
+def short(rewards):
+    return [ep[:-1] for ep in rewards]
+
+def nan(rewards):
+    return [[float("nan")] * len(ep) for ep in rewards]
+'''
+
+
+@pytest.fixture
+def external_module(tmp_path, monkeypatch):
+    (tmp_path / "their_advantages.py").write_text(EXTERNAL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_an_external_advantage_function_is_scored_beside_turngyms_on_the_same_episodes(external_module):
+    from turngym.evals.exact_oracle import run_exact
+    from turngym.evals.external_advantages import register_external
+
+    loo, biased = register_external("their_advantages:loo"), register_external("their_advantages:zscored_turns")
+    rows = run_exact(batch_sizes=(32,), batches=60, estimators=("turn_loo", "turn", loo, biased))["rows"]
+    by = {(r["setting"], r["estimator"]): r for r in rows}
+    for setting in {r["setting"] for r in rows}:  # the same function on the same episodes: the same figures
+        assert by[(setting, loo)]["cosine"] == by[(setting, "turn_loo")]["cosine"]
+        assert by[(setting, biased)]["cosine"] == by[(setting, "turn")]["cosine"]
+    assert by[("variable_horizon", biased)]["cosine"] < 0.9 < by[("variable_horizon", loo)]["cosine"]
+
+
+@pytest.mark.parametrize("spec, form, expected", [
+    ("their_advantages:nope", "turns", "external advantage 'their_advantages:nope' does not import"),
+    ("no_such_module:f", "turns", "does not import: No module named 'no_such_module'"),
+    ("their_advantages:short", "turns", "returned lengths [1, 0, 2, 0] for episodes of [2, 1, 3, 1] turns"),
+    ("their_advantages:nan", "turns", "returned a non-finite value"),
+    ("their_advantages", "turns", "write module:function"),
+])
+def test_a_bad_external_advantage_is_one_line_naming_it(external_module, tmp_path, spec, form, expected):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(external_module), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "turngym.cli", "creditbench", "--oracle", "exact", "--external", spec,
+                           "--external-form", form, "--out", str(tmp_path / "x")], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and expected in last, last
+    assert not (tmp_path / "x").exists()  # refused before any oracle work
+
+
+def test_verls_own_rloo_and_grpo_through_the_verl_form_equal_turngyms_estimators():
+    """verl 0.9.1 ``verl/trainer/ppo/core_algos.py`` ``compute_rloo_outcome_advantage`` (A_i = R_i − mean_{j≠i} R_j on
+    every token) and ``compute_grpo_outcome_advantage`` ((R_i − mean)/(std + 1e-6), torch's unbiased std), called as
+    verl calls them, one token per turn."""
+    pytest.importorskip("verl.trainer.ppo.core_algos")
+    from turngym.evals.external_advantages import PROBE, register_external
+    from turngym.training.advantages import get_estimator
+
+    rloo = register_external("verl.trainer.ppo.core_algos:compute_rloo_outcome_advantage", "verl")
+    grpo = register_external("verl.trainer.ppo.core_algos:compute_grpo_outcome_advantage", "verl")
+    for name, ours in ((rloo, get_estimator("rloo")(PROBE)), (grpo, get_estimator("grpo")(PROBE, eps=1e-6))):
+        theirs = get_estimator(name)(PROBE)
+        assert [len(r) for r in theirs] == [len(r) for r in PROBE]
+        for a, b in zip(theirs, ours, strict=True):
+            assert a == pytest.approx(b, abs=1e-5)

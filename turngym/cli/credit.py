@@ -13,16 +13,25 @@ from turngym.evals.trackers import add_tracker_arguments
 
 def cmd_exact_creditbench(args: argparse.Namespace) -> int:
     """``--oracle exact``: estimators' expected gradients against the exact policy gradient (turngym.oracles)."""
-    from turngym.evals.exact_oracle import run_exact
+    from turngym.evals.credit_table import parse_estimators
+    from turngym.evals.exact_oracle import ESTIMATORS, run_exact
+    from turngym.evals.external_advantages import register_external
 
-    summary = attempt(lambda: run_exact(batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",") if b.strip()),
-                                        batches=args.seeds, group_size=args.group_size, seed=args.seed,
-                                        out_dir=args.out), ValueError)
+    def run() -> dict[str, Any]:
+        external = [register_external(spec, args.external_form) for spec in args.external]  # refused before any work
+        ours = parse_estimators(args.estimators) or (EXTERNAL_BESIDE if external else ESTIMATORS)
+        return run_exact(batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",") if b.strip()), batches=args.seeds,
+                         group_size=args.group_size, seed=args.seed, estimators=(*ours, *external), out_dir=args.out)
+
+    summary = attempt(run, ValueError)
     for r in summary["rows"]:
         cos = "–" if r["cosine"] is None else f"{r['cosine']:.4f}"
         print(f"{r['setting']:23s} {r['estimator']:14s} B={r['batch_size']:<5d} cos {cos}")
     print(f"report: {Path(args.out) / 'exact.md'}")
     return 0
+
+
+EXTERNAL_BESIDE = ("grpo", "rloo", "turn_loo", "turn")  # what an --external function is compared with by default
 
 
 def cmd_mc_creditbench(args: argparse.Namespace) -> int:
@@ -160,6 +169,12 @@ def add_parser(sub: Any) -> None:
     cb.add_argument("--batch-sizes", default="4,32,256", help="--oracle exact: episodes per batch")
     cb.add_argument("--group-size", type=int, default=None, help="--oracle exact: episodes per group (default: the batch)")
     cb.add_argument("--seeds", type=int, default=200, help="--oracle exact: independent batches per batch size")
+    cb.add_argument("--external", action="append", default=[], metavar="MODULE:FUNCTION",
+                    help="--oracle exact: also score this advantage function of another framework (repeatable); "
+                         "compared with --estimators (default: grpo, rloo, turn_loo, turn)")
+    cb.add_argument("--external-form", default="turns", choices=("turns", "verl"),
+                    help="how --external takes rewards: turns (per-turn lists in and out) or verl (core_algos' "
+                         "token_level_rewards, response_mask, index; one token per turn)")
     add_tracker_arguments(cb)
     cb.set_defaults(run=run)
 
