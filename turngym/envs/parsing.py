@@ -9,6 +9,7 @@ error``) rather than an exception, so a hostile string can never crash an episod
 from __future__ import annotations
 
 import ast
+import bisect
 import functools
 import json
 import re
@@ -17,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_INPUT_CHARS = 200_000
+from turngym.episode import MAX_ACTION_CHARS
+
+MAX_INPUT_CHARS = MAX_ACTION_CHARS  # the parsers read no longer action
 
 
 @dataclass
@@ -49,6 +52,43 @@ def _never_raises(fn: Callable[..., ParseResult]) -> Callable[..., ParseResult]:
     return wrapper
 
 
+# ------------------------------------------------------------------ tag spans
+
+
+def tag_spans(text: str, tags: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``(tag, inner text)`` of each closed ``<tag>...</tag>``, in order (see :func:`tag_matches`)."""
+    return [(name, body) for _, name, body in tag_matches(text, tags)]
+
+
+def tag_matches(text: str, tags: tuple[str, ...]) -> list[tuple[int, str, str]]:
+    """``(start, tag, inner text)`` of each closed ``<tag>...</tag>`` in order, as
+    ``re.findall(r"<(a|b)>(.*?)</\\1>", text, re.DOTALL)`` reads them, in linear time.
+
+    That regex is quadratic on a text of many opened tags that never close (each one is scanned
+    to the end); here one pass finds every tag and each open tag looks up its first close with a
+    binary search. The text is not capped here: callers read actions within ``MAX_ACTION_CHARS``."""
+    if not tags:
+        return []
+    names = "|".join(re.escape(t) for t in tags)
+    opens: list[tuple[int, int, str]] = []
+    closes: dict[str, list[int]] = {t: [] for t in tags}
+    for m in re.finditer(rf"<(/?)({names})>", text):
+        if m.group(1):
+            closes[m.group(2)].append(m.start())
+        else:
+            opens.append((m.start(), m.end(), m.group(2)))
+    spans, pos = [], 0
+    for start, end, name in opens:
+        if start < pos:
+            continue  # inside the previous span
+        ends = closes[name]
+        j = bisect.bisect_left(ends, end)
+        if j < len(ends):
+            spans.append((start, name, text[end:ends[j]]))
+            pos = ends[j] + len(name) + 3
+    return spans
+
+
 # ------------------------------------------------------------------ tag calls
 
 
@@ -62,11 +102,8 @@ def parse_tag_calls(text: str, tags: tuple[str, ...] = ("search", "answer")) -> 
     if not tags:
         return ParseResult(error="no tags configured")
     names = "|".join(re.escape(t) for t in tags)
-    pattern = re.compile(rf"<({names})>(.*?)</\1>", re.DOTALL)
-    calls = [
-        {"name": m.group(1), "arguments": {_TAG_ARGUMENT.get(m.group(1), "text"): m.group(2).strip()}}
-        for m in pattern.finditer(text)
-    ]
+    calls = [{"name": name, "arguments": {_TAG_ARGUMENT.get(name, "text"): body.strip()}}
+             for name, body in tag_spans(text, tags)]
     if calls:
         return ParseResult(calls=calls)
     opened = re.search(rf"<({names})>", text)
@@ -121,7 +158,7 @@ def parse_hermes_tool_calls(text: str, open_at_end: bool = False) -> ParseResult
     ``open_at_end=True`` also reads a last ``<tool_call>`` left open to the end of the text, as
     vLLM's Hermes tool parser does (``<tool_call>(.*?)</tool_call>|<tool_call>(.*)``); the default
     needs every block closed."""
-    blocks = re.findall(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL)
+    blocks = [body for _, body in tag_spans(text, ("tool_call",))]
     tail = text[text.rfind("</tool_call>") + len("</tool_call>"):] if blocks else text
     if open_at_end and "<tool_call>" in tail:
         blocks.append(tail[tail.index("<tool_call>") + len("<tool_call>"):])
@@ -164,14 +201,13 @@ def parse_json_calls(text: str) -> ParseResult:
 # ------------------------------------------------------------------ code blocks
 
 _CODE_FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
-_CODE_TAG = re.compile(r"<code>(.*?)</code>", re.DOTALL)
 
 
 @_never_raises
 def parse_code_blocks(text: str) -> ParseResult:
     """```python fences and ``<code>`` tags, in order; each is a ``python`` call."""
     spans = [(m.start(), m.group(1)) for m in _CODE_FENCE.finditer(text)]
-    spans += [(m.start(), m.group(1)) for m in _CODE_TAG.finditer(text)]
+    spans += [(start, body) for start, _, body in tag_matches(text, ("code",))]
     spans.sort(key=lambda s: s[0])
     calls = []
     for _, code in spans:
