@@ -9,7 +9,6 @@ error``) rather than an exception, so a hostile string can never crash an episod
 from __future__ import annotations
 
 import ast
-import bisect
 import functools
 import json
 import re
@@ -21,6 +20,10 @@ from typing import Any
 from turngym.episode import MAX_ACTION_CHARS
 
 MAX_INPUT_CHARS = MAX_ACTION_CHARS  # the parsers read no longer action
+# Python's parser takes ~40 µs per call of a call list, so a list of calls is bounded by its symbols (a call
+# or list item needs at least one): an action at the cap made of ``f(a=1), `` would take a second to parse
+MAX_CALL_SYMBOLS = 2_000
+_CALL_SYMBOLS = ",()[]{}=+-*/%<>&|^~'\":@."
 
 
 @dataclass
@@ -62,30 +65,34 @@ def tag_spans(text: str, tags: tuple[str, ...]) -> list[tuple[str, str]]:
 
 def tag_matches(text: str, tags: tuple[str, ...]) -> list[tuple[int, str, str]]:
     """``(start, tag, inner text)`` of each closed ``<tag>...</tag>`` in order, as
-    ``re.findall(r"<(a|b)>(.*?)</\\1>", text, re.DOTALL)`` reads them, in linear time.
+    ``re.finditer(r"<(a|b)>(.*?)</\\1>", text, re.DOTALL)`` reads them, in linear time.
 
     That regex is quadratic on a text of many opened tags that never close (each one is scanned
-    to the end); here one pass finds every tag and each open tag looks up its first close with a
-    binary search. The text is not capped here: callers read actions within ``MAX_ACTION_CHARS``."""
-    if not tags:
-        return []
-    names = "|".join(re.escape(t) for t in tags)
-    opens: list[tuple[int, int, str]] = []
-    closes: dict[str, list[int]] = {t: [] for t in tags}
-    for m in re.finditer(rf"<(/?)({names})>", text):
-        if m.group(1):
-            closes[m.group(2)].append(m.start())
-        else:
-            opens.append((m.start(), m.end(), m.group(2)))
-    spans, pos = [], 0
-    for start, end, name in opens:
-        if start < pos:
-            continue  # inside the previous span
-        ends = closes[name]
-        j = bisect.bisect_left(ends, end)
-        if j < len(ends):
-            spans.append((start, name, text[end:ends[j]]))
-            pos = ends[j] + len(name) + 3
+    to the end). Here ``str.find`` gives each tag's next opening; the earliest one is closed by the
+    first matching closing tag after it, and a tag with no closing tag after an opening can match
+    nowhere later, so it is dropped. The text is not capped here: callers read actions within
+    ``MAX_ACTION_CHARS``."""
+    nxt = {t: text.find(f"<{t}>") for t in dict.fromkeys(tags)}
+    nxt = {t: i for t, i in nxt.items() if i >= 0}
+    spans: list[tuple[int, str, str]] = []
+    pos = 0
+    while nxt:
+        tag = min(nxt, key=nxt.__getitem__)  # the regex's leftmost match (two tags never start at one place)
+        start = nxt[tag]
+        body = start + len(tag) + 2
+        close = text.find(f"</{tag}>", body)
+        if close < 0:
+            del nxt[tag]
+            continue
+        spans.append((start, tag, text[body:close]))
+        pos = close + len(tag) + 3
+        for t, i in list(nxt.items()):
+            if i < pos:
+                j = text.find(f"<{t}>", pos)
+                if j < 0:
+                    del nxt[t]
+                else:
+                    nxt[t] = j
     return spans
 
 
@@ -201,17 +208,23 @@ def parse_json_calls(text: str) -> ParseResult:
 # ------------------------------------------------------------------ code blocks
 
 _CODE_FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+_FENCE_LINES = re.compile(r"^\s*```(?:python|py)?\s*\n|\n?```\s*$")  # a fence line left inside a block
 
 
 @_never_raises
 def parse_code_blocks(text: str) -> ParseResult:
     """```python fences and ``<code>`` tags, in order; each is a ``python`` call."""
-    spans = [(m.start(), m.group(1)) for m in _CODE_FENCE.finditer(text)]
-    spans += [(start, body) for start, _, body in tag_matches(text, ("code",))]
-    spans.sort(key=lambda s: s[0])
+    tagged = tag_matches(text, ("code",)) if "<code>" in text else []
+    if tagged:  # both kinds, in order of appearance
+        spans = [(m.start(), m.group(1)) for m in _CODE_FENCE.finditer(text)] + [(s, b) for s, _, b in tagged]
+        codes = [code for _, code in sorted(spans, key=lambda s: s[0])]
+    else:
+        codes = _CODE_FENCE.findall(text)
     calls = []
-    for _, code in spans:
-        code = re.sub(r"^\s*```(?:python|py)?\s*\n|\n?```\s*$", "", code)
+    for code in codes:
+        if not code or code.isspace():
+            continue  # an empty block (cheap to skip: a hostile action may hold tens of thousands)
+        code = _FENCE_LINES.sub("", code)
         if code.strip():
             calls.append({"name": "python", "arguments": {"code": code}})
     if calls:
@@ -222,6 +235,16 @@ def parse_code_blocks(text: str) -> ParseResult:
 
 
 # ------------------------------------------------------------------ python call lists
+
+
+def too_many_call_symbols(text: str) -> str | None:
+    """Why a Python call list is refused unread (more than ``MAX_CALL_SYMBOLS`` brackets, commas, operators,
+    quotes), or None. Counted with ``str.count``, so deciding costs a few linear passes in C."""
+    n = sum(map(text.count, _CALL_SYMBOLS))
+    if n > MAX_CALL_SYMBOLS:
+        return (f"the call list has {n:,} symbols (brackets, commas, operators, quotes); the limit is "
+                f"{MAX_CALL_SYMBOLS:,}")
+    return None
 
 
 class _CallSyntaxError(ValueError):
@@ -283,6 +306,9 @@ def parse_python_calls(text: str) -> ParseResult:
         return ParseResult(error="empty action: no function call")
     if not src.startswith("["):
         src = f"[{src}]"
+    too_many = too_many_call_symbols(src)
+    if too_many:
+        return ParseResult(error=too_many)
     try:
         with warnings.catch_warnings():  # odd escapes in agent text are not our warning to print
             warnings.simplefilter("ignore")
