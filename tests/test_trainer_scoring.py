@@ -194,3 +194,26 @@ def test_a_prompts_rollouts_over_two_processes_are_one_group_and_an_incomplete_g
         batch_groups(mixed[1:], 4)  # one rollout of prompt 0 missing
     with pytest.raises(ValueError, match="holds 3 rollouts, not num_generations=4"):
         tr.turn_advantages(mixed[1:], 4)
+
+
+def test_an_ungraded_episode_gets_advantage_0_and_is_left_out_of_its_groups_statistics(tmp_path):
+    """The grader failed on rollout 3 (no answer caused it): its advantage is 0 and the other three are
+    normalised among themselves, as if it had not been played; a refused answer (rollout 1) is wrong."""
+    from turngym.episode import Episode, Turn
+
+    def rollout(i, outcome):
+        return Episode(id=f"e{i}", env_id="turngym/MathCode-v0", task={"question": "q", "answers": ["1"]}, group="g",
+                       turns=[Turn(index=j, action="a") for j in range(2)], outcome=outcome)
+
+    group = [rollout(0, {"correct": True, "graded": True}), rollout(1, {"correct": False, "graded": True}),
+             rollout(2, {"correct": False, "graded": True}), rollout(3, {"correct": False, "graded": False})]
+    tr = make_trainer(tmp_path, get_reward("outcome"), estimator="grpo")
+    rewards, advs = tr.turn_advantages(group, 4)
+    z = get_estimator("grpo")([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    assert advs[:3] == [pytest.approx(a) for a in z] and advs[3] == [0.0, 0.0]
+    assert rewards[3] == [0.0, 0.0]
+    tr.estimator_name, tr.estimator = "rloo", get_estimator("rloo")
+    assert tr.turn_advantages(group, 4)[1] == [pytest.approx([1.0, 1.0]), pytest.approx([-0.5, -0.5]),
+                                                pytest.approx([-0.5, -0.5]), [0.0, 0.0]]
+    everyone_ungraded = [rollout(i, {"correct": False, "graded": False}) for i in range(4)]
+    assert tr.turn_advantages(everyone_ungraded, 4)[1] == [[0.0, 0.0]] * 4
