@@ -93,7 +93,7 @@ def _pow(base: _Num | None, exp: _Num | None) -> _Num | None:
     if base.val is not None and abs(base.val) in (0.0, 1.0):
         return base
     if exp.val is None:
-        raise _Refused(f"a power with an exponent of more than {EXACT:.0e} (a power tower)")
+        raise _Refused("a power whose exponent is above 10^15 (a power tower)")
     lg = abs(exp.val) * max(base.lg, _LOG2)
     try:
         val = base.val ** exp.val if base.val is not None and lg < 16 else None
