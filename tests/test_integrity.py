@@ -243,7 +243,8 @@ def test_answers_too_large_to_evaluate_are_refused_at_once_and_wrong(answer):
 @pytest.mark.parametrize("answer", [r"x^2 + y^2", r"2^{10}", r"e^{i\pi}", r"3^4", r"\frac{1}{2}", "5!", "5!!", r"(3)!!",
                                     r"2^{2^{2}}", r"2^{2^{2^{2}}}", r"2^{2^{2^{2^{2}}}}", r"10^{99999}", r"1^{10^{20}}",
                                     r"\Gamma(5)", r"\binom{10}{3}", r"\prod_{k=1}^{5} k", r"\sum_{k=1}^{\infty} \frac{1}{k^2}",
-                                    r"(2^{10})!", r"[0, 10^{5})", r"3 \times 10^{8}", r"x_{10}", r"30^\circ", r"\text{June 3}"])
+                                    r"(2^{10})!", r"[0, 10^{5})", r"3 \times 10^{8}", r"x_{10}", r"30^\circ", r"\text{June 3}",
+                                    r"\left. x^2 \right|_{0}^{1}", "1,000,000", r"\$18.00"])
 def test_ordinary_answers_are_not_refused(answer):
     assert unbounded_reason(answer) is None
 

@@ -225,7 +225,7 @@ class _Reader:
         if t in _OPEN:
             return self.group()
         self.take()
-        if t[0].isdigit() or t[0] == ".":
+        if t[0].isdigit() or t[0] == "." and len(t) > 1:
             return _literal(t)
         if t in _FRAC:
             return _div(self.atom(), self.atom())
@@ -273,4 +273,6 @@ def unbounded_reason(answer: str) -> str | None:
         return str(exc)
     except RecursionError:
         return "an expression nested too deeply to read"
+    except (ArithmeticError, ValueError):  # a reading this reader did not foresee: math-verify's time budget still holds
+        return None
     return None
