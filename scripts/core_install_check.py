@@ -2,6 +2,7 @@
 whose extra is missing says which extra to install (turngym/extras.py)."""
 
 import importlib.util
+import subprocess
 import sys
 
 import gymnasium
@@ -36,4 +37,9 @@ except MissingExtra as exc:
     assert "pip install 'turngym[search]'" in str(exc), exc
 else:
     sys.exit("SearchQA-v0 with its local BM25 index was made without the [search] extra")
-print("core install: import, Calculator-v0 episode, outcome reward, MathCode-v0's and SearchQA-v0's missing-extra messages: ok")
+cli = subprocess.run([sys.executable, "-m", "turngym.cli", "eval", "--env", "Calculator-v0", "--limit", "1", "--out", "eval-out"],
+                     capture_output=True, text=True, timeout=300)
+assert cli.returncode == 1 and "Traceback" not in cli.stderr, cli.stderr
+assert cli.stderr.strip().splitlines()[-1].startswith("error: ") and "turngym[models]" in cli.stderr, cli.stderr
+print("core install: import, Calculator-v0 episode, outcome reward, MathCode-v0's and SearchQA-v0's missing-extra messages, "
+      "eval with the default model (one error line): ok")

@@ -267,6 +267,23 @@ def test_decoder_refuses_code_bfcl_eval_would_evaluate(tmp_path):
     assert unsafe_arithmetic("[f(x='a' * 10**10)]") and unsafe_arithmetic("[f(x=9**9**9)]")
 
 
+def test_a_call_list_past_the_symbol_limit_is_refused_before_bfcl_eval_parses_it():
+    """``f(a=1), `` to the action cap took bfcl-eval's decoder 2.3 s in one env.step; a chain of additions made
+    the arithmetic check quadratic. Both are decided without reaching bfcl-eval now (times: benchmarks/hostile_actions.py)."""
+    from turngym.envs.bfcl.calls import decode_prompting
+    from turngym.envs.parsing import MAX_CALL_SYMBOLS, MAX_INPUT_CHARS
+
+    env = BFCLEnv(category="simple_python")
+    env.reset(options={"index": 0})
+    _, _, term, _, info = env.step("f(a=1), " * (MAX_INPUT_CHARS // 8))
+    assert term and info["outcome"]["bfcl_valid"] is False and "symbols" in info["turn"]["parse_error"]
+    assert "symbols" in decode_prompting("[" + "f(a=1), " * (MAX_CALL_SYMBOLS // 4 + 1) + "]").error
+    chain = "[f(a=" + "+".join(["1"] * 1500) + ")]"  # within the limit; deeper than the recursion limit
+    assert decode_prompting(chain).error is not None or decode_prompting(chain).calls
+    assert unsafe_arithmetic("[f(a=" + "+".join(["1"] * 300) + ", b=__import__('os'))]") is None  # no BinOp with a call
+    assert unsafe_arithmetic("[f(a=" + "+".join(["1"] * 300) + "+__import__('os').getpid())]")
+
+
 @pytest.mark.parametrize("action", [
     "[inspect.os.system(command='touch {t}')]",
     "[cd(folder={{'inspect.os.system': {{'command': 'touch {t}'}}}})]",

@@ -48,6 +48,17 @@ def test_metrics_on_hand_made_episodes():
     assert pass_at_k(5, 5, 3) == 1.0 and pass_at_k(5, 0, 3) == 0.0
     with pytest.raises(ValueError):
         pass_at_k(2, 1, 3)
+
+
+def test_partial_credit_reports_its_mean_credit_and_no_pass_at_k():
+    """Measured on the previous version: Digits-v0 showed accuracy 0.072 next to pass@1 1.000 (any credit
+    counted as a pass). A partial-credit env declares no success, so pass@k is not reported there."""
+    eps = [ep(i, g, c) for i, (g, c) in enumerate([("a", 0.1), ("a", 0.0), ("b", 0.05), ("b", 0.14)])]
+    m = outcome_metrics(eps, k=2)
+    assert m["accuracy"]["value"] == pytest.approx(0.0725) and m["accuracy"]["ci"] == "bootstrap BCa"
+    assert not any(key.startswith("pass@") for key in m)
+    whole = outcome_metrics([ep(i, g, c) for i, (g, c) in enumerate([("a", 1.0), ("a", 0.0), ("b", 0.0), ("b", 0.0)])], k=2)
+    assert whole["pass@1"] == whole["accuracy"] and whole["pass@2"]["value"] == pytest.approx(0.5)
     assert wilson(0, 0).n == 0
     qa = outcome_metrics([ep(0, "a", None, em=1.0, f1=1.0), ep(1, "a", None, em=0.0, f1=0.5)])
     assert qa["em"]["value"] == 0.5 and qa["f1"]["value"] == 0.75

@@ -221,32 +221,61 @@ def test_no_readable_file_in_a_cell_holds_the_answer_key(pool):
 
 # ------------------------------------------------------------------ grading
 
-@pytest.mark.parametrize("answer", [r"2^{2^{2^{2^{2^{2}}}}}", r"9^{9^{9}}", r"10^{10^{10}}", "10**10**10",
-                                    r"{10}^{ {10}^{10} }", r"2^{1000000}", r"100000!"])
-def test_unbounded_answers_are_refused_at_once_and_not_graded(answer):
+REFUSED = [r"2^{2^{2^{2^{2^{2}}}}}", r"9^{9^{9}}", r"10^{10^{10}}", "10**10**10", r"{10}^{ {10}^{10} }", r"2^{1000000}",
+           r"100000!", r"(10^{6})!", r"10^{99999}!", r"\Gamma(10^{9})", r"\Gamma\left(10^{9}\right)", "10!!",
+           r"\binom{10^{9}}{5}", r"{10^{9} \choose 3}", r"\prod_{k=1}^{10^{6}} k", r"\sum_{n=1}^{10^{8}} n^2",
+           r"\frac{1}{2^{10^{7}}}", r"x^{10^{10^{10}}}", "(" * 150 + "1" + ")" * 150]
+
+
+@pytest.mark.parametrize("answer", REFUSED)
+def test_answers_too_large_to_evaluate_are_refused_at_once_and_wrong(answer):
+    """Each was measured on math-verify: minutes, or two grader restarts and no verdict. Now each is decided
+    before any grader is asked, and is wrong (a refusal may never score above a wrong answer)."""
     assert unbounded_reason(answer)
+    pool = GraderPool(startup_s=0.0)  # any request would fail to start a grader: none may be asked
     start = time.perf_counter()
-    v = grade_answer(answer, ["18"])
+    v = grade_answer(answer, ["18"], grader=pool)
     assert time.perf_counter() - start < 0.1
-    assert v.graded is False and v.correct is False and "refused" in v.reason
+    assert v.graded is True and v.correct is False and "refused" in v.reason
+    assert pool.restarts == 0
 
 
-@pytest.mark.parametrize("answer", [r"x^2 + y^2", r"2^{10}", r"e^{i\pi}", r"3^4", r"\frac{1}{2}", "5!"])
-def test_ordinary_powers_are_not_refused(answer):
+@pytest.mark.parametrize("answer", [r"x^2 + y^2", r"2^{10}", r"e^{i\pi}", r"3^4", r"\frac{1}{2}", "5!", "5!!", r"(3)!!",
+                                    r"2^{2^{2}}", r"2^{2^{2^{2}}}", r"2^{2^{2^{2^{2}}}}", r"10^{99999}", r"1^{10^{20}}",
+                                    r"\Gamma(5)", r"\binom{10}{3}", r"\prod_{k=1}^{5} k", r"\sum_{k=1}^{\infty} \frac{1}{k^2}",
+                                    r"(2^{10})!", r"[0, 10^{5})", r"3 \times 10^{8}", r"x_{10}", r"30^\circ", r"\text{June 3}",
+                                    r"\left. x^2 \right|_{0}^{1}", "1,000,000", r"\$18.00"])
+def test_ordinary_answers_are_not_refused(answer):
     assert unbounded_reason(answer) is None
 
 
-def test_a_grader_that_runs_out_of_time_gives_no_verdict_and_is_replaced():
-    """A simulated slow grader (a budget no call can meet): twice, then ``graded=False``, never incorrect."""
+def test_a_small_power_tower_is_graded_like_any_answer():
+    assert grade_answer(r"2^{2^{2}}", ["16"]) == grade_answer("16", [r"2^{2^{2}}"]) == grade_answer(r"2^{2^{2}}", ["16.0"])
+    v = grade_answer(r"2^{2^{2}}", ["16"])
+    assert v.graded and v.correct and v.reason == "math-verify"
+    assert not grade_answer(r"2^{2^{2}}", ["18"]).correct
+
+
+def test_an_answer_that_times_out_on_a_fresh_grader_too_is_wrong():
+    """A simulated slow grader (a budget no call can meet): the answer fails twice, each time on a fresh
+    grader, so it is wrong (graded), never ungraded."""
     pool = GraderPool()
     try:
         v = grade_answer(r"\frac{1}{2}", ["0.5"], timeout_s=0.0, grader=pool)
-        assert v.graded is False and "timed out" in v.reason
+        assert v.graded is True and v.correct is False and "timed out" in v.reason and "fresh grader" in v.reason
         assert pool.restarts == 2
         ok = grade_answer(r"\frac{1}{2}", ["0.5"], timeout_s=30.0, grader=pool)
         assert ok.graded and ok.correct and ok.reason == "math-verify"
     finally:
         pool.close()
+
+
+def test_a_grader_that_cannot_start_leaves_the_answer_ungraded():
+    """No answer caused it: the only case left for ``graded=False``."""
+    pool = GraderPool(startup_s=0.0)  # no grader starts in no time
+    v = grade_answer(r"\frac{1}{2}", ["0.4"], grader=pool)
+    assert v.graded is False and v.correct is False and "did not start" in v.reason
+    assert grade_answer(r"\frac{1}{2}", [r"2^{1000000}"], grader=pool).graded is False  # a gold too large to evaluate
 
 
 def test_a_cold_grader_start_is_not_part_of_the_time_budget():
@@ -270,7 +299,50 @@ def test_a_grader_crash_is_retried_on_a_fresh_grader():
         pool.close()
 
 
-def test_an_ungraded_episode_is_missing_not_wrong():
+def _math_episodes(answers: list[str], indices: list[int]) -> list:
+    """MathCode-v0 episodes on GSM8K items, each ending with ``\\boxed{answer}`` (``None``: the item's gold)."""
+    env = MathCodeEnv(dataset="gsm8k")
+    eps = []
+    try:
+        for answer, index in zip(answers, indices, strict=True):
+            env.reset(options={"index": index})
+            gold = env.episode.task["answers"][0]
+            env.step(f"So \\boxed{{{gold if answer is None else answer}}}.")
+            eps.append(env.episode)
+    finally:
+        env.close()
+    return eps
+
+
+TOWER = r"2^{2^{2^{2^{2^{2}}}}}"
+
+
+def test_a_tower_policy_scores_like_a_wrong_one():
+    """Measured on the previous version: 2 of 20 GSM8K items right and towers elsewhere reported accuracy
+    1.000 (n = 2, 18 ungraded); writing -1 instead reported 0.100. Both report 0.100 now."""
+    from turngym.evals.metrics import outcome_metrics, ungraded
+
+    right = [None, None]
+    towers = _math_episodes(right + [TOWER] * 16 + [r"2^{2^{2}}", r"(10^{6})!"], list(range(20)))
+    wrong = _math_episodes(right + ["-1"] * 18, list(range(20)))
+    for eps in (towers, wrong):
+        m = outcome_metrics(eps)
+        assert ungraded(eps) == 0 and m["accuracy"]["n"] == 20 and m["accuracy"]["value"] == pytest.approx(0.100)
+        assert m["pass@1"] == m["accuracy"]
+
+
+def test_correct_tower_tower_wrong_get_outcome_rewards_1_0_0_0():
+    """Measured on the previous version: [1.0, 0.5, 0.5, 0.0] (a refusal got the group's mean), so GRPO
+    learned to write towers when unsure."""
+    from turngym.rewards.outcome import OutcomeReward
+
+    group = _math_episodes([None, TOWER, r"\Gamma(10^{9})", "-1"], [0] * 4)
+    assert [e.outcome["graded"] for e in group] == [True] * 4
+    assert OutcomeReward().score_group(group).rewards == [[1.0], [0.0], [0.0], [0.0]]
+    assert [e.turns[-1].reward for e in group] == [1.0, 0.0, 0.0, 0.0]  # the env's own Gymnasium reward too
+
+
+def test_an_ungraded_episode_is_left_out_of_metrics_and_scores_no_group_mean():
     from turngym.episode import Episode, Turn
     from turngym.evals.metrics import outcome_metrics, ungraded
     from turngym.rewards.outcome import OutcomeReward
@@ -282,8 +354,8 @@ def test_an_ungraded_episode_is_missing_not_wrong():
 
     eps = [ep(0, {"correct": True}), ep(1, {"correct": False}), ep(2, {"correct": False, "graded": False})]
     scores = OutcomeReward().score_group(eps)
-    assert scores.rewards == [[1.0], [0.0], [0.5]]  # the group's graded mean: no advantage of its own
-    assert scores.diagnostics["ungraded"] == 1
+    assert scores.rewards == [[1.0], [0.0], [0.0]]  # never the graded mean (0.5); the trainer gives it advantage 0
+    assert scores.diagnostics["ungraded"] == 1 and eps[2].ungraded and not eps[1].ungraded
     m = outcome_metrics(eps)
     assert ungraded(eps) == 1 and m["accuracy"]["n"] == 2 and m["accuracy"]["value"] == 0.5
 

@@ -51,6 +51,17 @@ def test_wrong_answer_errors_and_turn_limit(pool):
     assert info["outcome"]["correct"] is False
 
 
+def test_a_reply_runs_at_most_max_code_blocks_cells(pool):
+    """One reply of thousands of code blocks would run thousands of cells in one env.step."""
+    env = MathCodeEnv(dataset="gsm8k", sandbox=pool, max_code_blocks=3)
+    env.reset(options={"index": 0})
+    obs, _, _, _, info = env.step("".join(f"```python\nprint({i})\n```\n" for i in range(5)))
+    assert info["turn"]["metrics"]["code_blocks"] == 3 and len(info["turn"]["tool_calls"]) == 3
+    assert "0\n1\n2" in obs and "3" not in obs.replace("first 3", "") and "2 more were not run" in obs
+    with pytest.raises(ValueError, match="max_code_blocks"):
+        MathCodeEnv(dataset="gsm8k", sandbox=pool, max_code_blocks=0)
+
+
 def test_output_is_truncated_with_a_marker(pool):
     env = MathCodeEnv(dataset="gsm8k", sandbox=pool, max_output_chars=100)
     env.reset(options={"index": 0})

@@ -1,15 +1,22 @@
+import random
+import re
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from turngym.envs.parsing import (
+    MAX_CALL_SYMBOLS,
+    MAX_INPUT_CHARS,
     ParseResult,
     parse_code_blocks,
     parse_hermes_tool_calls,
     parse_json_calls,
     parse_python_calls,
     parse_tag_calls,
+    tag_matches,
 )
+from turngym.grading.math_answers import extract_boxed
 
 
 def test_tag_calls():
@@ -61,6 +68,73 @@ def test_python_call_lists():
 def test_non_text_and_oversized_input():
     assert parse_tag_calls(None).error.startswith("expected text")
     assert "limit" in parse_json_calls("{" * 300_000).error
+
+
+def test_tag_matches_read_what_the_lazy_regex_reads():
+    """The linear scan against ``re.finditer(r"<(a|b)>(.*?)</\\1>", DOTALL)``, the quadratic reading it replaces."""
+    rng = random.Random(0)
+    pieces = ["<a>", "</a>", "<b>", "</b>", "<ab>", "</ab>", "x", "<", ">", "/", "\n"]
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        tags = rng.choice([("a", "b"), ("b", "a"), ("a",), ("a", "ab"), ("ab", "a")])
+        names = "|".join(re.escape(t) for t in tags)
+        reference = [(m.start(), m.group(1), m.group(2)) for m in re.finditer(rf"<({names})>(.*?)</\1>", text, re.DOTALL)]
+        assert tag_matches(text, tags) == reference, (text, tags)
+
+
+def _boxed_reference(text):
+    """The quadratic reading ``extract_boxed`` replaces: scan each box's braces from its opening."""
+    last = None
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            last = text[m.end(): i - 1].strip()
+    if last is None:
+        bare = re.findall(r"\\boxed\s+([^\s$]+)", text)
+        last = bare[-1].strip() if bare else None
+    return last
+
+
+def test_extract_boxed_reads_what_the_per_box_scan_reads():
+    rng = random.Random(1)
+    pieces = ["\\boxed{", "\\fbox {", "\\boxed ", "{", "}", "1", " ", "\\{", "\\}", "x$", "\\boxed"]
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 16)))
+        assert extract_boxed(text) == _boxed_reference(text), text
+
+
+HOSTILE = MAX_INPUT_CHARS  # actions as long as the cap allows
+
+
+def fill(unit, tail=""):
+    return unit * ((HOSTILE - len(tail)) // len(unit)) + tail
+
+
+def test_hostile_actions_at_the_cap_get_their_ordinary_answers():
+    """Each shape made a scan quadratic (``\\boxed{`` x 4,000 took 13-18 s in env.step; 200 KB, about 11
+    minutes). benchmarks/hostile_actions.py times them; here each gets the answer it should."""
+    assert extract_boxed(fill("\\boxed{")) is None
+    assert extract_boxed(fill("\\boxed{", "1}")) == "1"
+    assert extract_boxed("\\boxed{" + fill("{")[7:]) is None
+    assert extract_boxed("\\boxed{1}" + "x" * HOSTILE) is None  # over the cap: refused unread, like every parser
+    assert "never closed" in parse_tag_calls(fill("<search>")).error
+    assert parse_tag_calls(fill("<search>", "<answer>a</answer>")).calls == [{"name": "answer", "arguments": {"answer": "a"}}]
+    assert "never closed" in parse_hermes_tool_calls(fill("<tool_call>")).error
+    assert "never closed" in parse_code_blocks(fill("<code>")).error
+    assert parse_code_blocks(fill("```py\n")).error
+    assert parse_code_blocks(fill("```py\n```\n", "```python\nprint(1)\n```")).calls == [
+        {"name": "python", "arguments": {"code": "print(1)\n"}}]
+
+
+def test_a_call_list_is_bounded_by_its_symbols():
+    """Python's parser takes about a second for 25,000 calls; a call list is refused past MAX_CALL_SYMBOLS."""
+    ok = ", ".join(["f(a=1)"] * (MAX_CALL_SYMBOLS // 4 - 1))
+    assert len(parse_python_calls(f"[{ok}]").calls) == MAX_CALL_SYMBOLS // 4 - 1
+    error = parse_python_calls(fill("f(a=1), ")).error
+    assert "symbols" in error and f"{MAX_CALL_SYMBOLS:,}" in error
 
 
 def test_deep_nesting_is_an_error_not_a_crash():

@@ -223,3 +223,26 @@ def test_a_biased_estimator_meeting_groups_of_varying_length_is_named_once_with_
         if want:
             text = str(named[0].message)
             assert "'turn'" in text and "0.84" in text and "1 to 2 turns" in text and "turn_loo" in text
+
+
+def test_an_ungraded_episode_gets_advantage_0_and_is_left_out_of_its_groups_statistics(tmp_path):
+    """The grader failed on rollout 3 (no answer caused it): its advantage is 0 and the other three are
+    normalised among themselves, as if it had not been played; a refused answer (rollout 1) is wrong."""
+    from turngym.episode import Episode, Turn
+
+    def rollout(i, outcome):
+        return Episode(id=f"e{i}", env_id="turngym/MathCode-v0", task={"question": "q", "answers": ["1"]}, group="g",
+                       turns=[Turn(index=j, action="a") for j in range(2)], outcome=outcome)
+
+    group = [rollout(0, {"correct": True, "graded": True}), rollout(1, {"correct": False, "graded": True}),
+             rollout(2, {"correct": False, "graded": True}), rollout(3, {"correct": False, "graded": False})]
+    tr = make_trainer(tmp_path, get_reward("outcome"), estimator="grpo")
+    rewards, advs = tr.turn_advantages(group, 4)
+    z = get_estimator("grpo")([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    assert advs[:3] == [pytest.approx(a) for a in z] and advs[3] == [0.0, 0.0]
+    assert rewards[3] == [0.0, 0.0]
+    tr.estimator_name, tr.estimator = "rloo", get_estimator("rloo")
+    assert tr.turn_advantages(group, 4)[1] == [pytest.approx([1.0, 1.0]), pytest.approx([-0.5, -0.5]),
+                                                pytest.approx([-0.5, -0.5]), [0.0, 0.0]]
+    everyone_ungraded = [rollout(i, {"correct": False, "graded": False}) for i in range(4)]
+    assert tr.turn_advantages(everyone_ungraded, 4)[1] == [[0.0, 0.0]] * 4

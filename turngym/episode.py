@@ -19,6 +19,9 @@ from typing import Any
 from turngym.truth import TruthValue
 
 SCHEMA_VERSION = 1
+# the longest action any parser reads (answer extraction, tool calls); a longer one is refused unread, so no
+# action costs more than a linear pass over this many characters
+MAX_ACTION_CHARS = 200_000
 
 # A surrogate code point that is not the first or second half of an adjacent high+low pair.
 _LONE_SURROGATE = re.compile("[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]")
@@ -213,6 +216,12 @@ class Episode:
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated
+
+    @property
+    def ungraded(self) -> bool:
+        """No verdict: the grader itself failed, not because of the answer (a refused or timed-out answer is
+        wrong). Left out of metrics (counted) and of its group's advantages (advantage 0)."""
+        return self.outcome.get("graded") is False
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from turngym._version import __version__
 from turngym.cli import analysis, credit, imports, index, lm_eval, run, scribe, serve, train
-from turngym.cli._common import Parser
+from turngym.cli._common import Parser, fail
+from turngym.extras import MissingExtra
 
 GROUPS = (run, index, train, analysis, scribe, credit, imports, serve, lm_eval)  # the order --help lists them
 
@@ -30,12 +31,15 @@ def build_parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["lm-eval"]:  # lm-eval's own command line, with the turngym model registered
-        return lm_eval.run_lm_eval(argv[1:])
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra:  # only `train` takes more: its YAML overrides and TRL flags (turngym/training/overrides.py)
-        if args.command != "train":
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        args.overrides = extra
-    return int(args.run(args) or 0)
+    try:
+        if argv[:1] == ["lm-eval"]:  # lm-eval's own command line, with the turngym model registered
+            return lm_eval.run_lm_eval(argv[1:])
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # only `train` takes more: its YAML overrides and TRL flags (turngym/training/overrides.py)
+            if args.command != "train":
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            args.overrides = extra
+        return int(args.run(args) or 0)
+    except MissingExtra as exc:  # a part used without its optional install: the message names the pip command
+        fail(exc)

@@ -29,7 +29,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_lm_eval(argv: list[str]) -> int:
+    from turngym.cli._common import fail
     from turngym.evals.lm_eval_bridge import main as lm_eval_main
 
-    lm_eval_main(argv)
+    try:
+        lm_eval_main(argv)
+    except ValueError as exc:
+        if not str(exc).startswith("Tasks not found"):  # lm-eval's own message for an unknown --tasks name
+            raise
+        fail(f"{exc}. lm-eval lists its tasks with `turngym lm-eval ls tasks`; turngym's own are written by "
+             "`turngym lm-eval-tasks --out DIR` and found with --include_path DIR")
     return 0

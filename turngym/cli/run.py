@@ -104,7 +104,7 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _play_human(args: argparse.Namespace) -> int:
-    from turngym.evals.pipeline import check_prompt_style, env_class, make_env
+    from turngym.evals.pipeline import PipelineError, check_prompt_style, env_class, make_env
 
     spec = _spec(args)
     cls = env_class(spec.env_id)
@@ -113,6 +113,8 @@ def _play_human(args: argparse.Namespace) -> int:
     if cls.prompt_styles and "prompt_style" not in kwargs:
         kwargs["prompt_style"] = "chat"
     env = make_env(spec.env_id, kwargs)
+    if args.question is None and not 0 <= args.index < env.unwrapped.num_items():
+        raise PipelineError(f"--index {args.index} is out of range ({spec.env_id} has {env.unwrapped.num_items()} items)")
     options: dict[str, Any] = ({"index": args.index} if args.question is None
                                else {"task": {"question": args.question, "answers": args.answer or []}})
     obs, info = env.reset(seed=args.seed, options=options)

@@ -44,7 +44,7 @@ class MathCodeEnv(TextEnv):
     def __init__(self, dataset: str = "math500", split: str | None = None, max_turns: int = 4,
                  prompt_style: str = "chat", max_output_chars: int = 2000,
                  sandbox: str | CodeSandbox = "local", limits: SandboxLimits | None = None,
-                 grading_timeout_s: float = 5.0, render_mode: str | None = None):
+                 grading_timeout_s: float = 5.0, max_code_blocks: int = 16, render_mode: str | None = None):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         if prompt_style not in self.prompt_styles:
             raise ValueError(f"prompt_style must be 'chat' or 'base', got {prompt_style!r}")
@@ -57,6 +57,9 @@ class MathCodeEnv(TextEnv):
             parse_spec(sandbox)  # a wrong name is an error now, not at the first cell
         self._sandbox_spec = sandbox  # a backend name (see turngym.sandbox.registry) or a sandbox object
         self.grading_timeout_s = grading_timeout_s
+        if max_code_blocks < 1:
+            raise ValueError(f"max_code_blocks must be >= 1, got {max_code_blocks}")
+        self.max_code_blocks = int(max_code_blocks)  # cells run per action: an action of 10,000 blocks runs 16
         self._session: CodeSession | None = None
         default_grader().warm()  # a grader process is ready before the first answer (in the background)
 
@@ -105,18 +108,22 @@ class MathCodeEnv(TextEnv):
         outputs, statuses = [], []
         tool_ms = 0.0
         session = self._sandbox()
-        for call in parsed.calls:
+        ran = parsed.calls[: self.max_code_blocks]
+        skipped = len(parsed.calls) - len(ran)
+        for call in ran:
             res = session.run(call["arguments"]["code"], self.limits)
             statuses.append(res.status)
             tool_ms += res.elapsed_s * 1000.0
             outputs.append(res.render(self.max_output_chars))
+        if skipped > 0:
+            outputs.append(f"[only the first {self.max_code_blocks} code blocks of a reply run; {skipped} more were not run]")
         text = "\n".join(o for o in outputs if o) or "(no output)"
         if len(text) > self.max_output_chars:
             text = text[: self.max_output_chars] + "\n... [output truncated]"
         lead = "\n" if action.rstrip().endswith("```output") else "\n```output\n"
         return ActionResult(
-            observation=f"{lead}{text}\n```\n", tool_calls=parsed.calls,
-            metrics={"code_blocks": len(parsed.calls), "exec_status": statuses,
+            observation=f"{lead}{text}\n```\n", tool_calls=ran,
+            metrics={"code_blocks": len(ran), "exec_status": statuses,
                      "exec_ok": all(s == "ok" for s in statuses), "output": text[:500], "boxed": False},
             tool_ms=tool_ms,
         )

@@ -17,7 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_INPUT_CHARS = 200_000
+from turngym.episode import MAX_ACTION_CHARS
+
+MAX_INPUT_CHARS = MAX_ACTION_CHARS  # the parsers read no longer action
+# Python's parser takes ~40 µs per call of a call list, so a list of calls is bounded by its symbols (a call
+# or list item needs at least one): an action at the cap made of ``f(a=1), `` would take a second to parse
+MAX_CALL_SYMBOLS = 2_000
+_CALL_SYMBOLS = ",()[]{}=+-*/%<>&|^~'\":@."
 
 
 @dataclass
@@ -49,6 +55,47 @@ def _never_raises(fn: Callable[..., ParseResult]) -> Callable[..., ParseResult]:
     return wrapper
 
 
+# ------------------------------------------------------------------ tag spans
+
+
+def tag_spans(text: str, tags: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``(tag, inner text)`` of each closed ``<tag>...</tag>``, in order (see :func:`tag_matches`)."""
+    return [(name, body) for _, name, body in tag_matches(text, tags)]
+
+
+def tag_matches(text: str, tags: tuple[str, ...]) -> list[tuple[int, str, str]]:
+    """``(start, tag, inner text)`` of each closed ``<tag>...</tag>`` in order, as
+    ``re.finditer(r"<(a|b)>(.*?)</\\1>", text, re.DOTALL)`` reads them, in linear time.
+
+    That regex is quadratic on a text of many opened tags that never close (each one is scanned
+    to the end). Here ``str.find`` gives each tag's next opening; the earliest one is closed by the
+    first matching closing tag after it, and a tag with no closing tag after an opening can match
+    nowhere later, so it is dropped. The text is not capped here: callers read actions within
+    ``MAX_ACTION_CHARS``."""
+    nxt = {t: text.find(f"<{t}>") for t in dict.fromkeys(tags)}
+    nxt = {t: i for t, i in nxt.items() if i >= 0}
+    spans: list[tuple[int, str, str]] = []
+    pos = 0
+    while nxt:
+        tag = min(nxt, key=nxt.__getitem__)  # the regex's leftmost match (two tags never start at one place)
+        start = nxt[tag]
+        body = start + len(tag) + 2
+        close = text.find(f"</{tag}>", body)
+        if close < 0:
+            del nxt[tag]
+            continue
+        spans.append((start, tag, text[body:close]))
+        pos = close + len(tag) + 3
+        for t, i in list(nxt.items()):
+            if i < pos:
+                j = text.find(f"<{t}>", pos)
+                if j < 0:
+                    del nxt[t]
+                else:
+                    nxt[t] = j
+    return spans
+
+
 # ------------------------------------------------------------------ tag calls
 
 
@@ -62,11 +109,8 @@ def parse_tag_calls(text: str, tags: tuple[str, ...] = ("search", "answer")) -> 
     if not tags:
         return ParseResult(error="no tags configured")
     names = "|".join(re.escape(t) for t in tags)
-    pattern = re.compile(rf"<({names})>(.*?)</\1>", re.DOTALL)
-    calls = [
-        {"name": m.group(1), "arguments": {_TAG_ARGUMENT.get(m.group(1), "text"): m.group(2).strip()}}
-        for m in pattern.finditer(text)
-    ]
+    calls = [{"name": name, "arguments": {_TAG_ARGUMENT.get(name, "text"): body.strip()}}
+             for name, body in tag_spans(text, tags)]
     if calls:
         return ParseResult(calls=calls)
     opened = re.search(rf"<({names})>", text)
@@ -121,7 +165,7 @@ def parse_hermes_tool_calls(text: str, open_at_end: bool = False) -> ParseResult
     ``open_at_end=True`` also reads a last ``<tool_call>`` left open to the end of the text, as
     vLLM's Hermes tool parser does (``<tool_call>(.*?)</tool_call>|<tool_call>(.*)``); the default
     needs every block closed."""
-    blocks = re.findall(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL)
+    blocks = [body for _, body in tag_spans(text, ("tool_call",))]
     tail = text[text.rfind("</tool_call>") + len("</tool_call>"):] if blocks else text
     if open_at_end and "<tool_call>" in tail:
         blocks.append(tail[tail.index("<tool_call>") + len("<tool_call>"):])
@@ -164,18 +208,23 @@ def parse_json_calls(text: str) -> ParseResult:
 # ------------------------------------------------------------------ code blocks
 
 _CODE_FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
-_CODE_TAG = re.compile(r"<code>(.*?)</code>", re.DOTALL)
+_FENCE_LINES = re.compile(r"^\s*```(?:python|py)?\s*\n|\n?```\s*$")  # a fence line left inside a block
 
 
 @_never_raises
 def parse_code_blocks(text: str) -> ParseResult:
     """```python fences and ``<code>`` tags, in order; each is a ``python`` call."""
-    spans = [(m.start(), m.group(1)) for m in _CODE_FENCE.finditer(text)]
-    spans += [(m.start(), m.group(1)) for m in _CODE_TAG.finditer(text)]
-    spans.sort(key=lambda s: s[0])
+    tagged = tag_matches(text, ("code",)) if "<code>" in text else []
+    if tagged:  # both kinds, in order of appearance
+        spans = [(m.start(), m.group(1)) for m in _CODE_FENCE.finditer(text)] + [(s, b) for s, _, b in tagged]
+        codes = [code for _, code in sorted(spans, key=lambda s: s[0])]
+    else:
+        codes = _CODE_FENCE.findall(text)
     calls = []
-    for _, code in spans:
-        code = re.sub(r"^\s*```(?:python|py)?\s*\n|\n?```\s*$", "", code)
+    for code in codes:
+        if not code or code.isspace():
+            continue  # an empty block (cheap to skip: a hostile action may hold tens of thousands)
+        code = _FENCE_LINES.sub("", code)
         if code.strip():
             calls.append({"name": "python", "arguments": {"code": code}})
     if calls:
@@ -186,6 +235,16 @@ def parse_code_blocks(text: str) -> ParseResult:
 
 
 # ------------------------------------------------------------------ python call lists
+
+
+def too_many_call_symbols(text: str) -> str | None:
+    """Why a Python call list is refused unread (more than ``MAX_CALL_SYMBOLS`` brackets, commas, operators,
+    quotes), or None. Counted with ``str.count``, so deciding costs a few linear passes in C."""
+    n = sum(map(text.count, _CALL_SYMBOLS))
+    if n > MAX_CALL_SYMBOLS:
+        return (f"the call list has {n:,} symbols (brackets, commas, operators, quotes); the limit is "
+                f"{MAX_CALL_SYMBOLS:,}")
+    return None
 
 
 class _CallSyntaxError(ValueError):
@@ -247,6 +306,9 @@ def parse_python_calls(text: str) -> ParseResult:
         return ParseResult(error="empty action: no function call")
     if not src.startswith("["):
         src = f"[{src}]"
+    too_many = too_many_call_symbols(src)
+    if too_many:
+        return ParseResult(error=too_many)
     try:
         with warnings.catch_warnings():  # odd escapes in agent text are not our warning to print
             warnings.simplefilter("ignore")

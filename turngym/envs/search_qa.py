@@ -31,14 +31,13 @@ agent loop does with ``max_tool_response_length`` (SIOP's launcher: 2,048, ``tru
 from __future__ import annotations
 
 import copy
-import re
 import time
 from typing import Any
 
 from turngym.corpora.datasets import QA_DATASETS, Dataset, load_dataset
 from turngym.corpora.lucene import Hit, RetrieverError
 from turngym.envs.base import ActionResult, TextEnv
-from turngym.envs.parsing import parse_hermes_tool_calls
+from turngym.envs.parsing import MAX_INPUT_CHARS, parse_hermes_tool_calls, tag_spans
 from turngym.episode import RewardNeeds
 from turngym.grading.qa import exact_match, f1_score, normalize_answer
 
@@ -55,7 +54,7 @@ INVALID_ACTION = (
     "</search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. "
     "Let me try again.\n"
 )
-_TAG = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+_TAGS = ("search", "answer")
 TOOL_FORMATS = ("tags", "native")
 TRUNCATE_SIDES = ("right", "left", "middle")
 
@@ -124,7 +123,9 @@ SEARCH_TOOL = {
 
 def last_answer(action: str) -> str | None:
     """The episode's answer in ``action``: the last ``<answer>`` tag, stripped (None: no tag)."""
-    answers = [body.strip() for name, body in _TAG.findall(action) if name == "answer"]
+    if len(action) > MAX_INPUT_CHARS:
+        return None  # refused unread, as every parser refuses it
+    answers = [body.strip() for name, body in tag_spans(action, _TAGS) if name == "answer"]
     return answers[-1] if answers else None
 
 
@@ -248,7 +249,7 @@ class SearchQAEnv(TextEnv):
     def _queries(self, action: str) -> tuple[list[str], str | None]:
         """The search queries an action issues (native: Hermes tool calls; tags: ``<search>``) and any parse error."""
         if self.tool_format == "tags":
-            return [body.strip() for name, body in _TAG.findall(action) if name == "search"], None
+            return [body.strip() for name, body in tag_spans(action, _TAGS) if name == "search"], None
         if "<tool_call>" not in action:
             return [], None
         # the call the env opened with force_first_search may be left open at the end, as vLLM's parser reads it
@@ -266,9 +267,14 @@ class SearchQAEnv(TextEnv):
         return queries, "; ".join(errors) or None
 
     def act(self, action: str) -> ActionResult:
+        if len(action) > MAX_INPUT_CHARS:  # refused unread: no parse of it can cost more than a linear pass
+            error = f"action is {len(action)} characters; the limit is {MAX_INPUT_CHARS}"
+            return ActionResult(observation=INVALID_ACTION if self.tool_format == "tags" else NATIVE_INVALID_ACTION,
+                                parse_error=error, metrics={"action": "invalid"},
+                                observation_role=None if self.tool_format == "tags" else "user")
         if self.tool_format == "native":
             return self._act_native(action)
-        tags = _TAG.findall(action)
+        tags = tag_spans(action, _TAGS)
         answer = last_answer(action)
         if answer is not None:
             return ActionResult(observation=None, terminated=True, final_answer=answer,

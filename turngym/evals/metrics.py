@@ -18,8 +18,14 @@ One rule decides every interval (documented in docs/viewer.md, "Intervals"):
   sample says nothing about spread: the interval is *undefined* (NaN bounds, ``ci`` says
   why) rather than a false zero width. An empty sample has value NaN.
 
-So accuracy and pass@1 are the same estimate with the same interval, whatever K is.
-pass@k uses the unbiased estimator 1 − C(n−c, k)/C(n, k) per task (Chen et al., 2021).
+With a binary ``correct`` (every env but partial-credit ones), accuracy and pass@1 are the same
+estimate with the same interval, whatever K is. pass@k uses the unbiased estimator
+1 − C(n−c, k)/C(n, k) per task (Chen et al., 2021). An env that gives partial credit (a ``correct``
+strictly between 0 and 1 in any episode) declares no success, so pass@k is not reported there:
+accuracy is the mean credit.
+
+A refused or timed-out answer is graded wrong by the env and counts as wrong here. Only an
+ungraded episode (the grader itself failed, :attr:`Episode.ungraded`) is left out, and counted.
 """
 
 from __future__ import annotations
@@ -149,15 +155,15 @@ def _score(ep: Episode, key: str) -> float:
 
 
 def ungraded(episodes: Sequence[Episode]) -> int:
-    """Episodes whose grader reached no verdict (a timeout, a crash, a refused answer): left out of every
-    rate, counted and shown instead, never scored as wrong."""
-    return sum(e.outcome.get("graded") is False for e in episodes)
+    """Episodes without a verdict because the grader itself failed (no answer caused it; a refused or
+    timed-out answer is wrong): left out of every rate, counted and shown instead."""
+    return sum(e.ungraded for e in episodes)
 
 
 def outcome_metrics(episodes: Sequence[Episode], k: int = 1) -> dict[str, Any]:
     """Accuracy-style metrics for whatever outcome fields the episodes carry."""
     out: dict[str, Any] = {}
-    episodes = [e for e in episodes if e.outcome.get("graded") is not False]  # no verdict: see ``ungraded``
+    episodes = [e for e in episodes if not e.ungraded]  # no verdict: see ``ungraded``
     if not episodes:
         return out
     keys = set().union(*(e.outcome.keys() for e in episodes))
@@ -166,10 +172,11 @@ def outcome_metrics(episodes: Sequence[Episode], k: int = 1) -> dict[str, Any]:
         scores = [_score(e, "correct") for e in episodes]
         whole = all(v in (0.0, 1.0) for v in scores)  # False only for envs that give partial credit
         out["accuracy"] = unit_rate(groups, lambda e: _score(e, "correct"), binary=whole).to_dict()
-        per_task_c = [(len(g), sum(_binary(e, "correct") for e in g)) for g in group_episodes(episodes)]
-        out["pass@1"] = rate([c / n for n, c in per_task_c], binary=all(n == 1 for n, _ in per_task_c)).to_dict()
-        if k > 1 and all(n >= k for n, _ in per_task_c):
-            out[f"pass@{k}"] = rate([pass_at_k(n, int(c), k) for n, c in per_task_c], binary=False).to_dict()
+        if whole:  # partial credit declares no success: no pass@k there (accuracy is the mean credit)
+            per_task_c = [(len(g), sum(_binary(e, "correct") for e in g)) for g in group_episodes(episodes)]
+            out["pass@1"] = rate([c / n for n, c in per_task_c], binary=all(n == 1 for n, _ in per_task_c)).to_dict()
+            if k > 1 and all(n >= k for n, _ in per_task_c):
+                out[f"pass@{k}"] = rate([pass_at_k(n, int(c), k) for n, c in per_task_c], binary=False).to_dict()
     if "em" in keys:
         out["em"] = unit_rate(groups, lambda e: _binary(e, "em"), binary=True).to_dict()
     if "f1" in keys:

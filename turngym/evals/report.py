@@ -140,8 +140,8 @@ def render_eval_report(results: dict[str, Any], episodes: Sequence[Episode], out
         f"- model: `{model}`; k = {results['k']}; sampling: {results['sampling']}",
         _subset_line(results["subset"]),
         f"- episodes: {results['episodes']}; turngym {results['turngym']}",
-        *([f"- **ungraded: {results['ungraded']}** episodes whose grader reached no verdict (timeout, crash or a "
-           "refused answer; `outcome.grading` says which): left out of every rate above, not counted as wrong"]
+        *([f"- **ungraded: {results['ungraded']}** episodes whose grader itself failed (no answer caused it; "
+           "`outcome.grading` says how; a refused or timed-out answer is wrong): left out of every rate above"]
           if results.get("ungraded") else []),
     ]
     if (out / "view.html").exists():

@@ -1,12 +1,18 @@
-"""Final-answer extraction (``\\boxed{}``) and grading with math-verify that cannot stall or lie.
+"""Final-answer extraction (``\\boxed{}``) and grading with math-verify that cannot stall or be gamed.
 
 math-verify runs in grader processes (:class:`GraderPool`) with an address-space cap; one that
 passes its time budget or dies is killed and replaced, and the answer is tried once more on a
-fresh grader. Answers that are obviously unbounded (power towers, huge exponents or factorials)
-are refused before any symbolic work. A refusal, a second timeout or a crash is never
-"incorrect": the :class:`Verdict` says ``graded=False`` with the reason, and rewards and metrics
-treat the outcome as missing. The time budget starts when a warm grader takes the request, so
-a cold start (importing sympy under load) is never a timeout.
+fresh grader. An answer is right, wrong, or (rarely) ungraded:
+
+* an answer whose numbers are too large to evaluate (:mod:`turngym.grading.answer_size`: towers,
+  huge powers, factorials, Γ, binomials, products) is refused before any symbolic work, and is wrong;
+* an answer that times out, exhausts memory or kills the grader again on a fresh grader is wrong;
+* only a failure of the grader itself that no answer caused (a grader that cannot start, or a gold
+  answer too large to evaluate) gives ``graded=False``: rewards give it advantage 0 and metrics leave
+  it out, counted.
+
+So nothing a policy writes scores above a wrong answer unless it is right. The time budget starts
+when a warm grader takes the request, so a cold start (importing sympy under load) is never a timeout.
 """
 
 from __future__ import annotations
@@ -21,79 +27,57 @@ import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
+from turngym.episode import MAX_ACTION_CHARS
+from turngym.grading.answer_size import unbounded_reason
 from turngym.procs import spawn
 
 MAX_ANSWER_CHARS = 1000
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BARE_BOXED = re.compile(r"\\boxed\s+([^\s$]+)")
 
 
 def extract_boxed(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` (balanced braces), ``""`` for an empty box,
-    None when there is no complete box. ``\\boxed 5`` (no braces) is accepted too."""
-    last: str | None = None
-    for m in _BOXED.finditer(text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            last = text[m.end(): i - 1].strip()
-    if last is None:
-        bare = re.findall(r"\\boxed\s+([^\s$]+)", text)
-        if bare:
-            last = bare[-1].strip()
-    return last
+    None when there is no complete box. ``\\boxed 5`` (no braces) is accepted too.
+
+    Linear in the text: one running brace depth for the whole text (numpy), so a box closes at the
+    first later position where the depth falls below its own; a text over ``MAX_ACTION_CHARS`` is
+    not read at all (None), as the action parsers refuse it."""
+    if len(text) > MAX_ACTION_CHARS:
+        return None
+    opens = np.array([m.end() - 1 for m in _BOXED.finditer(text)], dtype=np.int64)  # each box's "{"
+    opens = opens[opens + 1 < len(text)]
+    if opens.size:
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        depth = np.cumsum((codes == 123).astype(np.int32) - (codes == 125))  # after each character
+        lowest_after = np.minimum.accumulate(depth[::-1])[::-1]  # min of depth[i:]
+        closed = np.flatnonzero(lowest_after[opens + 1] < depth[opens])  # boxes whose depth falls back later
+        if closed.size:
+            p = int(opens[closed[-1]])
+            close = p + 1 + int(np.argmax(depth[p + 1:] < depth[p]))
+            return text[p + 1: close].strip()
+    bare = _BARE_BOXED.findall(text)
+    return bare[-1].strip() if bare else None
 
 
 @dataclass
 class Verdict:
     correct: bool
     reason: str = ""
-    graded: bool = True  # False: no verdict was reached (refused, timed out, grader crashed); never "incorrect"
-
-
-MAX_EXPONENT = 100_000  # 2^100000 has 30,103 digits: still cheap; anything larger is refused
-MAX_FACTORIAL = 10_000
-_POWER = re.compile(r"\^|\*\*")
-_FACTORIAL = re.compile(r"(\d+)\s*!")
-_CHAINED_POWER = re.compile(r"(?:\^|\*\*)\s*[\w.\\]+\s*(?:\^|\*\*)")  # a^b^c, 10**10**10
-
-
-def _exponent(text: str, start: int) -> str:
-    """The exponent that begins at ``start``: a balanced ``{...}`` group or one token."""
-    i = start
-    while i < len(text) and text[i] == " ":
-        i += 1
-    if i < len(text) and text[i] in "{(":
-        close = "}" if text[i] == "{" else ")"
-        depth, j = 1, i + 1
-        while j < len(text) and depth:
-            depth += {text[i]: 1, close: -1}.get(text[j], 0)
-            j += 1
-        return text[i + 1: j - 1]
-    m = re.match(r"-?\d+|\\?[A-Za-z]+|.", text[i:])
-    return m.group(0) if m else ""
-
-
-def unbounded_reason(answer: str) -> str | None:
-    """Why ``answer`` would make symbolic grading unbounded (time or memory), or None. Cheap."""
-    if _CHAINED_POWER.search(answer):
-        return "a power tower (an exponent that is itself a power)"
-    for m in _POWER.finditer(answer):
-        exp = _exponent(answer, m.end())
-        if _POWER.search(exp):
-            return "a power tower (an exponent that is itself a power)"
-        digits = exp.replace(" ", "").lstrip("+-")
-        if digits.isdigit() and int(digits) > MAX_EXPONENT:
-            return f"an exponent above {MAX_EXPONENT:,}"
-    for m in _FACTORIAL.finditer(answer):
-        if int(m.group(1)) > MAX_FACTORIAL:
-            return f"a factorial above {MAX_FACTORIAL:,}!"
-    return None
+    graded: bool = True  # False: the grader failed with no answer to blame (rare); a refused or timed-out answer is wrong
 
 
 class GraderError(RuntimeError):
-    """A grader process timed out, died or could not start: no verdict."""
+    """A grader process timed out, died or could not start: no verdict from this try.
+
+    ``answer``: the failure happened while grading the answer (a timeout, a death, a reply that is not
+    JSON), as opposed to a grader that could not start or was gone before the request."""
+
+    def __init__(self, message: str, answer: bool = False):
+        super().__init__(message)
+        self.answer = answer
 
 
 class _Grader:
@@ -104,7 +88,11 @@ class _Grader:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
         self.proc = spawn(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         self._buf = b""
-        msg = self._read(startup_s)
+        try:
+            msg = self._read(startup_s)
+        except GraderError as exc:
+            self.kill()
+            raise GraderError(f"the grader did not start: {exc}") from None
         if msg.get("ready") is not True:
             self.kill()
             raise GraderError(f"the grader did not start: {msg}")
@@ -116,7 +104,10 @@ class _Grader:
             self.proc.stdin.flush()
         except OSError as exc:
             raise GraderError(f"the grader is gone ({exc})") from None
-        return self._read(timeout_s)
+        try:
+            return self._read(timeout_s)
+        except GraderError as exc:
+            raise GraderError(str(exc), answer=True) from None
 
     def _read(self, timeout_s: float) -> dict:
         assert self.proc.stdout is not None
@@ -226,8 +217,9 @@ def _normalise(s: str) -> str:
 
 def grade_answer(pred: str | None, golds: list[str], timeout_s: float = 5.0, grader: GraderPool | None = None) -> Verdict:
     """Is ``pred`` equivalent to any gold answer? Thread-safe. ``timeout_s`` bounds each try on a
-    warm grader; after a timeout or crash the answer is tried once more on a fresh grader, and
-    if that fails too the verdict is ``graded=False`` (no verdict), never incorrect."""
+    warm grader; after a timeout or crash the answer is tried once more on a fresh grader, and if
+    the answer fails that one too it is wrong. ``graded=False`` only when the grader itself failed
+    (it could not start) or a gold answer is too large to evaluate: no answer caused it."""
     if pred is None:
         return Verdict(False, "no boxed answer")
     if not pred.strip():
@@ -238,21 +230,28 @@ def grade_answer(pred: str | None, golds: list[str], timeout_s: float = 5.0, gra
     for gold in golds:
         if _normalise(pred) == _normalise(gold):
             return Verdict(True, "normalised match")
-    why = unbounded_reason(pred) or next((f"gold: {r}" for g in golds if (r := unbounded_reason(g))), None)
+    gold_why = next((r for g in golds if (r := unbounded_reason(g))), None)
+    if gold_why:
+        return Verdict(False, f"not graded: the gold answer is {gold_why}", graded=False)
+    why = unbounded_reason(pred)
     if why:
-        return Verdict(False, f"refused before grading: {why}", graded=False)
+        return Verdict(False, f"refused before grading: {why}")
     grader = grader or default_grader()
-    failures = []
+    failures, by_answer = [], False
     for _ in range(2):
         try:
             reply = grader.verify(golds, pred, timeout_s)
         except GraderError as exc:
             failures.append(str(exc))
+            by_answer = exc.answer
             continue
         if "ok" in reply:
             return Verdict(bool(reply["ok"]), "math-verify")
         if reply.get("resource"):
             failures.append(f"the grader ran out of {'memory' if reply['error'] == 'MemoryError' else 'recursion'}")
+            by_answer = True
             continue
         return Verdict(False, f"grading error: {reply.get('error')}")
+    if by_answer:  # the answer failed a fresh grader too: the answer's doing, so wrong
+        return Verdict(False, "failed on a fresh grader too: " + "; then ".join(failures))
     return Verdict(False, "not graded: " + "; then ".join(failures), graded=False)

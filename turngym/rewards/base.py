@@ -257,20 +257,12 @@ def finite(x: float) -> float:
     return x if math.isfinite(x) else 0.0
 
 
-def impute_missing(values: Sequence[float]) -> list[float]:
-    """Missing outcomes (NaN) replaced by the mean of the group's graded ones (0 if none): an
-    ungraded episode then gets no advantage of its own under a group baseline, instead of
-    counting as a failure."""
-    known = [v for v in values if math.isfinite(v)]
-    fill = sum(known) / len(known) if known else 0.0
-    return [v if math.isfinite(v) else fill for v in values]
-
-
 def outcome_score(episode: Episode, metric: str | None = None) -> float:
     """The episode's gold outcome as a number: ``metric`` if given, else the first of
-    correct / em / bfcl_valid it has; NaN when no verdict was reached (``outcome["graded"]`` is
-    False: a grader timeout or crash, never "incorrect"; see :func:`impute_missing`)."""
-    if episode.outcome.get("graded") is False:
+    correct / em / bfcl_valid it has; NaN for an ungraded episode (:attr:`Episode.ungraded`: the grader
+    itself failed, which is rare; a refused or timed-out answer is graded wrong). The trainer leaves an
+    ungraded episode out of its group, with advantage 0."""
+    if episode.ungraded:
         return math.nan
     keys = [metric] if metric else ["correct", "em", "bfcl_valid"]
     for key in keys:

@@ -9,13 +9,18 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from turngym.episode import Episode, EpisodeGroup
-from turngym.rewards.base import GroupReward, GroupScores, final_turn_rewards, impute_missing, outcome_score
+from turngym.rewards.base import GroupReward, GroupScores, final_turn_rewards, outcome_score
 from turngym.rewards.equivalence import Clustering, StringMatch, cluster_answers, make_equivalence
 
 
 @dataclass
 class OutcomeReward(GroupReward):
-    """The env's gold verdict (math ``correct``, QA ``em`` or ``f1``, BFCL ``bfcl_valid``) on the last turn."""
+    """The env's gold verdict (math ``correct``, QA ``em`` or ``f1``, BFCL ``bfcl_valid``) on the last turn.
+
+    A refused or timed-out answer is graded wrong by the env, so it scores 0 like any wrong answer. An
+    ungraded episode (the grader itself failed) scores 0 here too, never the group's mean: the trainer
+    leaves it out of its group's statistics and gives it advantage 0 (``diagnostics["ungraded"]`` counts it).
+    """
 
     estimator: ClassVar[str] = "grpo"  # the paired estimator (an episode-level reward: TRL's GRPO)
     scores_single_episodes: ClassVar[bool] = True
@@ -29,9 +34,8 @@ class OutcomeReward(GroupReward):
     def score_group(self, episodes: Sequence[Episode]) -> GroupScores:
         if not episodes:
             raise ValueError("score_group needs at least one episode")
-        raw = [outcome_score(e, self.metric) for e in episodes]
-        scores = impute_missing(raw)
-        return GroupScores([final_turn_rewards(e, v) for e, v in zip(episodes, scores, strict=True)],
+        raw = [outcome_score(e, self.metric) for e in episodes]  # NaN: ungraded, rewarded 0
+        return GroupScores([final_turn_rewards(e, v) for e, v in zip(episodes, raw, strict=True)],
                            {"outcome": raw, "ungraded": sum(not math.isfinite(v) for v in raw)})
 
 

@@ -314,12 +314,21 @@ class TurnGRPOTrainer(GRPOTrainer):
         eps_kw = {} if self.advantage_eps is None else {"eps": self.advantage_eps}
         scored: dict[int, tuple[list[float], list[float]]] = {}
         for group in groups:
+            for ep in group:  # ungraded (the grader failed, no answer caused it): out of the group, advantage 0
+                if ep.ungraded:
+                    scored[id(ep)] = ([0.0] * len(ep.turns), [0.0] * len(ep.turns))
+            graded = group
+            if any(ep.ungraded for ep in group):
+                kept = tuple(ep for ep in group if not ep.ungraded)
+                if not kept:
+                    continue
+                graded = EpisodeGroup.of(kept)
             pool = voters.get(group[0].meta.get("task_key")) if voters else None
-            seen = reward_view(group)  # rewards never see per-turn truth (turngym.truth)
+            seen = reward_view(graded)  # rewards never see per-turn truth (turngym.truth)
             scores = self.reward.score_group(seen, vote_pool=reward_view(pool)) if pool else self.reward.score_group(seen)
-            self._warn_if_biased(group)
-            advs = self.estimator(scores.rewards, gamma=self.gamma, **eps_kw, **self._estimator_kwargs(group))
-            for ep, r, a in zip(group, scores.rewards, advs, strict=True):
+            self._warn_if_biased(graded)
+            advs = self.estimator(scores.rewards, gamma=self.gamma, **eps_kw, **self._estimator_kwargs(graded))
+            for ep, r, a in zip(graded, scores.rewards, advs, strict=True):
                 scored[id(ep)] = (r, a)
         hits = [scored[id(e)] for e in episodes if id(e) in scored]
         return [r for r, _ in hits], [a for _, a in hits]

@@ -20,12 +20,13 @@ shapes before bfcl-eval sees them; every benign output gets bfcl-eval's own verd
 from __future__ import annotations
 
 import ast
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from turngym.envs.bfcl.upstream import bfcl
-from turngym.envs.parsing import parse_hermes_tool_calls
+from turngym.envs.parsing import MAX_INPUT_CHARS, parse_hermes_tool_calls, too_many_call_symbols
 
 TOOL_FORMATS = ("prompting", "native")
 _MAX_POW_EXPONENT = 64
@@ -82,9 +83,18 @@ def unsafe_arithmetic(text: str) -> str | None:
         tree = ast.parse(_wrap_like_bfcl(text), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None  # the decoder fails in ast.parse too, before evaluating anything
-    for node in ast.walk(tree):
-        if isinstance(node, ast.BinOp) and not _is_safe_arithmetic(node):
-            return f"refused to evaluate the expression {ast.unparse(node)[:80]!r} (only literal arithmetic)"
+    queue = deque([tree])
+    while queue:  # ast.walk's order, but one check covers all of an expression's operands (linear, not quadratic)
+        node = queue.popleft()
+        if isinstance(node, ast.BinOp):
+            try:
+                safe = _is_safe_arithmetic(node)
+            except RecursionError:
+                return "refused to evaluate an expression nested too deeply"
+            if not safe:
+                return f"refused to evaluate the expression {ast.unparse(node)[:80]!r} (only literal arithmetic)"
+            continue
+        queue.extend(ast.iter_child_nodes(node))
     return None
 
 
@@ -93,6 +103,11 @@ def unsafe_arithmetic(text: str) -> str | None:
 
 def decode_prompting(text: str, language: str = "python", execute: bool = False) -> Decoded:
     """BFCL's prompting decoder; ``execute`` gives call strings for the multi-turn executor."""
+    if len(text) > MAX_INPUT_CHARS:
+        return Decoded(error=f"action is {len(text)} characters; the limit is {MAX_INPUT_CHARS}")
+    too_many = too_many_call_symbols(text)  # bfcl-eval's decoders parse it whole: bounded first
+    if too_many:
+        return Decoded(error=too_many)
     mods = bfcl()
     utils = mods["handler_utils"]
     fmt = mods["enums"].ReturnFormat
