@@ -35,6 +35,11 @@ EXTRAS: dict[str, Extra] = {e.name: e for e in (
     Extra("skyrl", "skyrl-gym", ("skyrl_gym",)),
 )}
 
+# extras left out of `all`, and why (pip cannot install them beside the rest)
+NOT_IN_ALL: dict[str, str] = {
+    "verifiers-v1": "verifiers 0.4 pins mcp==2.0.0; the openenv extra (openenv 0.10, through fastmcp 3) needs mcp<2",
+}
+
 # part (as the message names it) -> the extra it needs
 NEEDS: dict[str, str] = {
     "MathCode-v0": "math",

@@ -25,6 +25,11 @@ import httpx
 import verifiers as vf
 from datasets import Dataset
 
+if not hasattr(vf, "MultiTurnEnv"):
+    raise ImportError(f"turngym.integrations.verifiers_env needs verifiers' classic API (the 0.3 line, the [verifiers] "
+                      f"extra); verifiers {vf.__version__} has only its v1 API: use turngym.integrations.verifiers_v1 "
+                      "(vf-eval turngym-taskset, docs/verifiers.md)")
+
 from turngym.agents.openai_compat import restore_stop
 from turngym.agents.policy import trim_at_stop
 from turngym.episode import Episode
