@@ -141,3 +141,17 @@ def test_bad_input_is_one_line():
         environment_factory("Nope-v0")
     with pytest.raises(UntypedToolsError, match="Digits-v0 has no typed tools"):
         environment_factory("Digits-v0")
+    with pytest.raises(UntypedToolsError, match="BFCL-v0 cannot be a TRL environment_factory env: its functions differ"):
+        environment_factory("BFCL-v0")
+    with pytest.raises(ValueError, match="force the start of replies"):
+        environment_factory("SearchQA-v0", force_first_search=True, retriever=object())
+
+
+def test_mathcode_runs_python_in_the_episodes_sandbox():
+    env = environment_factory("MathCode-v0", dataset="gsm8k")()
+    env.reset(index=0)
+    assert env.run_python(code="x = 6 * 7\nprint(x)") == "```output\n42\n```"
+    assert env.run_python(code="print(x + 1)") == "```output\n43\n```"  # the interpreter keeps its state
+    env.answer(answer="18")  # gsm8k item 0's answer, graded by math-verify
+    assert env.episode.terminated and env.episode.turns[0].metrics["exec_ok"] is True
+    assert env.get_reward() == 1.0 and env.episode.final_answer == "18"

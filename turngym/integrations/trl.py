@@ -160,8 +160,9 @@ TOOL_ENVS: dict[str, type[TurngymToolEnv]] = {
 
 # why an env's tools cannot be typed as fixed methods
 UNTYPED = {
-    "turngym/BFCL-v0": "its functions differ from entry to entry, and TRL reads one fixed set of tool methods per "
-                       "environment class (at the trainer's start)",
+    "turngym/BFCL-v0": "its functions differ from entry to entry while TRL reads one fixed set of tool methods per "
+                       "environment class at the trainer's start, and its multi-turn entries send new user messages "
+                       "between calls, which TRL's tool loop cannot",
 }
 
 
@@ -174,11 +175,11 @@ def environment_factory(env_id: str, on_episode: Callable[[Episode], None] | Non
     """The zero-argument callable ``GRPOTrainer(environment_factory=...)`` expects, for ``env_id``
     made with ``env_kwargs``. The env is made once here, so an unknown id or bad argument fails now."""
     full = full_env_id(env_id)
+    if full in UNTYPED:
+        raise UntypedToolsError(f"{full} cannot be a TRL environment_factory env: {UNTYPED[full]}")
     probe = make_turngym_env(full, **env_kwargs)  # unknown ids: one line listing the registered envs
     try:
         raw = probe.unwrapped
-        if full in UNTYPED:
-            raise UntypedToolsError(f"{full} cannot be a TRL environment_factory env: {UNTYPED[full]}")
         if full not in TOOL_ENVS:
             raise UntypedToolsError(f"{full} has no typed tools for TRL's environment_factory (its actions are free text); "
                                     f"envs with tools: {', '.join(sorted(TOOL_ENVS))}")
