@@ -155,3 +155,22 @@ def test_mathcode_runs_python_in_the_episodes_sandbox():
     env.answer(answer="18")  # gsm8k item 0's answer, graded by math-verify
     assert env.episode.terminated and env.episode.turns[0].metrics["exec_ok"] is True
     assert env.get_reward() == 1.0 and env.episode.final_answer == "18"
+
+
+def test_searchqa_search_tool_is_the_envs_search(lucene_index):
+    import gymnasium
+
+    from turngym.corpora.lucene import LuceneRetriever
+
+    retriever = LuceneRetriever(lucene_index([
+        {"id": "p1", "title": "Paris", "text": "Paris is the capital and most populous city of France."},
+        {"id": "p2", "title": "Berlin", "text": "Berlin is the capital of Germany."}]))
+    task = {"question": "Where is the capital of France?", "answers": ["Paris"]}
+    env = environment_factory("SearchQA-v0", dataset="nq", retriever=retriever)()
+    assert env.reset(task=task) == task["question"]
+    seen = env.search(query="capital of France")
+    direct = gymnasium.make("turngym/SearchQA-v0", dataset="nq", retriever=retriever)
+    direct.reset(options={"task": task})
+    assert seen == direct.step("<search>capital of France</search>")[0].strip() and "Paris is the capital" in seen
+    env.answer(answer="Paris")
+    assert env.get_reward() == 1.0 and [t.tool_calls[0]["name"] for t in env.episode.turns][-1] == "answer"
