@@ -71,6 +71,8 @@ def hand_built(rewarded_answer: bool = True) -> Episode:
 
 
 def test_per_turn_rewards_sit_on_each_replys_last_token_as_skyrl_places_step_rewards():
+    # SkyRL (NovaSky-AI/SkyRL a9564572e) skyrl/train/generators/skyrl_gym_generator.py:629-642 puts each step's
+    # reward at response_end_idx - prompt length, response_end_idx being the reply's last token (line 1117)
     ep = hand_built()
     # response = [1, 2 | 3, 4, 5 | 8, 9]: turn 0's reward on token 2 (index 1), turn 1's on token 9 (index 6)
     assert token_level_rewards(ep, [0.25, 1.0]) == [0.0, 0.25, 0.0, 0.0, 0.0, 0.0, 1.0]

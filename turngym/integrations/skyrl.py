@@ -10,9 +10,10 @@ last step the outcome and every turn's truth (truth known only at grading is set
 Importing this module registers every turngym env in skyrl-gym's registry as ``turngym/<EnvId>``.
 
 :func:`token_level_rewards` places per-turn rewards the way SkyRL's generator places per-step
-rewards (``skyrl_train/generators/skyrl_gym_generator.py``, ``agent_loop``: "Build token-level
-rewards placed at assistant turn boundaries"): turn t's reward on the last token of its reply, over
-the response tokens (everything after the prompt). :func:`token_level_advantages` puts turn t's
+rewards (NovaSky-AI/SkyRL a9564572e, ``skyrl/train/generators/skyrl_gym_generator.py:629-642``, "Build
+token-level rewards placed at assistant turn boundaries", with ``response_end_idx`` the reply's last
+token, line 1117): turn t's reward on the last token of its reply, over the response tokens
+(everything after the prompt). :func:`token_level_advantages` puts turn t's
 advantage on its reply tokens (where the loss mask is 1), as turngym's trainer does.
 :func:`generator_output` builds SkyRL's ``GeneratorOutput`` fields from recorded episodes.
 """
@@ -178,7 +179,7 @@ def group_scores(episodes: Sequence[Episode], reward: str | Any = "outcome", est
 
 
 def generator_output(episodes: Sequence[Episode], per_turn_rewards: Sequence[Sequence[float]]) -> dict[str, Any]:
-    """SkyRL's ``GeneratorOutput`` fields (``skyrl_train/generators/base.py``) for recorded episodes with
+    """SkyRL's ``GeneratorOutput`` fields (``skyrl/train/generators/base.py:37-45``) for recorded episodes with
     token ids: prompt ids, response ids (replies and observations after the prompt), token-level rewards,
     loss masks (1 on reply tokens), rollout log-probabilities and stop reasons."""
     if len(episodes) != len(per_turn_rewards):
