@@ -448,3 +448,18 @@ def test_vf_eval_cli_against_a_real_server(served, tmp_path):
     assert sorted(row["info"]["index"] for row in rows) == indices
     env = load_environment("Calculator-v0", indices=indices, **env_kwargs)
     check_rows_replay_in_gymnasium(rows, env, "outcome", env_kwargs)
+
+
+def test_an_unserved_model_on_a_real_server_names_what_it_serves(served, monkeypatch):
+    from turngym.integrations.verifiers_env import served_models
+
+    url, model = served
+    listed = served_models(url)
+    if listed is None:
+        pytest.skip("this transformers serve does not answer GET /models")
+    assert model in listed
+    monkeypatch.setenv("LOCAL_SERVER_KEY", "unused")
+    config = vf.ClientConfig(api_base_url=url, api_key_var="LOCAL_SERVER_KEY", max_retries=0)
+    env = load_environment("Calculator-v0", indices=[3])
+    with pytest.raises(ModelNotServed, match=f"does not serve 'no-such-model'; it serves: .*{model}"):
+        env.evaluate_sync(config, "no-such-model")
