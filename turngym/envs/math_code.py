@@ -61,7 +61,23 @@ class MathCodeEnv(TextEnv):
             raise ValueError(f"max_code_blocks must be >= 1, got {max_code_blocks}")
         self.max_code_blocks = int(max_code_blocks)  # cells run per action: an action of 10,000 blocks runs 16
         self._session: CodeSession | None = None
+        self.check_remote_sandbox()
         default_grader().warm()  # a grader process is ready before the first answer (in the background)
+
+    def check_remote_sandbox(self) -> None:
+        """A remote backend (SandboxFusion) answers a test cell now, or the env is not built: one line
+        naming the server and the reason, not a run whose every cell is an error observation."""
+        sandbox = self._sandbox_spec
+        if isinstance(sandbox, str):
+            if parse_spec(sandbox)[0] == "local":  # the local pool starts its workers on first use
+                return
+            sandbox = shared_sandbox(sandbox, self.limits)
+        check = getattr(sandbox, "check_ready", None)
+        if check is not None:
+            check()
+
+    def check_ready(self) -> None:
+        self.check_remote_sandbox()
 
     @property
     def manifest(self):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from turngym.evals.runs import RunError, validate_run_args
+from turngym.sandbox.base import SandboxError
 
 if TYPE_CHECKING:
     from turngym.agents.runner import RolloutRunner, RolloutTask
@@ -191,6 +192,8 @@ def make_env(env: str, kwargs: dict[str, Any]) -> Any:
         raise PipelineError(f"bad arguments for {env}: {exc}") from None
     except (ValueError, FileNotFoundError, ImportError) as exc:  # e.g. a dataset that cannot be found
         raise PipelineError(f"cannot make {env} with {kwargs}: {exc}") from None
+    except SandboxError as exc:  # a remote sandbox that fails its health check
+        raise PipelineError(f"cannot make {env}: {exc}") from None
 
 
 def prompt_style(policy: Any) -> str:

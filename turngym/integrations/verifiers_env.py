@@ -16,17 +16,76 @@ uv-managed runtime, and pins an ``mcp`` release the ``openenv`` extra cannot sha
 from __future__ import annotations
 
 import copy
+import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
 import verifiers as vf
 from datasets import Dataset
+
+if not hasattr(vf, "MultiTurnEnv"):
+    raise ImportError(f"turngym.integrations.verifiers_env needs verifiers' classic API (the 0.3 line, the [verifiers] "
+                      f"extra); verifiers {vf.__version__} has only its v1 API: use turngym.integrations.verifiers_v1 "
+                      "(vf-eval turngym-taskset, docs/verifiers.md)")
 
 from turngym.agents.openai_compat import restore_stop
 from turngym.agents.policy import trim_at_stop
 from turngym.episode import Episode
 from turngym.integrations.envs import full_env_id, make_turngym_env
 from turngym.rewards import GroupReward, get_reward
+
+
+class ModelNotServed(ValueError):
+    """The evaluation names a model the server does not list. Uncaught, it prints as one ``error:``
+    line (no traceback; :func:`_one_line_hook`) and the process exits 1, under ``vf-eval`` too."""
+
+
+def _one_line_hook(previous):
+    def hook(kind, value, tb):
+        if issubclass(kind, ModelNotServed):
+            print(f"error: {value}", file=sys.stderr)
+            return
+        previous(kind, value, tb)
+
+    hook.turngym_one_line = True  # type: ignore[attr-defined]
+    return hook
+
+
+if not getattr(sys.excepthook, "turngym_one_line", False):
+    sys.excepthook = _one_line_hook(sys.excepthook)
+
+
+def _endpoints(client: Any) -> list[tuple[str, str | None]]:
+    """(base URL, API key) of each endpoint of a verifiers ClientConfig or an OpenAI client."""
+    if isinstance(client, vf.ClientConfig):
+        configs = list(client.endpoint_configs) or [client]
+        return [(c.api_base_url, os.environ.get(c.api_key_var)) for c in configs]
+    base = getattr(client, "base_url", None)
+    return [(str(base), getattr(client, "api_key", None))] if base is not None else []
+
+
+def served_models(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str] | None:
+    """The model ids ``GET {base_url}/models`` lists, or None where the server does not answer that."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        resp = httpx.get(base_url.rstrip("/") + "/models", headers=headers, timeout=timeout_s)
+        resp.raise_for_status()
+        return [str(m["id"]) for m in resp.json()["data"]]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+
+
+def check_model_served(client: Any, model: str) -> None:
+    """Raise :class:`ModelNotServed` when an endpoint lists its models and ``model`` is not among them
+    (every request would fail and each rollout score 0); a server without ``/models`` is not checked."""
+    for base_url, key in _endpoints(client):
+        served = served_models(base_url, key)
+        if served is not None and model not in served:
+            raise ModelNotServed(f"the server at {base_url} does not serve {model!r}; it serves: "
+                                 f"{', '.join(served) or '(no models)'}")
+
 
 EPISODE_KEY = "turngym_episode"  # the rollout's turngym Episode in verifiers' state
 RECORD_KEY = "turngym_record"  # its record (Episode.to_dict), set when the rollout ends: a JSON state column
@@ -94,7 +153,7 @@ class TurngymVerifiersEnv(vf.MultiTurnEnv):
     """
 
     def __init__(self, env_id: str, reward: GroupReward, env_kwargs: dict[str, Any],
-                 indices: Sequence[int], **kwargs: Any):
+                 indices: Sequence[int], load_args: dict[str, Any] | None = None, **kwargs: Any):
         self.turngym_env_id = full_env_id(env_id)
         self.env_kwargs = dict(env_kwargs)
         probe = make_turngym_env(self.turngym_env_id, **self.env_kwargs)
@@ -119,9 +178,20 @@ class TurngymVerifiersEnv(vf.MultiTurnEnv):
             probe.close()
         dataset = Dataset.from_list(rows)
         sampling = {"stop": list(self.stop)} if self.stop else {}
+        # verifiers' env server rebuilds the env in a worker process as
+        # ``vf.load_environment(env_id, **env_args)``: env_id must be this module and env_args its
+        # load_environment arguments (the env's own id would be imported as a module, "Calculator_v0")
+        if load_args is None:
+            load_args = {"turngym_env": self.turngym_env_id, "reward": reward.name, "indices": list(indices),
+                         **self.env_kwargs}
         super().__init__(eval_dataset=dataset, rubric=TurngymRubric(reward), sampling_args=sampling,
-                         message_type="chat", env_id=self.turngym_env_id,
-                         env_args={"env_kwargs": self.env_kwargs, "indices": list(indices)}, **kwargs)
+                         message_type="chat", env_id=__name__, env_args=dict(load_args), **kwargs)
+
+    async def generate(self, inputs: Any, client: Any, model: str, *args: Any, **kwargs: Any) -> Any:
+        # evaluate, evaluate_sync and vf-eval all come here first: check the name before any rollout, so a
+        # wrong one is one error, not a run of zero rewards
+        check_model_served(client, model)
+        return await super().generate(inputs, client, model, *args, **kwargs)
 
     async def setup_state(self, state: vf.State) -> vf.State:
         env = make_turngym_env(self.turngym_env_id, **self.env_kwargs)
@@ -185,4 +255,6 @@ def load_environment(env_id: str = "Calculator-v0", reward: str = "outcome", rew
         finally:
             probe.close()
         indices = range(n if num_examples is None else min(num_examples, n))
-    return TurngymVerifiersEnv(env_id, scorer, env_kwargs, list(indices))
+    load_args = {"turngym_env": full_env_id(env_id), "reward": reward, "reward_config": reward_config,
+                 "indices": list(indices), **env_kwargs}
+    return TurngymVerifiersEnv(env_id, scorer, env_kwargs, list(indices), load_args=load_args)

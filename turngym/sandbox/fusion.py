@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import math
+import re
 import time
 from dataclasses import asdict
 
@@ -33,6 +35,7 @@ from turngym.sandbox.base import ExecResult, SandboxError, SandboxLimits, check_
 RESULT_FILE = ".turngym-result.json"
 CELLS_FILE = ".turngym-cells.json"
 STARTUP_S = 5.0  # the server's process start and the driver's own imports, on top of the cells' time
+HEALTH_TIMEOUT_S = 15.0  # the health check's one request
 
 # The program each request runs. It reads the cells from CELLS_FILE, which the request carries
 # (and removes it), so a cell's text is data, never spliced into source; it reports in RESULT_FILE.
@@ -200,6 +203,26 @@ class FusionSession:
         self.close()
 
 
+def _reason(exc: BaseException, timeout_s: float) -> str:
+    """The cause of a failed request in a few words (the client wraps it in several layers of text)."""
+    text = " ".join(str(exc).split())
+    errno = re.search(r"\[Errno -?\d+\] ([^\"')]+)", text)
+    if errno:
+        return errno.group(1).strip().rstrip(".").lower()
+    if "timed out" in text.lower() or isinstance(exc, TimeoutError):
+        return f"no answer within {timeout_s:g} s"
+    code = re.search(r"responded with code (\d+)", text)
+    if code:
+        return f"it answered HTTP {code.group(1)}"
+    return text[:200] or type(exc).__name__
+
+
+def _health_job(limits: SandboxLimits) -> dict:
+    return {"history": [], "cell": "print('ok')",
+            "limits": {"wall_s": limits.wall_s, "cpu_s": limits.cpu_s, "memory_bytes": limits.memory_bytes,
+                       "file_bytes": limits.file_bytes, "open_files": limits.open_files, "recursion": limits.recursion}}
+
+
 def _cut(text: str, cap: int) -> tuple[str, bool]:
     return text[:cap], len(text) > cap
 
@@ -239,6 +262,36 @@ class SandboxFusion:
 
     def session(self) -> FusionSession:
         return FusionSession(self)
+
+    def check_ready(self, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
+        """One request (``print('ok')`` through the driver, no retries) that must come back ok; else a
+        one-line :class:`SandboxError` naming the URL and the reason. Made when an env is built with this
+        backend, so a dead server stops the run there instead of turning every code cell into an error
+        observation."""
+        start = time.monotonic()
+        try:
+            from sandbox_fusion import run_code
+
+            request = self._request(
+                code=DRIVER, language="python", run_timeout=timeout_s, memory_limit_MB=max(1, self.limits.memory_bytes >> 20),
+                files={CELLS_FILE: base64.b64encode(json.dumps(_health_job(self.limits)).encode()).decode()},
+                fetch_files=[RESULT_FILE])
+            client_log = logging.getLogger("sandbox_fusion.client")  # it logs the failure we report below
+            level = client_log.level
+            client_log.setLevel(logging.CRITICAL)
+            try:
+                resp = run_code(request, endpoint=self.url, max_attempts=1, client_timeout=timeout_s + 5.0)
+            finally:
+                client_log.setLevel(level)
+            result = FusionSession(self)._result(resp, self.limits, timeout_s)
+        except Exception as exc:  # noqa: BLE001 - any failure is the one-line reason below
+            reason = _reason(exc, timeout_s)
+            raise SandboxError(f"the SandboxFusion server at {self.url} is not usable: {reason}") from None
+        if not result.ok or result.stdout != "ok\n":
+            reason = (result.error or f"a test cell printed {result.stdout[:100]!r}").strip().splitlines()[-1]
+            raise SandboxError(f"the SandboxFusion server at {self.url} is not usable: a test cell came back "
+                               f"{result.status} ({reason})")
+        self.health_ms = round((time.monotonic() - start) * 1000.0, 1)
 
     def post(self, job: dict, timeout: float, limits: SandboxLimits):
         """One ``/run_code`` request running the driver on ``job``; SandboxError when the server fails."""
