@@ -202,6 +202,30 @@ def test_runner_plays_an_openenv_env_as_it_plays_the_env_in_process():
     assert record(got.to_dict()) == record(want.to_dict())
 
 
+def test_an_episode_the_runner_ends_for_its_token_budget_is_graded_by_the_server_as_in_process():
+    """Running out of budget is the policy's doing: the served env grades the episode as it stands (wrong, never
+    ungraded, which would give it advantage 0), the same record as the env in-process."""
+    actions = ["<calc>84 * 63</calc>"]
+    local = gymnasium.make("turngym/Calculator-v0")
+    local.reset(seed=7, options={"index": 0, "episode_id": "ep-1"})
+    local.step(actions[0])
+    local.unwrapped.end_episode("episode_token_budget")
+    want = local.unwrapped.episode
+    server = Served("Calculator-v0")
+    env = OpenEnvTextEnv(server.url)
+    try:
+        env.reset(seed=7, options={"index": 0, "episode_id": "ep-1"})
+        env.step(actions[0])
+        env.end_episode("episode_token_budget")
+        got = env.episode
+    finally:
+        env.close()
+        server.close()
+    assert want.outcome["correct"] is False and want.outcome.get("graded") is not False
+    assert got.outcome == want.outcome and got.truncated and got.meta["truncation"] == "episode_token_budget"
+    assert not got.ungraded and [t.truth for t in got.turns] == [t.truth for t in want.turns]
+
+
 def test_an_outside_env_is_recorded_from_the_fields_it_is_told_to_read():
     """A non-turngym OpenEnv server (here turngym's, read only through the generic fields) still
     gives an episode: the reset text is the prompt, each step's text the observation."""

@@ -39,6 +39,8 @@ class TurnAction(Action):
     """One agent turn: the reply text, as it would be passed to ``env.step``."""
 
     text: str = Field(..., description="the agent's reply (e.g. '<calc>6*7</calc>')")
+    end: str | None = Field(None, description="end the episode from outside for this reason (e.g. the client's token "
+                                              "budget ran out) and grade it as it stands; text is then not played")
 
 
 class TurnObservation(Observation):
@@ -95,6 +97,12 @@ class TurngymEnvironment(Environment[TurnAction, TurnObservation, TurnState]):
     def step(self, action: TurnAction, timeout_s: float | None = None, **kwargs: Any) -> TurnObservation:
         if self.env.unwrapped.episode is None:
             raise RuntimeError("call reset before step")
+        if action.end is not None:  # graded by the env as it stands, as in-process (TextEnv.end_episode)
+            raw = self.env.unwrapped
+            raw.end_episode(action.end)
+            return TurnObservation(text="", stop=list(raw.stop), observation_role=raw.observation_role, terminated=False,
+                                   truncated=True, info={"outcome": raw.episode.outcome}, done=True,
+                                   reward=float(raw.outcome_reward(raw.episode.outcome)))
         text, reward, terminated, truncated, info = self.env.step(action.text)
         self._steps += 1
         raw = self.env.unwrapped
@@ -256,8 +264,17 @@ class OpenEnvTextEnv(TextEnv):
         raise NotImplementedError
 
     def grade(self, episode: Episode) -> dict[str, Any]:
-        """Ended from outside (token budget): no verdict was reached."""
-        return {"graded": False}
+        """Ended from outside (the token budget ran out): a turngym server grades the episode as it stands (an
+        unanswered episode is wrong, never ungraded: running out of budget is the policy's doing); another server's
+        episode scores the rewards it gave."""
+        if not self.served_by_turngym:
+            return {"return": sum(t.reward for t in episode.turns)}
+        self.client.step({"text": "", "end": str(episode.meta.get("truncation") or "ended from outside")})
+        record = Episode.from_dict(self.client.state()["episode"])
+        episode.task, episode.final_answer = record.task, record.final_answer
+        for mine, theirs in zip(episode.turns, record.turns, strict=True):
+            mine.truth = theirs.truth
+        return record.outcome
 
     def close(self) -> None:
         self.client.close()
