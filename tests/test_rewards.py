@@ -101,6 +101,72 @@ def test_ttrl_and_empo_strings_differ_from_merged_votes():
         get_reward("empo", cluster_on="nli")
 
 
+def math_group(answers):
+    from turngym.episode import RewardNeeds
+
+    needs = RewardNeeds(answer_kind="math", answer_cue="boxed")
+    return [Episode(id=f"m{i}", env_id="turngym/MathCode-v0", task={"question": "q", "answers": ["0"]},
+                    turns=[Turn(index=0, action=f"\\boxed{{{a}}}" if a is not None else "no answer")],
+                    final_answer=a, reward_needs=needs) for i, a in enumerate(answers)]
+
+
+# Held-out math groups: the rewards PRIME-RL/TTRL's ``test_time_train_metrics`` (ttt_metrics.py lines 18-27 at
+# 3e2cc93: extract_answer + strip_string keys, Counter vote, grade_answer against the label) and
+# QingyangZhang/EMPO's ``semantic_entropy_math_reward`` (rewards.py lines 150-215 at c5eccd4) return for
+# responses ending in ``\boxed{answer}`` ("no answer": a response with no box and no number), each run on
+# these groups; "raw" is turngym's earlier default (raw strings, unanswered rollouts abstain, math-verify).
+TTRL_HELD_OUT = [  # (answers, official label, official rewards, earlier default's rewards)
+    ([r"\dfrac{1}{2}", r"\frac{1}{2}", r"\tfrac{1}{2}", "3", "3"], r"\frac{1}{2}", [1, 1, 1, 0, 0], [0, 0, 0, 1, 1]),
+    ([None, None, None, "5", "5"], "", [1, 1, 1, 0, 0], [0, 0, 0, 1, 1]),
+    (["0.5", "1/2", r"\frac{1}{2}", "2"], r"\frac{1}{2}", [1, 1, 1, 0], [1, 1, 1, 0]),
+    ([r"3\text{ cm}", "3", "4", "4"], "3", [1, 1, 0, 0], [0, 0, 1, 1]),
+    ([r"\frac{2}{4}", r"\frac{1}{2}", r"\frac{1}{2}"], r"\frac{1}{2}", [0, 1, 1], [1, 1, 1]),
+    (["seven", "7", "8"], "7", [1, 1, 0], [1, 0, 0]),
+    ([r"\$5.00", "5", "6", "6"], "5", [1, 1, 0, 0], [0, 0, 1, 1]),
+]
+EMPO_HELD_OUT = [  # (answers, official rewards, earlier default's rewards)
+    ([r"\dfrac{1}{2}", r"\frac{1}{2}", r"\tfrac{1}{2}", "3", "3"], [0.6, 0.6, 0.6, 0.4, 0.4], [0.2, 0.2, 0.2, 0.4, 0.4]),
+    ([r"\left(1,2\right)", "(1,2)", "(1,2)", "3"], [0.75, 0.75, 0.75, 0.25], [0.25, 0.5, 0.5, 0.25]),
+    ([r"3\text{ cm}", "3", "4", None], [0.5, 0.5, 0.25, 0.0], [0.0, 0.0, 0.0, 0.0]),
+    ([r"\frac12", r"\frac{1}{2}", "1/2", "0.5"], [0.0] * 4, [0.0] * 4),
+]
+
+
+@pytest.mark.parametrize(("answers", "label", "official", "raw"), TTRL_HELD_OUT)
+def test_ttrl_defaults_equal_the_official_vote_on_held_out_math_groups(answers, label, official, raw):
+    res = get_reward("ttrl").score_group(math_group(answers))
+    assert res.diagnostics["label"] == label and [r[-1] for r in res.rewards] == official
+    earlier = get_reward("ttrl", normalise="none", unanswered="abstain", equivalence="auto")
+    assert [r[-1] for r in earlier.score_group(math_group(answers)).rewards] == raw
+
+
+def test_ttrl_unanswered_rollouts_vote_empty_unless_they_abstain():
+    """ttt_metrics.py lines 18-21: every rollout's extracted string votes, "" included (extract_answer never
+    returns None for math); line 27: grade_answer("", "") is True, so when "" wins the unanswered get 1."""
+    g = math_group([None, None, None, "5", "5"])
+    assert get_reward("ttrl").score_group(g).diagnostics["label"] == ""
+    abstain = get_reward("ttrl", unanswered="abstain").score_group(g)
+    assert abstain.diagnostics["label"] == "5" and [r[-1] for r in abstain.rewards] == [0, 0, 0, 1, 1]
+    merged = get_reward("ttrl", vote_on="equivalence", equivalence="math").score_group(g)
+    assert [r[-1] for r in merged.rewards] == [1, 1, 1, 0, 0] and merged.diagnostics["unanswered_won"]
+    merged = get_reward("ttrl", vote_on="equivalence", equivalence="math", unanswered="abstain").score_group(g)
+    assert [r[-1] for r in merged.rewards] == [0, 0, 0, 1, 1]
+    # the sounder check of the label: math-verify calls \frac{2}{4} equal to \frac{1}{2}, TTRL's grader does not
+    g = math_group([r"\frac{2}{4}", r"\frac{1}{2}", r"\frac{1}{2}"])
+    assert [r[-1] for r in get_reward("ttrl", equivalence="math").score_group(g).rewards] == [1, 1, 1]
+    with pytest.raises(ValueError, match="unanswered"):
+        get_reward("ttrl", unanswered="skip")
+    with pytest.raises(ValueError, match="normalise"):
+        get_reward("empo", normalise="latex")
+
+
+@pytest.mark.parametrize(("answers", "official", "raw"), EMPO_HELD_OUT)
+def test_empo_defaults_equal_the_official_clusters_on_held_out_math_groups(answers, official, raw):
+    assert [r[-1] for r in get_reward("empo").score_group(math_group(answers)).rewards] == pytest.approx(official)
+    earlier = get_reward("empo", normalise="none").score_group(math_group(answers))
+    assert [r[-1] for r in earlier.rewards] == pytest.approx(raw)
+
+
 def test_siop_hand_computed_with_the_final_turn_gain():
     lam, eta, eps = 0.5, 1.0, 1e-8
     res = get_reward("siop", scorer=FakeSupportScorer(PROBS), lam=lam, eta=eta, eps=eps).score_group(group())
