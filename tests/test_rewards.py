@@ -314,7 +314,7 @@ def test_igpo_hand_computed_official_defaults():
     one piece: the F1 alone (lines 159-160); F1 or −2 by ``compute_f1`` (lines 67-132)."""
     probs = {(0, "Paris"): [0.2, 0.5], (1, "Paris"): [0.1, 0.05, 0.4],
              (2, "Paris"): [0.3, 0.2], (3, "Paris"): [0.3, 0.4], (4, "Paris"): [0.5, 0.5]}
-    g = [make_ep(0, "Paris", ["a"]), make_ep(1, "Lyon", ["b", "c"]), make_ep(2, None, ["d"]),
+    g = [make_ep(0, "Paris", ["a"]), make_ep(1, "Lyon", ["b", "c"]), make_ep(2, None, ["d"], final_action="no idea"),
          make_ep(3, "the Paris", ["e"]), make_ep(4, "Paris", ["f"], final_action="<think>so<answer>Paris</answer>")]
     scorer = FakeSupportScorer(probs)
     res = get_reward("igpo", scorer=scorer).score_group(g)
@@ -422,6 +422,56 @@ def test_igpo_f1_and_format_check():
     assert igpo_tags_balanced("<think>a</think><answer>b</answer>")
     assert not igpo_tags_balanced("<answer>b")
     assert not igpo_tags_balanced("</think>a<think>")
+
+
+def test_igpo_format_check_and_answer_read_the_lower_cased_response():
+    """GuoqingWang1/IGPO at bff163b72718a8b8f9175ce019ec7114ad6bd59a: ``verl/utils/reward_score/info_gain.py``
+    line 71 lower-cases the response before the tag check (line 75) and the answer search (line 84), so
+    ``</THINK>`` closes ``<think>`` and ``<ANSWER>`` is an answer."""
+    probs = {(0, "Paris"): [0.5], (1, "Paris"): [0.5]}
+    g = [make_ep(0, "Paris", [], final_action="<think>so</THINK><answer>Paris</answer>"),
+         make_ep(1, None, [], final_action="<ANSWER>Paris</ANSWER>")]
+    res = get_reward("igpo", scorer=FakeSupportScorer(probs)).score_group(g)
+    assert res.rewards == [[1.0], [1.0]]  # case-sensitive, both would get -2
+    # the env found no answer in episode 1 ("env": the env's answer decides): the penalty
+    assert get_reward("igpo", scorer=FakeSupportScorer(probs), f1_answer="env").score_group(g).rewards == [[1.0], [-2.0]]
+
+
+def test_igpo_f1_reads_the_first_answer_tag():
+    """info_gain.py line 84: ``re.search(r'<answer>(.*?)</answer>', ...)``, the first answer; turngym's env
+    records the last one as the final answer (``f1_answer="env"``)."""
+    ep = make_ep(0, "Paris", [], final_action="<answer>Lyon</answer> no, <answer>Paris</answer>")
+    scorer = FakeSupportScorer({(0, "Paris"): [0.5]})
+    assert get_reward("igpo", scorer=scorer).score_group([ep]).rewards == [[0.0]]
+    assert get_reward("igpo", scorer=scorer, f1_answer="env").score_group([ep]).rewards == [[1.0]]
+    with pytest.raises(ValueError, match="f1_answer"):
+        get_reward("igpo", f1_answer="last")
+
+
+def test_igpo_transcript_keeps_the_tool_response_of_the_turn_limit():
+    """``scrl/llm_agent/generation.py`` lines 481-501: a rollout still calling tools at the last step gets its tool
+    message appended, then the whole conversation is rendered as its response, so the format check and the
+    answer search read that tool response. The env records it as ``Turn.unshown_observation``."""
+    import gymnasium
+
+    from turngym.rewards.siop import igpo_transcript
+
+    env = gymnasium.make("turngym/Calculator-v0", max_turns=1).unwrapped
+    env.reset(options={"index": 0})
+    _, _, terminated, truncated, _ = env.step("<calc>2*3</calc>")
+    ep = env.episode
+    assert truncated and not terminated and ep.turns[-1].observation is None
+    assert ep.turns[-1].unshown_observation == "\n<result>6</result>\n"
+    assert igpo_transcript(ep) == "<calc>2*3</calc>\n<result>6</result>\n"
+    # a turn-limit rollout whose last tool response holds an answer tag: IGPO reads it as the answer
+    cut = make_ep(0, None, ["doc"], final_action="<search>more</search>")
+    cut.turns[-1].tool_calls = [{"name": "search", "arguments": {"query": "more"}}]
+    cut.truncated = True
+    cut.turns[-1].unshown_observation = "<information>the page says <answer>Paris</answer></information>"
+    res = get_reward("igpo", scorer=FakeSupportScorer({})).score_group([cut])
+    assert res.rewards == [[0.0, 1.0]] and res.diagnostics["gains_dropped"] == [True]
+    cut.turns[-1].unshown_observation = None
+    assert get_reward("igpo", scorer=FakeSupportScorer({})).score_group([cut]).rewards == [[0.0, -2.0]]
 
 
 def test_surface_variants_land_in_one_cluster():
