@@ -10,7 +10,15 @@ from typing import Any, ClassVar
 
 from turngym.episode import Episode, EpisodeGroup, group_needs
 from turngym.rewards.base import GroupReward, GroupScores, final_turn_rewards, impute_missing, outcome_score
-from turngym.rewards.equivalence import Clustering, StringMatch, cluster_answers, make_equivalence
+from turngym.rewards.equivalence import (
+    AUTO_HINT,
+    Clustering,
+    MathEquivalence,
+    PRM800KMatch,
+    StringMatch,
+    cluster_answers,
+    make_equivalence,
+)
 
 
 @dataclass
@@ -44,11 +52,16 @@ def cluster_group(episodes: Sequence[Episode], equivalence: Any) -> Clustering:
 VOTE_ON = ("strings", "equivalence")
 NORMALISE = ("official", "none")
 UNANSWERED = ("vote", "abstain")
-_KIND_HINT = "Pass normalise='none' (and an explicit equivalence) to score episodes that predate the declaration."
+MATH_BACKENDS = ("math", "prm800k")
 
 
-def _is_math(episodes: Sequence[Episode]) -> bool:
-    return group_needs(EpisodeGroup.of(episodes).episodes, _KIND_HINT).answer_kind == "math"
+def _is_math(episodes: Sequence[Episode], equivalence: Any) -> bool:
+    """The answers are math: as the episodes' env declares; for episodes that predate the declaration, as an
+    explicit ``equivalence`` says (``auto``/``official`` on such episodes: the declaration's message)."""
+    if any(e.reward_needs is None for e in episodes) and not (isinstance(equivalence, str) and equivalence in (
+            "auto", "official")):
+        return equivalence in MATH_BACKENDS or isinstance(equivalence, (MathEquivalence, PRM800KMatch))
+    return group_needs(EpisodeGroup.of(episodes).episodes, AUTO_HINT).answer_kind == "math"
 
 
 def _raw_key(answer: str | None) -> str:
@@ -96,12 +109,12 @@ class TTRLReward(GroupReward):
 
     def _backend(self, voters: Sequence[Episode]) -> Any:
         if self.equivalence == "official":
-            return make_equivalence("prm800k" if _is_math(voters) else "auto", voters)
+            return make_equivalence("prm800k" if _is_math(voters, self.equivalence) else "auto", voters)
         return make_equivalence(self.equivalence, voters)
 
     def keys(self, voters: Sequence[Episode]) -> list[str]:
         """What each voter votes with; ``""``: no answer."""
-        if self.normalise == "official" and _is_math(voters):
+        if self.normalise == "official" and _is_math(voters, self.equivalence):
             from turngym.grading.official_math import ttrl_answer
 
             return [ttrl_answer(e.final_answer) for e in voters]
@@ -180,7 +193,7 @@ class EMPOReward(GroupReward):
 
     def keys(self, episodes: Sequence[Episode]) -> tuple[list[str], int]:
         """What each rollout is clustered by (``""``: no answer) and how many keys could not be computed."""
-        if self.normalise == "official" and _is_math(episodes):
+        if self.normalise == "official" and _is_math(episodes, self.equivalence):
             from turngym.grading.official_math import empo_answer
 
             found = [empo_answer(e.final_answer) for e in episodes]
