@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from turngym.episode import Episode, RewardNeeds, group_needs
 from turngym.grading.calls import canonical_calls
@@ -87,20 +87,17 @@ class PRM800KMatch:
     timeout_s: float = 5.0
     name: str = "prm800k"
     no_verdict: int = 0
-    grades_empty: ClassVar[bool] = True  # TTRL checks an empty key against the label too
 
-    def matrix(self, question: str, answers: Sequence[str]) -> list[list[bool]]:
+    def check(self, answer: str, truth: str) -> bool:
+        """``answer`` graded correct against ``truth`` (one direction: what TTRL checks against its label)."""
         from turngym.grading.official_math import ttrl_equal
 
-        out = []
-        for a in answers:
-            row = []
-            for b in answers:
-                verdict = ttrl_equal(a, b, self.timeout_s)
-                self.no_verdict += verdict is None
-                row.append(bool(verdict))
-            out.append(row)
-        return out
+        verdict = ttrl_equal(answer, truth, self.timeout_s)
+        self.no_verdict += verdict is None
+        return bool(verdict)
+
+    def matrix(self, question: str, answers: Sequence[str]) -> list[list[bool]]:
+        return [[self.check(a, b) for b in answers] for a in answers]
 
 
 @dataclass

@@ -132,12 +132,19 @@ class TTRLReward(GroupReward):
         verdicts: dict[str, bool] = {}  # each distinct key checked against the label once
         for k in keys[:len(episodes)]:
             if label is not None and k not in verdicts:
-                checked = (bool(k) and bool(label)) or getattr(backend, "grades_empty", False)
-                verdicts[k] = k == label or (checked and bool(backend.matrix(question, [label, k])[1][0]))
+                verdicts[k] = k == label or self._check(backend, question, k, label)
         wins = [label is not None and verdicts[k] and (bool(k) or self.unanswered == "vote") for k in keys[:len(episodes)]]
         rewards = [final_turn_rewards(e, float(w)) for e, w in zip(episodes, wins, strict=True)]
         return GroupScores(rewards, {"label": label, "votes": len(counted), "answered_votes": sum(map(bool, keys)),
                                      "keys": keys[:len(episodes)], "no_verdict": getattr(backend, "no_verdict", 0)})
+
+    @staticmethod
+    def _check(backend: Any, question: str, key: str, label: str) -> bool:
+        """The rollout's key checked against the label: TTRL's grader one way (an empty key too, as TTRL
+        grades it), any other backend through its matrix (an empty key never matches a label)."""
+        if isinstance(backend, PRM800KMatch):
+            return backend.check(key, label)
+        return bool(key) and bool(label) and bool(backend.matrix(question, [label, key])[1][0])
 
     def _score_clusters(self, episodes: Sequence[Episode], voters: Sequence[Episode], backend: Any) -> GroupScores:
         cl = cluster_group(voters, backend)
