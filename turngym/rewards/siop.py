@@ -17,9 +17,9 @@ outcome term (1 − λ)·q(c). Unanswered rollouts get q = 0 and zero rewards.
 
 IGPO (defaults = the repository GuoqingWang1/IGPO): the first gold answer is the only reference,
 τ_t ends after turn t's observation, the information gain is the probability difference
-(Φ_t = p_t) on turns 1..T−1, and the answer turn gets IGPO's F1 against the first gold answer
-only, or its format penalty (−2) when the executed transcript's tags are unbalanced or there is
-no answer. A rollout cut by the turn limit keeps its gains only when it has more than 10 chat
+(Φ_t = p_t) on turns 1..T−1, and the answer turn gets IGPO's F1 of the transcript's first answer tag
+against the first gold answer only, or its format penalty (−2) when the lower-cased executed transcript's
+tags are unbalanced or it has no answer tag. A rollout cut by the turn limit keeps its gains only when it has more than 10 chat
 pieces (T + 1 > 10), as the repository's length check does. ``igpo_siop`` is the SIOP
 repository's gold-reference IGPO baseline (SIOP's machinery with the gold answer as reference).
 """
