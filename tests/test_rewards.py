@@ -101,6 +101,72 @@ def test_ttrl_and_empo_strings_differ_from_merged_votes():
         get_reward("empo", cluster_on="nli")
 
 
+def math_group(answers):
+    from turngym.episode import RewardNeeds
+
+    needs = RewardNeeds(answer_kind="math", answer_cue="boxed")
+    return [Episode(id=f"m{i}", env_id="turngym/MathCode-v0", task={"question": "q", "answers": ["0"]},
+                    turns=[Turn(index=0, action=f"\\boxed{{{a}}}" if a is not None else "no answer")],
+                    final_answer=a, reward_needs=needs) for i, a in enumerate(answers)]
+
+
+# Held-out math groups: the rewards PRIME-RL/TTRL's ``test_time_train_metrics`` (ttt_metrics.py lines 18-27 at
+# 3e2cc93: extract_answer + strip_string keys, Counter vote, grade_answer against the label) and
+# QingyangZhang/EMPO's ``semantic_entropy_math_reward`` (rewards.py lines 150-215 at c5eccd4) return for
+# responses ending in ``\boxed{answer}`` ("no answer": a response with no box and no number), each run on
+# these groups; "raw" is turngym's earlier default (raw strings, unanswered rollouts abstain, math-verify).
+TTRL_HELD_OUT = [  # (answers, official label, official rewards, earlier default's rewards)
+    ([r"\dfrac{1}{2}", r"\frac{1}{2}", r"\tfrac{1}{2}", "3", "3"], r"\frac{1}{2}", [1, 1, 1, 0, 0], [0, 0, 0, 1, 1]),
+    ([None, None, None, "5", "5"], "", [1, 1, 1, 0, 0], [0, 0, 0, 1, 1]),
+    (["0.5", "1/2", r"\frac{1}{2}", "2"], r"\frac{1}{2}", [1, 1, 1, 0], [1, 1, 1, 0]),
+    ([r"3\text{ cm}", "3", "4", "4"], "3", [1, 1, 0, 0], [0, 0, 1, 1]),
+    ([r"\frac{2}{4}", r"\frac{1}{2}", r"\frac{1}{2}"], r"\frac{1}{2}", [0, 1, 1], [1, 1, 1]),
+    (["seven", "7", "8"], "7", [1, 1, 0], [1, 0, 0]),
+    ([r"\$5.00", "5", "6", "6"], "5", [1, 1, 0, 0], [0, 0, 1, 1]),
+]
+EMPO_HELD_OUT = [  # (answers, official rewards, earlier default's rewards)
+    ([r"\dfrac{1}{2}", r"\frac{1}{2}", r"\tfrac{1}{2}", "3", "3"], [0.6, 0.6, 0.6, 0.4, 0.4], [0.2, 0.2, 0.2, 0.4, 0.4]),
+    ([r"\left(1,2\right)", "(1,2)", "(1,2)", "3"], [0.75, 0.75, 0.75, 0.25], [0.25, 0.5, 0.5, 0.25]),
+    ([r"3\text{ cm}", "3", "4", None], [0.5, 0.5, 0.25, 0.0], [0.0, 0.0, 0.0, 0.0]),
+    ([r"\frac12", r"\frac{1}{2}", "1/2", "0.5"], [0.0] * 4, [0.0] * 4),
+]
+
+
+@pytest.mark.parametrize(("answers", "label", "official", "raw"), TTRL_HELD_OUT)
+def test_ttrl_defaults_equal_the_official_vote_on_held_out_math_groups(answers, label, official, raw):
+    res = get_reward("ttrl").score_group(math_group(answers))
+    assert res.diagnostics["label"] == label and [r[-1] for r in res.rewards] == official
+    earlier = get_reward("ttrl", normalise="none", unanswered="abstain", equivalence="auto")
+    assert [r[-1] for r in earlier.score_group(math_group(answers)).rewards] == raw
+
+
+def test_ttrl_unanswered_rollouts_vote_empty_unless_they_abstain():
+    """ttt_metrics.py lines 18-21: every rollout's extracted string votes, "" included (extract_answer never
+    returns None for math); line 27: grade_answer("", "") is True, so when "" wins the unanswered get 1."""
+    g = math_group([None, None, None, "5", "5"])
+    assert get_reward("ttrl").score_group(g).diagnostics["label"] == ""
+    abstain = get_reward("ttrl", unanswered="abstain").score_group(g)
+    assert abstain.diagnostics["label"] == "5" and [r[-1] for r in abstain.rewards] == [0, 0, 0, 1, 1]
+    merged = get_reward("ttrl", vote_on="equivalence", equivalence="math").score_group(g)
+    assert [r[-1] for r in merged.rewards] == [1, 1, 1, 0, 0] and merged.diagnostics["unanswered_won"]
+    merged = get_reward("ttrl", vote_on="equivalence", equivalence="math", unanswered="abstain").score_group(g)
+    assert [r[-1] for r in merged.rewards] == [0, 0, 0, 1, 1]
+    # the sounder check of the label: math-verify calls \frac{2}{4} equal to \frac{1}{2}, TTRL's grader does not
+    g = math_group([r"\frac{2}{4}", r"\frac{1}{2}", r"\frac{1}{2}"])
+    assert [r[-1] for r in get_reward("ttrl", equivalence="math").score_group(g).rewards] == [1, 1, 1]
+    with pytest.raises(ValueError, match="unanswered"):
+        get_reward("ttrl", unanswered="skip")
+    with pytest.raises(ValueError, match="normalise"):
+        get_reward("empo", normalise="latex")
+
+
+@pytest.mark.parametrize(("answers", "official", "raw"), EMPO_HELD_OUT)
+def test_empo_defaults_equal_the_official_clusters_on_held_out_math_groups(answers, official, raw):
+    assert [r[-1] for r in get_reward("empo").score_group(math_group(answers)).rewards] == pytest.approx(official)
+    earlier = get_reward("empo", normalise="none").score_group(math_group(answers))
+    assert [r[-1] for r in earlier.rewards] == pytest.approx(raw)
+
+
 def test_siop_hand_computed_with_the_final_turn_gain():
     lam, eta, eps = 0.5, 1.0, 1e-8
     res = get_reward("siop", scorer=FakeSupportScorer(PROBS), lam=lam, eta=eta, eps=eps).score_group(group())
@@ -248,7 +314,7 @@ def test_igpo_hand_computed_official_defaults():
     one piece: the F1 alone (lines 159-160); F1 or −2 by ``compute_f1`` (lines 67-132)."""
     probs = {(0, "Paris"): [0.2, 0.5], (1, "Paris"): [0.1, 0.05, 0.4],
              (2, "Paris"): [0.3, 0.2], (3, "Paris"): [0.3, 0.4], (4, "Paris"): [0.5, 0.5]}
-    g = [make_ep(0, "Paris", ["a"]), make_ep(1, "Lyon", ["b", "c"]), make_ep(2, None, ["d"]),
+    g = [make_ep(0, "Paris", ["a"]), make_ep(1, "Lyon", ["b", "c"]), make_ep(2, None, ["d"], final_action="no idea"),
          make_ep(3, "the Paris", ["e"]), make_ep(4, "Paris", ["f"], final_action="<think>so<answer>Paris</answer>")]
     scorer = FakeSupportScorer(probs)
     res = get_reward("igpo", scorer=scorer).score_group(g)
@@ -356,6 +422,56 @@ def test_igpo_f1_and_format_check():
     assert igpo_tags_balanced("<think>a</think><answer>b</answer>")
     assert not igpo_tags_balanced("<answer>b")
     assert not igpo_tags_balanced("</think>a<think>")
+
+
+def test_igpo_format_check_and_answer_read_the_lower_cased_response():
+    """GuoqingWang1/IGPO at bff163b72718a8b8f9175ce019ec7114ad6bd59a: ``verl/utils/reward_score/info_gain.py``
+    line 71 lower-cases the response before the tag check (line 75) and the answer search (line 84), so
+    ``</THINK>`` closes ``<think>`` and ``<ANSWER>`` is an answer."""
+    probs = {(0, "Paris"): [0.5], (1, "Paris"): [0.5]}
+    g = [make_ep(0, "Paris", [], final_action="<think>so</THINK><answer>Paris</answer>"),
+         make_ep(1, None, [], final_action="<ANSWER>Paris</ANSWER>")]
+    res = get_reward("igpo", scorer=FakeSupportScorer(probs)).score_group(g)
+    assert res.rewards == [[1.0], [1.0]]  # case-sensitive, both would get -2
+    # the env found no answer in episode 1 ("env": the env's answer decides): the penalty
+    assert get_reward("igpo", scorer=FakeSupportScorer(probs), f1_answer="env").score_group(g).rewards == [[1.0], [-2.0]]
+
+
+def test_igpo_f1_reads_the_first_answer_tag():
+    """info_gain.py line 84: ``re.search(r'<answer>(.*?)</answer>', ...)``, the first answer; turngym's env
+    records the last one as the final answer (``f1_answer="env"``)."""
+    ep = make_ep(0, "Paris", [], final_action="<answer>Lyon</answer> no, <answer>Paris</answer>")
+    scorer = FakeSupportScorer({(0, "Paris"): [0.5]})
+    assert get_reward("igpo", scorer=scorer).score_group([ep]).rewards == [[0.0]]
+    assert get_reward("igpo", scorer=scorer, f1_answer="env").score_group([ep]).rewards == [[1.0]]
+    with pytest.raises(ValueError, match="f1_answer"):
+        get_reward("igpo", f1_answer="last")
+
+
+def test_igpo_transcript_keeps_the_tool_response_of_the_turn_limit():
+    """``scrl/llm_agent/generation.py`` lines 481-501: a rollout still calling tools at the last step gets its tool
+    message appended, then the whole conversation is rendered as its response, so the format check and the
+    answer search read that tool response. The env records it as ``Turn.unshown_observation``."""
+    import gymnasium
+
+    from turngym.rewards.siop import igpo_transcript
+
+    env = gymnasium.make("turngym/Calculator-v0", max_turns=1).unwrapped
+    env.reset(options={"index": 0})
+    _, _, terminated, truncated, _ = env.step("<calc>2*3</calc>")
+    ep = env.episode
+    assert truncated and not terminated and ep.turns[-1].observation is None
+    assert ep.turns[-1].unshown_observation == "\n<result>6</result>\n"
+    assert igpo_transcript(ep) == "<calc>2*3</calc>\n<result>6</result>\n"
+    # a turn-limit rollout whose last tool response holds an answer tag: IGPO reads it as the answer
+    cut = make_ep(0, None, ["doc"], final_action="<search>more</search>")
+    cut.turns[-1].tool_calls = [{"name": "search", "arguments": {"query": "more"}}]
+    cut.truncated = True
+    cut.turns[-1].unshown_observation = "<information>the page says <answer>Paris</answer></information>"
+    res = get_reward("igpo", scorer=FakeSupportScorer({})).score_group([cut])
+    assert res.rewards == [[0.0, 1.0]] and res.diagnostics["gains_dropped"] == [True]
+    cut.turns[-1].unshown_observation = None
+    assert get_reward("igpo", scorer=FakeSupportScorer({})).score_group([cut]).rewards == [[0.0, -2.0]]
 
 
 def test_surface_variants_land_in_one_cluster():

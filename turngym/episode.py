@@ -50,6 +50,9 @@ class Turn:
     # what the turn was worth (key -> TruthValue), for credit tables only: rewards never see it
     # (turngym.truth.reward_view empties it); absent from files written before it existed
     truth: dict[str, TruthValue] = field(default_factory=dict)
+    # the env's answer to the last turn of an episode cut by the turn limit: the call ran, its output is
+    # recorded here and never shown to the policy (``observation`` is None); absent from older files
+    unshown_observation: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

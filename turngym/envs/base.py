@@ -322,6 +322,8 @@ class TextEnv(gym.Env):
         if result.final_answer is not None:
             ep.final_answer = result.final_answer
         if terminated or truncated:
+            if truncated:
+                turn.unshown_observation = turn.observation  # ran at the turn limit, never shown (IGPO reads it)
             turn.observation = None
             ep.terminated, ep.truncated = terminated, truncated
             ep.outcome = self._safe_grade(ep)

@@ -97,10 +97,10 @@ class _Grader:
             self.kill()
             raise GraderError(f"the grader did not start: {msg}")
 
-    def ask(self, golds: list[str], pred: str, timeout_s: float) -> dict:
+    def request(self, payload: dict, timeout_s: float) -> dict:
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write((json.dumps({"golds": golds, "pred": pred}) + "\n").encode())
+            self.proc.stdin.write((json.dumps(payload) + "\n").encode())
             self.proc.stdin.flush()
         except OSError as exc:
             raise GraderError(f"the grader is gone ({exc})") from None
@@ -176,10 +176,15 @@ class GraderPool:
         return _Grader(self.memory_bytes, self.startup_s)
 
     def verify(self, golds: list[str], pred: str, timeout_s: float) -> dict:
-        """One request on a warm grader; a grader that fails is killed (never reused) and GraderError raised."""
+        """One math-verify request on a warm grader (:meth:`request`)."""
+        return self.request({"golds": golds, "pred": pred}, timeout_s)
+
+    def request(self, payload: dict, timeout_s: float) -> dict:
+        """One request on a warm grader (``payload["op"]`` picks the computation, ``_grader_worker.OPS``);
+        a grader that fails is killed (never reused) and GraderError raised."""
         grader = self._take()
         try:
-            reply = grader.ask(golds, pred, timeout_s)
+            reply = grader.request(payload, timeout_s)
         except GraderError:
             grader.kill()
             with self._lock:

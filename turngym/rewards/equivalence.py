@@ -50,10 +50,11 @@ class NormalizedMatch:
 
 @dataclass
 class StringMatch:
-    """The extracted answer strings themselves: equal after stripping white space, never when empty.
+    """The answer strings themselves: equal after stripping white space, never when empty.
 
-    What TTRL's vote (``Counter`` over the extracted answers) and EMPO's clustering (math-verify's
-    ``verify`` on two strings compares them as strings) do in their code."""
+    EMPO's clustering compares its extracted strings this way (math-verify's ``verify`` on two strings);
+    TTRL's ``Counter`` vote counts equal strings. Both first normalise the strings
+    (:mod:`turngym.grading.official_math`)."""
 
     name: str = "strings"
 
@@ -75,6 +76,28 @@ class MathEquivalence:
         n = len(answers)
         return [[i == j or grade_answer(answers[j], [answers[i]], self.timeout_s).correct for j in range(n)]
                 for i in range(n)]
+
+
+@dataclass
+class PRM800KMatch:
+    """Math: TTRL's grader (``qwen/math_grade.py``'s ``grade_answer``, PRM800K's), run in a grader process.
+    ``m[i][j]``: answer i graded correct against answer j as the ground truth. A check that reaches no verdict
+    (timed out twice) is False and counted in ``no_verdict``."""
+
+    timeout_s: float = 5.0
+    name: str = "prm800k"
+    no_verdict: int = 0
+
+    def check(self, answer: str, truth: str) -> bool:
+        """``answer`` graded correct against ``truth`` (one direction: what TTRL checks against its label)."""
+        from turngym.grading.official_math import ttrl_equal
+
+        verdict = ttrl_equal(answer, truth, self.timeout_s)
+        self.no_verdict += verdict is None
+        return bool(verdict)
+
+    def matrix(self, question: str, answers: Sequence[str]) -> list[list[bool]]:
+        return [[self.check(a, b) for b in answers] for a in answers]
 
 
 @dataclass
@@ -166,14 +189,16 @@ AUTO_HINT = "Pass equivalence='normalized', 'math', 'calls' or 'nli:<model>' ins
 
 def make_equivalence(spec: Any, episodes: Sequence[Episode]) -> Equivalence:
     """``auto`` (the offline default for the answer kind the episodes' env declares), ``strings``, ``normalized``,
-    ``math``, ``calls``, ``nli:<model id or path>``, or a ready backend object."""
+    ``math``, ``prm800k``, ``calls``, ``nli:<model id or path>``, or a ready backend object."""
     if not isinstance(spec, str):
         return spec
     if spec == "auto":
         return equivalence_for(group_needs(episodes, AUTO_HINT))
     if spec.startswith("nli:"):
         return NLIEquivalence.load(spec[4:])
-    table = {"normalized": NormalizedMatch, "math": MathEquivalence, "calls": CallMatch, "strings": StringMatch}
+    table = {"normalized": NormalizedMatch, "math": MathEquivalence, "calls": CallMatch, "strings": StringMatch,
+             "prm800k": PRM800KMatch}
     if spec not in table:
-        raise ValueError(f"unknown equivalence {spec!r}; use auto, strings, normalized, math, calls or nli:<model>")
+        raise ValueError(f"unknown equivalence {spec!r}; use auto, strings, normalized, math, prm800k, calls or "
+                         "nli:<model>")
     return table[spec]()

@@ -17,9 +17,9 @@ outcome term (1 − λ)·q(c). Unanswered rollouts get q = 0 and zero rewards.
 
 IGPO (defaults = the repository GuoqingWang1/IGPO): the first gold answer is the only reference,
 τ_t ends after turn t's observation, the information gain is the probability difference
-(Φ_t = p_t) on turns 1..T−1, and the answer turn gets IGPO's F1 against the first gold answer
-only, or its format penalty (−2) when the executed transcript's tags are unbalanced or there is
-no answer. A rollout cut by the turn limit keeps its gains only when it has more than 10 chat
+(Φ_t = p_t) on turns 1..T−1, and the answer turn gets IGPO's F1 of the transcript's first answer tag
+against the first gold answer only, or its format penalty (−2) when the lower-cased executed transcript's
+tags are unbalanced or it has no answer tag. A rollout cut by the turn limit keeps its gains only when it has more than 10 chat
 pieces (T + 1 > 10), as the repository's length check does. ``igpo_siop`` is the SIOP
 repository's gold-reference IGPO baseline (SIOP's machinery with the gold answer as reference).
 """
@@ -27,6 +27,7 @@ repository's gold-reference IGPO baseline (SIOP's machinery with the gold answer
 from __future__ import annotations
 
 import math
+import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -200,6 +201,7 @@ IGPO_FORMAT_TAGS = ("code", "tool_call", "think", "answer")
 IGPO_CHAT_PIECES_KEPT = 10  # info_gain.py: a rollout whose gains miss a turn keeps them only if it has > 10 pieces
 TURN_LIMIT_GAINS = ("repository", "keep")
 F1_GOLDS = ("first", "all")
+F1_ANSWERS = ("first_tag", "env")
 FINAL_REWARDS = ("f1", "outcome", "constant")
 
 
@@ -232,8 +234,20 @@ def executed_action(turn: Turn) -> str:
 
 
 def igpo_transcript(episode: Episode) -> str:
-    """The text IGPO's format check reads: each executed action followed by its observation."""
-    return "".join(executed_action(t) + (t.observation or "") for t in episode.turns)
+    """The response IGPO's format check and F1 read: each executed action followed by its observation, the
+    tool output of a last turn cut by the turn limit included (IGPO's ``generation.py`` lines 481-501 append
+    that tool message before the response is rendered)."""
+    return "".join(executed_action(t) + (t.observation or t.unshown_observation or "") for t in episode.turns)
+
+
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def igpo_first_answer(transcript: str) -> str | None:
+    """IGPO's answer (``info_gain.py`` lines 71 and 84-86): the first ``<answer>…</answer>`` of the lower-cased
+    response, stripped; None when there is none."""
+    m = _ANSWER_TAG.search(transcript.lower())
+    return m.group(1).strip() if m else None
 
 
 def igpo_normalize(text: str) -> str:
@@ -274,6 +288,9 @@ class IGPOReward(_PotentialMachinery):
     scored at τ_T, as SIOP). ``turn_limit_gains``: ``"repository"`` (a rollout cut by the turn limit
     with T + 1 ≤ 10 chat pieces gets the F1 alone, its gains dropped) or ``"keep"``. ``f1_golds``:
     ``"first"`` (repository training: the first gold answer) or ``"all"`` (best over the gold answers).
+    ``f1_answer``: ``"first_tag"`` (repository: the first ``<answer>`` tag of the lower-cased transcript; none:
+    the format penalty) or ``"env"`` (the env's final answer, its last tag). The format check reads the
+    lower-cased transcript, the tool output of a turn cut by the turn limit included.
     ``final_reward``: ``"f1"``, ``"outcome"`` (the env's verdict, ``metric``) or ``"constant"`` (1, the
     SIOP repository's gold-reference baseline); weighted by (1 − λ).
     """
@@ -288,6 +305,7 @@ class IGPOReward(_PotentialMachinery):
     format_penalty: float | None = -2.0  # official; None: no format check
     turn_limit_gains: str = "repository"  # official length check; "keep": a turn-limit rollout keeps its gains
     f1_golds: str = "first"  # official training: the first gold answer; "all": the best over all of them
+    f1_answer: str = "first_tag"  # official: the response's first <answer> tag; "env": the env's final answer (its last)
     metric: str | None = None
     name: str = "igpo"
     requires_gold: ClassVar[bool] = True  # every episode needs a gold answer (ablate scores it where they have one)
@@ -302,19 +320,23 @@ class IGPOReward(_PotentialMachinery):
             raise ValueError(f"turn_limit_gains must be one of {TURN_LIMIT_GAINS}, got {self.turn_limit_gains!r}")
         if self.f1_golds not in F1_GOLDS:
             raise ValueError(f"f1_golds must be one of {F1_GOLDS}, got {self.f1_golds!r}")
+        if self.f1_answer not in F1_ANSWERS:
+            raise ValueError(f"f1_answer must be one of {F1_ANSWERS}, got {self.f1_answer!r}")
 
     def potential(self, p: float, q: float) -> float:
         return q * p if self.gain == "probability" else q * _log(p + self.eps)
 
     def outcome(self, ep: Episode, golds: Sequence[str]) -> float:
-        if self.format_penalty is not None:
-            if ep.final_answer is None or not igpo_tags_balanced(igpo_transcript(ep)):
-                return float(self.format_penalty)
+        text = igpo_transcript(ep)
+        answer = igpo_first_answer(text) if self.f1_answer == "first_tag" else ep.final_answer
+        # info_gain.py line 71: the response is lower-cased before the tag check (line 75) and the answer search
+        if self.format_penalty is not None and (answer is None or not igpo_tags_balanced(text.lower())):
+            return float(self.format_penalty)
         if self.final_reward == "outcome":
             return outcome_score(ep, self.metric)
         if self.final_reward == "constant":
             return 1.0
-        return igpo_f1(str(ep.final_answer or ""), golds[:1] if self.f1_golds == "first" else golds)
+        return igpo_f1(str(answer or ""), golds[:1] if self.f1_golds == "first" else golds)
 
     def drops_gains(self, ep: Episode) -> bool:
         """The repository's length check (info_gain.py): a turn-limit rollout's response has T + 1 chat pieces
