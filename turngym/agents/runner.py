@@ -89,6 +89,9 @@ class RolloutRunner:
     def __post_init__(self) -> None:
         if self.k < 1 or self.concurrency < 1:
             raise ValueError("k and concurrency must be >= 1")
+        slots = getattr(self.env_factory, "slots", None)  # a pool of remote envs (turngym.integrations.ray_pool)
+        if slots is not None:  # back-pressure: never more live episodes than the pool holds envs
+            self.concurrency = min(self.concurrency, int(slots))
         if self.batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
         if self.batching == "continuous" and not hasattr(self.policy, "stream"):
@@ -374,6 +377,10 @@ class RolloutRunner:
         start = time.perf_counter()
         gens = self._generate_once(self._requests(runnable), sampling)
         gen_ms = (time.perf_counter() - start) * 1000.0
+        for slot, gen in zip(runnable, gens, strict=True):  # remote envs: every step sent before any is awaited
+            submit = getattr(slot.env, "submit_step", None)
+            if submit is not None:
+                submit((slot.prefill[0] if slot.prefill else "") + gen.text)
         results = [self._step(slot, gen, gen_ms) for slot, gen in zip(runnable, gens, strict=True)]
         ended.extend(slot for slot, is_done in zip(runnable, results, strict=True) if is_done)
         return ended
