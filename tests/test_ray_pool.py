@@ -192,3 +192,17 @@ def test_eval_through_the_pool_from_the_command_line(tmp_path):
     a = read_episodes(tmp_path / "plain" / "episodes.jsonl").episodes
     b = read_episodes(tmp_path / "pool" / "episodes.jsonl").episodes
     assert len(b) == 3 and by_id(a) == by_id(b) and all(e.meta["ray"]["worker"] == "worker 0" for e in b)
+
+
+def test_model_free_rewards_score_on_pool_workers_as_in_process(tiny_chat_policy):
+    from turngym.episode import group_episodes
+    from turngym.rewards import get_reward
+
+    sampling = SamplingParams(max_new_tokens=8, temperature=1.0, seed=1)
+    eps = RolloutRunner(tiny_chat_policy, lambda: CalculatorEnv(max_turns=3), sampling, k=3, concurrency=6).run(range(3))
+    groups = [list(g) for g in group_episodes(eps)]
+    with RayEnvPool("turngym/Calculator-v0", {"max_turns": 3}, workers=2, envs_per_worker=1) as pool:
+        for reward in ("outcome", "ttrl", "empo", "funrl"):
+            remote = pool.score(reward, groups)
+            here = [get_reward(reward).score_group(g) for g in groups]
+            assert [s.rewards for s in remote] == [s.rewards for s in here] and len(remote) == 3, reward

@@ -156,6 +156,13 @@ class EnvWorker:
     def reseed(self, slot: int, rng: Any) -> None:
         self.envs[slot].unwrapped.np_random = rng
 
+    def score(self, reward: str, config: dict[str, Any], groups: list[list[dict[str, Any]]]) -> list[Any]:
+        """Score groups of episodes with a model-free reward here (``turngym.rewards.get_reward``)."""
+        from turngym.rewards import get_reward
+
+        scorer = get_reward(reward, **config)
+        return [scorer.score_group([Episode.from_dict(d) for d in group]) for group in groups]
+
     def stats(self) -> dict[str, int]:
         """Live episodes now and at most (the back-pressure bound is checked on this)."""
         return {"live": len(self.live), "peak": self.peak, "pid": os.getpid()}
@@ -263,6 +270,26 @@ class RayEnvPool:
         return RemoteEnv(self, worker, slot)
 
     __call__ = env  # the pool itself is the runner's env_factory (the runner reads ``slots`` from it)
+
+    def score(self, reward: str, groups: list[list[Episode]], **config: Any) -> list[Any]:
+        """``get_reward(reward, **config).score_group(group)`` for every group, the groups dealt out to the actors
+        (a group is never split): model-free rewards (outcome, TTRL, EMPO, funrl) off the calling process."""
+        ray = _ray()
+        live = self.live_workers()
+        shares: list[list[int]] = [[] for _ in live]
+        for i in range(len(groups)):
+            shares[i % len(live)].append(i)
+        refs = [w.actor.score.remote(reward, config, [[e.to_dict() for e in groups[i]] for i in share])
+                for w, share in zip(live, shares, strict=True) if share]
+        out: list[Any] = [None] * len(groups)
+        try:
+            answers = ray.get(refs)
+        except ray.exceptions.RayTaskError as exc:
+            raise exc.as_instanceof_cause() from None
+        for share, scores in zip((s for s in shares if s), answers, strict=True):
+            for i, sc in zip(share, scores, strict=True):
+                out[i] = sc
+        return out
 
     def stats(self) -> list[dict[str, int]]:
         """Each live actor's live episodes now and at most."""
