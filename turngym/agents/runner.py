@@ -7,9 +7,10 @@ ids are appended. ``continuous`` (backends with a ``stream`` method, the local t
 policy): one decode loop; an episode's env is stepped as soon as its turn ends and its next
 turn, or the next waiting episode, takes the slot while the other rows keep decoding.
 With greedy decoding (temperature 0) identical requests (the k samples of a group) are
-generated once and the result copied. Finished episodes are appended to a JSONL file at
-once; a rerun skips every episode id already in that file, so a run killed midway resumes
-with nothing lost and nothing duplicated.
+generated once and the result copied. Finished episodes are appended to a JSONL file in
+batches (flushed once full or ``flush_s`` old, and on exit, error and SIGTERM); a rerun skips
+every episode id already in that file, so a run killed midway resumes with nothing lost and nothing
+duplicated.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym._version import __version__ as _VERSION
+from turngym.agents.batched_writes import sink
 from turngym.agents.options import BATCHING
 from turngym.agents.policy import Generation, GenerationRequest, Policy, PolicyError, SamplingParams
 from turngym.agents.tokenization import ChatTemplateError, ConversationTokenizer, plain_prompt, tokenizer_fingerprint
@@ -85,6 +87,10 @@ class RolloutRunner:
     # free envs shared with later runners (e.g. the trainer's, one per rollout call): each env, and the dataset
     # it loaded, is made once and reset for every episode; None: this runner's own pool
     env_pool: list[Any] | None = None
+    # finished episodes are written in batches (one write and fsync each): flushed at write_batch episodes or
+    # when the next one finishes flush_s after the oldest; all before run() returns or raises (batched_writes)
+    write_batch: int = 64
+    flush_s: float = 0.5
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.concurrency < 1:
@@ -125,7 +131,7 @@ class RolloutRunner:
         self._on_turn = on_turn
         tasks = [t if isinstance(t, RolloutTask) else RolloutTask(index=int(t)) for t in tasks]
         done_ids = written_ids(out_path) if out_path else set()
-        writer = EpisodeWriter(out_path) if out_path else None
+        write, writes = sink(EpisodeWriter(out_path) if out_path else None, self.write_batch, self.flush_s)
         pending = iter(self._jobs(tasks, done_ids))
         total = sum(t.k or self.k for t in tasks) - len(done_ids)
         finished: list[Episode] = []
@@ -134,20 +140,16 @@ class RolloutRunner:
             self._free_envs.append(slot.env)
             ep = slot.episode
             ep.add_run_record(meta={"wall_ms": round((time.perf_counter() - slot.started) * 1000.0, 1)})
-            if writer is not None:
-                writer.write(ep)
+            write(ep)
             finished.append(ep)
             if progress is not None:
                 progress(len(finished), max(total, len(finished)))
 
-        try:
+        with writes:  # buffered episodes are flushed on exit, on error and on SIGTERM
             if self.batching == "continuous":
                 self._run_continuous(pending, finish)
             else:
                 self._run_static(pending, finish)
-        finally:
-            if writer is not None:
-                writer.close()
         return finished
 
     def _run_static(self, pending: Iterator[tuple[RolloutTask, int, str]], finish: Callable[[_Slot], None]) -> None:
