@@ -46,11 +46,14 @@ def by_id(episodes):
     return {e.id: content(e) for e in episodes}
 
 
-def test_pool_plays_the_same_episodes_as_in_process_at_temperature_0(tiny_chat_policy, tmp_path):
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_pool_plays_the_same_episodes_as_in_process_at_temperature_0(tiny_chat_policy, tmp_path, batching):
     tasks = [0, 1, 2]
-    local = RolloutRunner(tiny_chat_policy, lambda: CalculatorEnv(max_turns=3), GREEDY, k=2, concurrency=4).run(tasks)
+    local = RolloutRunner(tiny_chat_policy, lambda: CalculatorEnv(max_turns=3), GREEDY, k=2, concurrency=4,
+                          batching=batching).run(tasks)
     with RayEnvPool("turngym/Calculator-v0", {"max_turns": 3}, workers=2, envs_per_worker=2) as pool:
-        remote = RolloutRunner(tiny_chat_policy, pool, GREEDY, k=2, concurrency=4).run(tasks, tmp_path / "e.jsonl")
+        remote = RolloutRunner(tiny_chat_policy, pool, GREEDY, k=2, concurrency=4, batching=batching).run(
+            tasks, tmp_path / "e.jsonl")
         assert {s["pid"] for s in pool.stats()} == {w.pid for w in pool.live_workers()}
     assert len(remote) == 6 and by_id(remote) == by_id(local)
     assert all(e.meta["ray"]["worker"].startswith("worker ") and "replays" not in e.meta["ray"] for e in remote)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -156,14 +157,14 @@ class RolloutRunner:
         live: list[_Slot] = []
         while True:
             while len(live) < self.concurrency:
-                job = next(pending, None)
-                if job is None:
+                jobs = list(itertools.islice(pending, self.concurrency - len(live)))
+                if not jobs:
                     break
-                slot = self._start(*job)
-                if slot.episode.done:  # a branch restored after the episode's last turn
-                    finish(slot)
-                    continue
-                live.append(slot)
+                for slot in self._start_many(jobs):
+                    if slot.episode.done:  # a branch restored after the episode's last turn
+                        finish(slot)
+                    else:
+                        live.append(slot)
             if not live:
                 break
             for slot in self._tick(live):
@@ -175,19 +176,30 @@ class RolloutRunner:
         slots: dict[str, _Slot] = {}
 
         def feed(free: int) -> list[tuple[str, GenerationRequest]]:
-            out = []
+            # never more live episodes than ``concurrency``, even where the policy counts rows that several
+            # episodes share (greedy identical requests decoded once) as one
+            free = min(free, self.concurrency - len(slots))
+            out: list[tuple[str, GenerationRequest]] = []
             while len(out) < free:
-                job = next(pending, None)
-                if job is None:
+                jobs = list(itertools.islice(pending, free - len(out)))
+                if not jobs:
                     break
-                slot = self._start(*job)
-                req = None if slot.episode.done else self._next_request(slot)
-                if req is None:
-                    finish(slot)
-                    continue
-                slots[slot.episode.id] = slot
-                out.append((slot.episode.id, req))
+                for slot in self._start_many(jobs):
+                    req = None if slot.episode.done else self._next_request(slot)
+                    if req is None:
+                        finish(slot)
+                        continue
+                    slots[slot.episode.id] = slot
+                    out.append((slot.episode.id, req))
             return out
+
+        def prepare(replies: Sequence[tuple[str, Generation]]) -> None:
+            """Replies that landed together: remote envs get all their steps before any is awaited."""
+            for key, gen in replies:
+                slot = slots[key]
+                submit = getattr(slot.env, "submit_step", None)
+                if submit is not None:
+                    submit((slot.prefill[0] if slot.prefill else "") + gen.text)
 
         def deliver(key: str, gen: Generation) -> GenerationRequest | None:
             slot = slots[key]
@@ -201,6 +213,7 @@ class RolloutRunner:
                 finish(slot)
             return req
 
+        deliver.prepare = prepare  # type: ignore[attr-defined] - a stream may announce replies that landed together
         self.policy.stream(feed, deliver, self._sampling_for(self._env_stop()), self.concurrency)
 
     def _env_stop(self) -> tuple[str, ...]:
@@ -258,17 +271,32 @@ class RolloutRunner:
     def _env(self) -> Any:
         return self._free_envs.pop() if self._free_envs else self.env_factory()
 
-    def _start(self, task: RolloutTask, k: int, group: str) -> _Slot:
-        if task.branch is not None:
-            return self._start_branch(task, k, group)
-        env = self._env()
-        ep_id = f"{group}#{k}"  # as episode_id()
-        options: dict[str, Any] = {"episode_id": ep_id, "group": group}
+    def _reset_args(self, task: RolloutTask, k: int, group: str) -> tuple[int, dict[str, Any]]:
+        """The seed and options that reset an env to rollout ``k`` of ``task``."""
+        options: dict[str, Any] = {"episode_id": f"{group}#{k}", "group": group}  # the id as episode_id()
         if task.task is not None:
             options["task"] = task.task
         else:
             options["index"] = task.index
-        seed = derive_seed(self.seed, group, k)
+        return derive_seed(self.seed, group, k), options
+
+    def _start_many(self, jobs: Sequence[tuple[RolloutTask, int, str]]) -> list[_Slot]:
+        """Slots for several jobs; remote envs (``submit_reset``) get all their resets before any is awaited."""
+        envs: list[Any] = []
+        for task, k, group in jobs:
+            env = None if task.branch is not None else self._env()
+            submit = getattr(env, "submit_reset", None)
+            if submit is not None:
+                seed, options = self._reset_args(task, k, group)
+                submit(seed=seed, options=options)
+            envs.append(env)
+        return [self._start(*job, env=env) for job, env in zip(jobs, envs, strict=True)]
+
+    def _start(self, task: RolloutTask, k: int, group: str, env: Any = None) -> _Slot:
+        if task.branch is not None:
+            return self._start_branch(task, k, group)
+        env = env if env is not None else self._env()
+        seed, options = self._reset_args(task, k, group)
         env.reset(seed=seed, options=options)
         ep: Episode = env.unwrapped.episode
         ep.add_run_record(meta=self._run_meta(task, k))

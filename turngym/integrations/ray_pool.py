@@ -138,6 +138,17 @@ class EnvWorker:
         # once it ends, the whole record: grading may set truth on earlier turns
         return obs, reward, terminated, truncated, info, ep.turns[-1].to_dict(), _env_record(ep) if ep.done else None
 
+    def many(self, calls: list[tuple[str, int, tuple[Any, ...]]]) -> list[Any]:
+        """Several envs' ``reset`` / ``step`` calls in one message (one per actor per tick); a call that raised
+        gives its error, for that env only."""
+        out: list[Any] = []
+        for method, slot, args in calls:
+            try:
+                out.append(self.reset(slot, *args) if method == "reset" else self.step(slot, *args))
+            except Exception as exc:  # noqa: BLE001 - re-raised in the caller, for that env only
+                out.append(_CallError(exc))
+        return out
+
     def restore(self, slot: int, episode: dict[str, Any], turns: int) -> tuple[list[int], dict[str, Any]]:
         from turngym.envs.base import restore
 
@@ -166,6 +177,25 @@ class EnvWorker:
     def stats(self) -> dict[str, int]:
         """Live episodes now and at most (the back-pressure bound is checked on this)."""
         return {"live": len(self.live), "peak": self.peak, "pid": os.getpid()}
+
+
+class _Answers:
+    """One ``many`` call's answers, fetched (and unpickled) once for all the envs that wait on it."""
+
+    def __init__(self, ref: Any):
+        self.ref, self.values = ref, None
+
+    def get(self, wait: Callable[[Any], Any]) -> list[Any]:
+        if self.values is None:
+            self.values = wait(self.ref)
+        return self.values
+
+
+@dataclass
+class _CallError:
+    """An env's reset or step raised on the worker (a bug or a bad task; a bad action is recorded on the turn)."""
+
+    error: Exception
 
 
 @dataclass(eq=False)
@@ -206,6 +236,7 @@ class RayEnvPool:
         self._workers: list[Worker] = []
         self._free: list[tuple[Worker, int]] = []
         self.replaced = 0  # actors started in place of dead ones
+        self._queued: dict[Worker, list[tuple[RemoteEnv, str, tuple[Any, ...]]]] = {}  # calls submitted, not sent
         self.attrs: dict[str, Any] = {}
         actors = [self._remote.remote(self.env_id, self.env_kwargs, self.envs_per_worker) for _ in range(self.workers)]
         for i, actor in enumerate(actors):
@@ -259,6 +290,25 @@ class RayEnvPool:
             load[w] -= 1
         best = min(range(len(self._free)), key=lambda i: load[self._free[i][0]])
         return self._free.pop(best)
+
+    def queue(self, env: RemoteEnv, method: str, args: tuple[Any, ...]) -> None:
+        """Hold ``env``'s call until :meth:`send`: a tick's resets and steps go out as one message per actor."""
+        self._queued.setdefault(env.worker, []).append((env, method, args))
+
+    def unqueue(self, env: RemoteEnv) -> None:
+        """Drop ``env``'s queued call (it is being replaced before it went out)."""
+        items = self._queued.get(env.worker, [])
+        items[:] = [item for item in items if item[0] is not env]
+
+    def send(self) -> None:
+        """Send every queued call, one ``many`` message per actor; each env learns where its answer is."""
+        queued, self._queued = self._queued, {}
+        for worker, items in queued.items():
+            if not items:
+                continue
+            answers = _Answers(worker.actor.many.remote([(method, env.slot, args) for env, method, args in items]))
+            for i, (env, method, args) in enumerate(items):
+                env.sent((method, args), answers, i)
 
     def release(self, worker: Worker, slot: int) -> None:
         if worker.alive:
@@ -320,7 +370,7 @@ class RemoteEnv:
     def __init__(self, pool: RayEnvPool, worker: Worker, slot: int):
         self.pool, self.worker, self.slot = pool, worker, slot
         self.episode: Episode | None = None
-        self._pending: tuple[str, Any] | None = None
+        self._pending: tuple[tuple[str, tuple[Any, ...]], _Answers | None, int] | None = None  # a call submitted
         for key, value in pool.attrs.items():
             setattr(self, key, value)
 
@@ -379,31 +429,56 @@ class RemoteEnv:
 
     # ------------------------------------------------------------------ the env API
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def _submit(self, method: str, args: tuple[Any, ...]) -> None:
+        if self._pending is not None and self._pending[1] is None:
+            self.pool.unqueue(self)
+        self._pending = ((method, args), None, 0)
+        self.pool.queue(self, method, args)
+
+    def sent(self, call: tuple[str, tuple[Any, ...]], answers: _Answers, index: int) -> None:
+        self._pending = (call, answers, index)
+
+    def _answer(self, method: str, args: tuple[Any, ...], replay: bool) -> Any:
+        """The answer to a call submitted earlier with these arguments (sending the queue first), else a call now."""
+        pending = self._pending
+        if pending is not None and pending[0] == (method, args) and pending[1] is None:
+            self.pool.send()  # this env's call and every other queued one
+            pending = self._pending
         self._pending = None
+        if pending is not None and pending[0] == (method, args):
+            try:
+                out = pending[1].get(self._wait)[pending[2]]
+            except self._lost_errors() as exc:
+                self._recover(exc, replay)
+            else:
+                if isinstance(out, _CallError):
+                    raise out.error
+                return out
+        elif pending is not None and pending[1] is None:
+            self.pool.unqueue(self)
+        return self._call(method, *args, replay=replay)
+
+    def submit_reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """Queue ``reset``; the next ``reset`` with the same arguments takes its answer (see :meth:`submit_step`)."""
+        self.episode = None
+        self._submit("reset", (seed, options or {}))
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         self.episode = None  # nothing to replay: a lost actor only moves the reset
-        obs, info, record = self._call("reset", seed, options or {})
+        obs, info, record = self._answer("reset", (seed, options or {}), replay=False)
         self.episode = Episode.from_dict(record)
         self.episode.add_run_record(meta={"ray": {"worker": self.worker.name}})
         return obs, info
 
     def submit_step(self, action: str) -> None:
-        """Send ``step(action)`` now; the next ``step(action)`` waits for its answer."""
-        self._pending = (action, self._send("step", action))
+        """Queue ``step(action)`` with the pool (sent with the tick's other calls, one message per actor, at the
+        first call that waits); the next ``step(action)`` takes its answer."""
+        self._submit("step", (action,))
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.episode is None:
             raise RuntimeError("call reset() before step()")
-        pending, self._pending = self._pending, None
-        out = None
-        if pending is not None and pending[0] == action:
-            try:
-                out = self._wait(pending[1])
-            except self._lost_errors() as exc:
-                self._recover(exc, replay=True)
-        if out is None:
-            out = self._call("step", action)
-        obs, reward, terminated, truncated, info, turn, record = out
+        obs, reward, terminated, truncated, info, turn, record = self._answer("step", (action,), replay=True)
         self.episode.turns.append(Turn.from_dict(turn))
         if record is not None:
             self._sync(record)

@@ -1,0 +1,132 @@
+"""Episodes/s of the eval pipeline (what ``turngym eval`` runs: the progress bar, episodes written to the run
+folder) against a fast fake OpenAI server (benchmarks/inflight.py's: a real HTTP server in a child process,
+every reply after ``--latency`` seconds, a two-turn Calculator-v0 script), with the envs
+
+- ``cli``: in this process (the baseline);
+- ``pool1`` / ``pool2``: on a Ray actor pool of 1 / 2 workers (``--ray auto --env-workers N``);
+
+side by side at each level of episodes in flight (default 8, 64, 256, 1024); the ideal is
+``level / (2 turns × latency)``. Each arm's figure is the best of ``--repeats`` alternating runs; the
+play time excludes starting the pool (``RunOutcome.wall_s``). Then the pool's overhead per env step:
+``--steps`` sequential ``reset``+``step`` calls on one env, in process vs through the pool.
+
+    python benchmarks/ray_pool.py                                   # 8 64 256 1024, 100 ms per reply
+    python benchmarks/ray_pool.py --levels 256 --arms cli --batching continuous
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench_setup import free_port, wait_up
+from inflight import SCRIPT
+
+ARMS = {"cli": None, "pool1": 1, "pool2": 2}
+
+
+def one_run(url: str, level: int, episodes: int, workers: int | None, batching: str) -> float:
+    from turngym.agents.openai_compat import OpenAICompatPolicy
+    from turngym.cli._progress import BarProgress
+    from turngym.evals.pipeline import RunSpec, execute
+    from turngym.evals.writers import EvalFolderWriter
+
+    k = 8
+    spec = RunSpec(env_id="turngym/Calculator-v0", env_kwargs={"max_turns": 4}, model="fake", base_url=url,
+                   server="openai", k=k, limit=episodes // k, concurrency=level, max_new_tokens=16, batching=batching,
+                   **({"ray": "auto", "env_workers": workers} if workers else {}))
+    policy = OpenAICompatPolicy(model="fake", base_url=url, server="openai", concurrency=level, timeout_s=300)
+    bar = BarProgress()
+    try:
+        outcome = execute(spec, EvalFolderWriter(tempfile.mkdtemp()), policy=policy, progress=bar)
+    finally:
+        bar.finish()
+        policy.close()
+    assert len(outcome.episodes) == episodes and all(len(e.turns) == 2 for e in outcome.episodes)
+    return episodes / outcome.wall_s
+
+
+def step_overhead(steps: int) -> dict[str, float]:
+    """ms per env call (reset + step, one at a time) in process and through a 1-worker pool."""
+    from turngym.envs.calculator import CalculatorEnv
+    from turngym.integrations.ray_pool import RayEnvPool
+
+    def per_call(env) -> float:
+        start = time.perf_counter()
+        for i in range(steps):
+            env.reset(seed=i, options={"index": i % 100})
+            env.step("<calc>6*7</calc>")
+        return (time.perf_counter() - start) * 1000.0 / (2 * steps)
+
+    here = per_call(CalculatorEnv(max_turns=4))
+    with RayEnvPool("turngym/Calculator-v0", {"max_turns": 4}, workers=1, envs_per_worker=1) as pool:
+        env = pool()
+        per_call(env)  # warm-up
+        remote = per_call(env)
+    return {"in_process_ms": round(here, 3), "pool_ms": round(remote, 3), "overhead_ms": round(remote - here, 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--levels", type=int, nargs="+", default=[8, 64, 256, 1024])
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    ap.add_argument("--latency", type=float, default=0.1)
+    ap.add_argument("--rounds", type=int, default=2, help="episodes per level = rounds × level")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--batching", default="continuous", choices=["static", "continuous"])
+    ap.add_argument("--steps", type=int, default=2000, help="calls for the per-step overhead (0: skip)")
+    ap.add_argument("--ray-cpus", type=int, default=None, help="num_cpus of the local Ray node (default: the cores)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "inflight.py"), "--serve-fake",
+                             str(port), "--latency", str(args.latency)])
+    url = f"http://127.0.0.1:{port}/v1"
+    rows = []
+    try:
+        wait_up(port, proc, "fake server")
+        if any(ARMS[a] for a in args.arms) or args.steps:
+            import ray
+
+            ray.init(num_cpus=args.ray_cpus, include_dashboard=False, log_to_driver=False)
+        with contextlib.redirect_stderr(open(os.devnull, "w")):  # noqa: SIM115 - the bars, not the figures
+            one_run(url, 8, 8, None, args.batching)  # warm-up: imports, first connections
+        for level in args.levels:
+            n = args.rounds * level
+            rates: dict[str, list[float]] = {a: [] for a in args.arms}
+            for _ in range(args.repeats):
+                for arm in args.arms:
+                    with contextlib.redirect_stderr(open(os.devnull, "w")):  # noqa: SIM115
+                        rates[arm].append(one_run(url, level, n, ARMS[arm], args.batching))
+            ideal = level / (len(SCRIPT) * args.latency)
+            row = {"in_flight": level, "episodes": n, "ideal_eps": round(ideal, 1)}
+            for arm in args.arms:
+                row[f"{arm}_eps"] = round(max(rates[arm]), 1)
+                row[f"{arm}_of_ideal"] = round(max(rates[arm]) / ideal, 2)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        overhead = step_overhead(args.steps) if args.steps else None
+        if overhead:
+            print(json.dumps(overhead), flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    head = " | ".join(f"{a} ep/s (of ideal)" for a in args.arms)
+    print(f"\n| in flight | episodes | ideal ep/s | {head} |")
+    print("|---:|---:|---:|" + "---:|" * len(args.arms))
+    for r in rows:
+        cells = " | ".join(f"{r[f'{a}_eps']} ({r[f'{a}_of_ideal']})" for a in args.arms)
+        print(f"| {r['in_flight']} | {r['episodes']} | {r['ideal_eps']} | {cells} |")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"latency_s": args.latency, "batching": args.batching, "rows": rows, "step": overhead}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
