@@ -8,7 +8,9 @@ every reply after ``--latency`` seconds, a two-turn Calculator-v0 script), with 
 side by side at each level of episodes in flight (default 8, 64, 256, 1024); the ideal is
 ``level / (2 turns × latency)``. Each arm's figure is the best of ``--repeats`` alternating runs; the
 play time excludes starting the pool (``RunOutcome.wall_s``). Then the pool's overhead per env step:
-``--steps`` sequential ``reset``+``step`` calls on one env, in process vs through the pool.
+``--steps`` sequential ``reset``+``step`` calls on one env, in process vs through the pool. Then the kill test:
+a ``--kill-episodes`` run on a 2-worker pool while ``--kills`` worker processes are SIGKILLed, and what the
+episodes file holds (lost, duplicated, replayed).
 
     python benchmarks/ray_pool.py                                   # 8 64 256 1024, 100 ms per reply
     python benchmarks/ray_pool.py --levels 256 --arms cli --batching continuous
@@ -72,6 +74,50 @@ def step_overhead(steps: int) -> dict[str, float]:
     return {"in_process_ms": round(here, 3), "pool_ms": round(remote, 3), "overhead_ms": round(remote - here, 3)}
 
 
+def kill_run(url: str, episodes: int, kills: int) -> dict[str, int]:
+    """``episodes`` through a 2-worker pool (16 in flight, static batching), SIGKILLing a live worker's process
+    ``kills`` times, spread over the run, each while its episodes are mid-episode; then count what the episodes
+    file holds."""
+    import signal
+
+    from turngym.agents.openai_compat import OpenAICompatPolicy
+    from turngym.agents.policy import SamplingParams
+    from turngym.agents.runner import RolloutRunner
+    from turngym.episode import read_episodes
+    from turngym.integrations.ray_pool import RayEnvPool
+
+    out = os.path.join(tempfile.mkdtemp(), "episodes.jsonl")
+    policy = OpenAICompatPolicy(model="fake", base_url=url, server="openai", concurrency=16, timeout_s=300)
+    killed: list[int] = []
+    ticks = episodes // 16 * len(SCRIPT)  # the static runner's generate calls: every episode has 2 turns
+    marks = {2 * (ticks * (i + 1) // (2 * (kills + 1))) for i in range(kills)}  # even: the second turn's call
+
+    class KillingPolicy:
+        """The real OpenAI-compatible policy; before chosen generate calls (the live episodes have played their
+        first turn) a live worker's process is SIGKILLed."""
+
+        name, calls = "fake", 0
+
+        def generate(self, requests, sampling):
+            self.calls += 1
+            if self.calls in marks:
+                victim = pool.live_workers()[len(killed) % 2]
+                os.kill(victim.pid, signal.SIGKILL)
+                killed.append(victim.pid)
+            return policy.generate(requests, sampling)
+
+    with RayEnvPool("turngym/Calculator-v0", {"max_turns": 4}, workers=2, envs_per_worker=8) as pool:
+        runner = RolloutRunner(KillingPolicy(), pool, SamplingParams(max_new_tokens=16), k=4, concurrency=16,
+                               batching="static")
+        played = runner.run(range(episodes // 4), out)
+        replaced = pool.replaced
+    policy.close()
+    ids = [e.id for e in read_episodes(out, strict=True).episodes]
+    replays = sum(len(e.meta["ray"].get("replays", [])) for e in played)
+    return {"episodes": episodes, "kills": len(killed), "actors_replaced": replaced, "written": len(ids),
+            "lost": episodes - len(set(ids)), "duplicated": len(ids) - len(set(ids)), "episodes_replayed": replays}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--levels", type=int, nargs="+", default=[8, 64, 256, 1024])
@@ -82,6 +128,8 @@ def main() -> None:
     ap.add_argument("--batching", default="continuous", choices=["static", "continuous"])
     ap.add_argument("--steps", type=int, default=2000, help="calls for the per-step overhead (0: skip)")
     ap.add_argument("--ray-cpus", type=int, default=None, help="num_cpus of the local Ray node (default: the cores)")
+    ap.add_argument("--kills", type=int, default=5, help="worker SIGKILLs during a --kill-episodes eval (0: skip)")
+    ap.add_argument("--kill-episodes", type=int, default=200)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     port = free_port()
@@ -91,7 +139,7 @@ def main() -> None:
     rows = []
     try:
         wait_up(port, proc, "fake server")
-        if any(ARMS[a] for a in args.arms) or args.steps:
+        if any(ARMS[a] for a in args.arms) or args.steps or args.kills:
             import ray
 
             ray.init(num_cpus=args.ray_cpus, include_dashboard=False, log_to_driver=False)
@@ -114,6 +162,10 @@ def main() -> None:
         overhead = step_overhead(args.steps) if args.steps else None
         if overhead:
             print(json.dumps(overhead), flush=True)
+        kills = None
+        if args.kills:
+            kills = kill_run(url, args.kill_episodes, args.kills)
+            print(json.dumps(kills), flush=True)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -125,7 +177,8 @@ def main() -> None:
         print(f"| {r['in_flight']} | {r['episodes']} | {r['ideal_eps']} | {cells} |")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"latency_s": args.latency, "batching": args.batching, "rows": rows, "step": overhead}, fh, indent=1)
+            json.dump({"latency_s": args.latency, "batching": args.batching, "rows": rows, "step": overhead, "kills": kills},
+                      fh, indent=1)
 
 
 if __name__ == "__main__":
