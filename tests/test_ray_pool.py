@@ -209,3 +209,39 @@ def test_model_free_rewards_score_on_pool_workers_as_in_process(tiny_chat_policy
             remote = pool.score(reward, groups)
             here = [get_reward(reward).score_group(g) for g in groups]
             assert [s.rewards for s in remote] == [s.rewards for s in here] and len(remote) == 3, reward
+
+
+def test_a_training_step_plays_its_rollouts_on_the_pool(tmp_path):
+    """The trainer's rollouts through the pool (``rollout_envs``): real TRL generation on a tiny model."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig
+
+    from turngym.rewards import get_reward
+    from turngym.training.trainer import TurnGRPOTrainer, task_dataset
+
+    d = str(tiny_model_dir(chat=True))
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=2,
+                      max_completion_length=16, max_steps=1, logging_steps=1, report_to="none", use_cpu=True,
+                      save_strategy="no", seed=0)
+    with RayEnvPool("turngym/Calculator-v0", {"max_turns": 2}, workers=2, envs_per_worker=2) as pool:
+        tr = TurnGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(d), processing_class=AutoTokenizer.from_pretrained(d),
+                             env_factory=lambda: CalculatorEnv(max_turns=2), rollout_envs=pool,
+                             reward=get_reward("outcome"), args=args, train_dataset=task_dataset(range(4)))
+        tr.train()
+    assert tr.state.global_step == 1 and len(tr._batch_episodes) == 4
+    assert all(e.meta["ray"]["worker"].startswith("worker ") and e.prompt_ids for e in tr._batch_episodes)
+
+
+def test_the_train_config_takes_a_ray_section_and_refuses_unknown_keys(tmp_path):
+    import yaml
+
+    from turngym.training.config import TrainConfig
+
+    path = tmp_path / "run.yaml"
+    base = {"env": {"id": "turngym/Calculator-v0"}, "trl": {"output_dir": str(tmp_path)}}
+    path.write_text(yaml.safe_dump({**base, "ray": {"address": "auto", "workers": 4, "envs_per_worker": 16}}))
+    assert TrainConfig.load(path).ray == {"address": "auto", "workers": 4, "envs_per_worker": 16}
+    path.write_text(yaml.safe_dump({**base, "ray": {"nodes": 2}}))
+    with pytest.raises(ValueError, match="'ray' must be a mapping with keys"):
+        TrainConfig.load(path)
