@@ -168,6 +168,10 @@ def test_an_unreachable_address_is_one_line_before_the_model_loads(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: cannot reach the Ray cluster at 127.0.0.1:1: "), proc.stderr
     assert "loading model" not in proc.stderr
+    main_job = subprocess.run(CLI + ["main-job", "--ray", "127.0.0.1:1", "--out", str(tmp_path / "mj")],
+                              capture_output=True, text=True, timeout=120)
+    assert main_job.returncode == 1 and "loading agent" not in main_job.stdout
+    assert main_job.stderr.strip().splitlines()[-1].startswith("error: cannot reach the Ray cluster at 127.0.0.1:1: ")
 
 
 def test_ray_missing_is_one_line_naming_the_extra(monkeypatch):
