@@ -13,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-pytest_plugins: list[str] = []
-
 SCRIPT = r'''
 import json, os, sys, torch
 os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
@@ -82,7 +80,13 @@ def run(tmp_path: Path, processes: int) -> tuple[dict, list[list[str]]]:
         for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
             env.pop(key, None)
     else:
-        cmd = [str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", str(processes), str(script)]
+        import socket
+
+        with socket.socket() as sock:  # a free rendezvous port: another job on this machine may hold the default
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        cmd = [str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", str(processes),
+               "--master_port", str(port), str(script)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [result] = re.findall(r"RESULT (\{.*\})", proc.stdout)

@@ -576,13 +576,14 @@ class EpisodeWriter:
             os.fsync(self._fd)
 
     def write_all(self, episodes: Iterable[Episode]) -> None:
-        """Every episode as one write of whole lines and one fsync (a torn tail is repaired as for one)."""
-        data = b"".join(encode_line(ep.to_json()) for ep in episodes)
-        view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
-        if self.fsync and data:
+        """Each episode as one write of its whole line (as :meth:`write`), then one fsync for all of them."""
+        fsync, self.fsync = self.fsync, False
+        try:
+            for ep in episodes:
+                self.write(ep)
+        finally:
+            self.fsync = fsync
+        if fsync:
             os.fsync(self._fd)
 
     def close(self) -> None:

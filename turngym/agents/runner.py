@@ -88,7 +88,7 @@ class RolloutRunner:
     # free envs shared with later runners (e.g. the trainer's, one per rollout call): each env, and the dataset
     # it loaded, is made once and reset for every episode; None: this runner's own pool
     env_pool: list[Any] | None = None
-    # finished episodes are written in batches (one write and fsync each): flushed at write_batch episodes or
+    # finished episodes are written in batches (one fsync each): flushed at write_batch episodes or
     # when the next one finishes flush_s after the oldest; all before run() returns or raises (batched_writes)
     write_batch: int = 64
     flush_s: float = 0.5
