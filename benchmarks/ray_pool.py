@@ -54,24 +54,44 @@ def one_run(url: str, level: int, episodes: int, workers: int | None, batching: 
     return episodes / outcome.wall_s
 
 
-def step_overhead(steps: int) -> dict[str, float]:
-    """ms per env call (reset + step, one at a time) in process and through a 1-worker pool."""
+def step_overhead(steps: int, batch: int = 64) -> dict[str, float]:
+    """ms per env call in process and through a 1-worker pool: one call waited on alone (reset + step, one at a
+    time), and batched as the runner sends them (``batch`` envs, every reset / step of a tick submitted first)."""
     from turngym.envs.calculator import CalculatorEnv
     from turngym.integrations.ray_pool import RayEnvPool
 
-    def per_call(env) -> float:
+    def alone(env) -> float:
         start = time.perf_counter()
         for i in range(steps):
             env.reset(seed=i, options={"index": i % 100})
             env.step("<calc>6*7</calc>")
         return (time.perf_counter() - start) * 1000.0 / (2 * steps)
 
-    here = per_call(CalculatorEnv(max_turns=4))
-    with RayEnvPool("turngym/Calculator-v0", {"max_turns": 4}, workers=1, envs_per_worker=1) as pool:
-        env = pool()
-        per_call(env)  # warm-up
-        remote = per_call(env)
-    return {"in_process_ms": round(here, 3), "pool_ms": round(remote, 3), "overhead_ms": round(remote - here, 3)}
+    def batched(envs) -> float:
+        rounds = max(1, steps // len(envs))
+        start = time.perf_counter()
+        for r in range(rounds):
+            for i, env in enumerate(envs):
+                if hasattr(env, "submit_reset"):
+                    env.submit_reset(seed=i, options={"index": (r + i) % 100})
+            for i, env in enumerate(envs):
+                env.reset(seed=i, options={"index": (r + i) % 100})
+            for env in envs:
+                if hasattr(env, "submit_step"):
+                    env.submit_step("<calc>6*7</calc>")
+            for env in envs:
+                env.step("<calc>6*7</calc>")
+        return (time.perf_counter() - start) * 1000.0 / (2 * rounds * len(envs))
+
+    here = [CalculatorEnv(max_turns=4) for _ in range(batch)]
+    here_alone, here_batched = alone(here[0]), batched(here)
+    with RayEnvPool("turngym/Calculator-v0", {"max_turns": 4}, workers=1, envs_per_worker=batch) as pool:
+        envs = [pool() for _ in range(batch)]
+        alone(envs[0])  # warm-up
+        pool_alone, pool_batched = alone(envs[0]), batched(envs)
+    return {"alone_in_process_ms": round(here_alone, 3), "alone_pool_ms": round(pool_alone, 3),
+            "batched_in_process_ms": round(here_batched, 3), "batched_pool_ms": round(pool_batched, 3),
+            "batched_overhead_ms": round(pool_batched - here_batched, 3)}
 
 
 def kill_run(url: str, episodes: int, kills: int) -> dict[str, int]:
