@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -124,6 +125,17 @@ def test_an_env_that_cannot_be_built_on_a_worker_is_one_message():
     text = str(err.value)
     assert "turngym/Calculator-v0 cannot be built on Ray worker 0" in text and "no_such_argument" in text
     assert "\n" not in text
+
+
+def test_more_workers_than_the_cluster_can_place_is_one_message_and_leaves_no_actor():
+    total = ray.cluster_resources()["CPU"]  # 2: the module's ray.init
+    with pytest.raises(RayPoolError) as err:
+        RayEnvPool("turngym/Calculator-v0", {}, workers=3, envs_per_worker=1, startup_s=5)
+    assert "did not start within 5 s" in str(err.value) and "CPU free" in str(err.value)
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0.0) < total and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0.0) == total  # the two placed actors were killed
 
 
 class FakeRaisingCalculator(CalculatorEnv):

@@ -222,6 +222,7 @@ class RayEnvPool:
     envs_per_worker: int = 8
     num_cpus: float = 1.0  # per actor; envs run on CPU (no GPU is ever asked for)
     resources: dict[str, float] | None = None  # custom Ray resources per actor (e.g. {"env_node": 0.01})
+    startup_s: float = 300.0  # how long an actor may take to be placed and build its envs
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.envs_per_worker < 1:
@@ -239,19 +240,30 @@ class RayEnvPool:
         self._queued: dict[Worker, list[tuple[RemoteEnv, str, tuple[Any, ...]]]] = {}  # calls submitted, not sent
         self.attrs: dict[str, Any] = {}
         actors = [self._remote.remote(self.env_id, self.env_kwargs, self.envs_per_worker) for _ in range(self.workers)]
-        for i, actor in enumerate(actors):
-            self._add(self._ready(i, actor, 0))
+        try:
+            for i, actor in enumerate(actors):
+                self._add(self._ready(i, actor, 0))
+        except BaseException:
+            for actor in actors:  # none left holding the cluster's CPUs
+                ray.kill(actor)
+            self._workers.clear()
+            raise
 
     # ------------------------------------------------------------------ workers
 
     def _ready(self, index: int, actor: Any, generation: int) -> Worker:
         ray = _ray()
         try:
-            info = ray.get(actor.ready.remote())
+            info = ray.get(actor.ready.remote(), timeout=self.startup_s)
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(actor)
+            free = ray.available_resources().get("CPU", 0.0)
+            raise RayPoolError(f"{self.name}: Ray worker {index} did not start within {self.startup_s:g} s; each worker "
+                               f"asks for {self.num_cpus:g} CPU{' and ' + str(self.resources) if self.resources else ''} "
+                               f"and the cluster has {free:g} CPU free: use fewer --env-workers or a bigger cluster") from None
         except ray.exceptions.RayError as exc:
             raise RayPoolError(f"{self.name}: Ray worker {index} did not start: {_last_line(exc)}") from None
         if info["error"]:
-            self.shutdown()
             ray.kill(actor)
             raise RayPoolError(f"{self.name} cannot be built on Ray worker {index} ({info['host']}): {info['error']}")
         self.attrs = info["attrs"]
@@ -276,6 +288,8 @@ class RayEnvPool:
         worker.alive = False
         self._workers.remove(worker)
         self._free = [(w, s) for w, s in self._free if w is not worker]
+        for env, _, _ in self._queued.pop(worker, []):  # calls that never went out: each env calls again
+            env.forget_pending()
         actor = self._remote.remote(self.env_id, self.env_kwargs, self.envs_per_worker)
         self._add(self._ready(worker.index, actor, worker.generation + 1))
         self.replaced += 1
@@ -437,6 +451,9 @@ class RemoteEnv:
 
     def sent(self, call: tuple[str, tuple[Any, ...]], answers: _Answers, index: int) -> None:
         self._pending = (call, answers, index)
+
+    def forget_pending(self) -> None:
+        self._pending = None
 
     def _answer(self, method: str, args: tuple[Any, ...], replay: bool) -> Any:
         """The answer to a call submitted earlier with these arguments (sending the queue first), else a call now."""
