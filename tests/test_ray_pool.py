@@ -261,3 +261,17 @@ def test_the_train_config_takes_a_ray_section_and_refuses_unknown_keys(tmp_path)
     path.write_text(yaml.safe_dump({**base, "ray": {"nodes": 2}}))
     with pytest.raises(ValueError, match="'ray' must be a mapping with keys"):
         TrainConfig.load(path)
+
+
+def test_branches_restored_on_the_pool_equal_those_restored_in_process(tiny_chat_policy):
+    """The Monte-Carlo oracle's continuations (``RolloutTask.branch``: reset, replay, reseed) through the pool."""
+    from turngym.agents.branching import branch_tasks
+
+    sampling = SamplingParams(max_new_tokens=8, temperature=1.0, seed=3)
+    eps = RolloutRunner(tiny_chat_policy, lambda: CalculatorEnv(max_turns=3), sampling, k=1, concurrency=2).run([0, 1])
+    tasks = branch_tasks(eps, 1)
+    local = RolloutRunner(tiny_chat_policy, lambda: CalculatorEnv(max_turns=3), GREEDY, concurrency=4).run(tasks)
+    with RayEnvPool("turngym/Calculator-v0", {"max_turns": 3}, workers=2, envs_per_worker=2) as pool:
+        remote = RolloutRunner(tiny_chat_policy, pool, GREEDY, concurrency=4).run(tasks)
+    assert len(remote) == len(tasks) and by_id(remote) == by_id(local)
+    assert all(e.meta["branch"]["replay_differs"] == [] for e in remote)
