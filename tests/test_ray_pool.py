@@ -29,7 +29,7 @@ GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, resources={"env_node": 4}, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -136,6 +136,17 @@ def test_more_workers_than_the_cluster_can_place_is_one_message_and_leaves_no_ac
     while ray.available_resources().get("CPU", 0.0) < total and time.monotonic() < deadline:
         time.sleep(0.2)
     assert ray.available_resources().get("CPU", 0.0) == total  # the two placed actors were killed
+
+
+def test_actors_are_placed_by_the_resources_they_ask_for():
+    """Each actor asks for its CPU, no GPU, and the custom resources given (a node label such as env_node)."""
+    with RayEnvPool("turngym/Calculator-v0", {}, workers=2, envs_per_worker=1, num_cpus=0.5,
+                    resources={"env_node": 1.5}) as pool:
+        held = ray.available_resources()
+        assert held.get("env_node", 0.0) == 1.0 and held.get("CPU", 0.0) == 1.0 and "GPU" not in held
+        assert len(pool.live_workers()) == 2
+    with pytest.raises(RayPoolError, match="did not start within 3 s; each worker asks for 1 CPU and"):
+        RayEnvPool("turngym/Calculator-v0", {}, workers=1, envs_per_worker=1, resources={"gpu_node": 1}, startup_s=3)
 
 
 class FakeRaisingCalculator(CalculatorEnv):
