@@ -34,6 +34,7 @@ EXTRAS: dict[str, Extra] = {e.name: e for e in (
     Extra("train", "TRL, datasets and torch", ("torch", "transformers", "trl", "datasets", "accelerate")),
     Extra("lm-eval", "lm-eval and torch", ("torch", "transformers", "lm_eval", "datasets")),
     Extra("skyrl", "skyrl-gym", ("skyrl_gym",)),
+    Extra("ray", "Ray", ("ray",)),
 )}
 
 # extras left out of `all`, and why (pip cannot install them beside the rest)
@@ -54,6 +55,7 @@ NEEDS: dict[str, str] = {
     "turngym train": "train",
     "the lm-eval bridge": "lm-eval",
     "the SkyRL integration": "skyrl",
+    "the Ray env pool (--ray)": "ray",
 }
 
 

@@ -270,8 +270,11 @@ class OpenAICompatPolicy:
                 inflight.update(asyncio.create_task(one(key, req)) for key, req in feed(max_rows))
                 while inflight:
                     done, inflight = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
-                    for task in done:
-                        key, gen = task.result()
+                    replies = [task.result() for task in done]
+                    prepare = getattr(deliver, "prepare", None)  # the runner's: remote env steps sent together
+                    if prepare is not None:
+                        prepare(replies)
+                    for key, gen in replies:
                         nxt = deliver(key, gen)
                         if nxt is not None:
                             inflight.add(asyncio.create_task(one(key, nxt)))

@@ -7,15 +7,17 @@ ids are appended. ``continuous`` (backends with a ``stream`` method, the local t
 policy): one decode loop; an episode's env is stepped as soon as its turn ends and its next
 turn, or the next waiting episode, takes the slot while the other rows keep decoding.
 With greedy decoding (temperature 0) identical requests (the k samples of a group) are
-generated once and the result copied. Finished episodes are appended to a JSONL file at
-once; a rerun skips every episode id already in that file, so a run killed midway resumes
-with nothing lost and nothing duplicated.
+generated once and the result copied. Finished episodes are appended to a JSONL file in
+batches (flushed once full or ``flush_s`` old, and on exit, error and SIGTERM); a rerun skips
+every episode id already in that file, so a run killed midway resumes with nothing lost and nothing
+duplicated.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym._version import __version__ as _VERSION
+from turngym.agents.batched_writes import sink
 from turngym.agents.options import BATCHING
 from turngym.agents.policy import Generation, GenerationRequest, Policy, PolicyError, SamplingParams
 from turngym.agents.tokenization import ChatTemplateError, ConversationTokenizer, plain_prompt, tokenizer_fingerprint
@@ -85,10 +88,17 @@ class RolloutRunner:
     # free envs shared with later runners (e.g. the trainer's, one per rollout call): each env, and the dataset
     # it loaded, is made once and reset for every episode; None: this runner's own pool
     env_pool: list[Any] | None = None
+    # finished episodes are written in batches (one fsync each): flushed at write_batch episodes or
+    # when the next one finishes flush_s after the oldest; all before run() returns or raises (batched_writes)
+    write_batch: int = 64
+    flush_s: float = 0.5
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.concurrency < 1:
             raise ValueError("k and concurrency must be >= 1")
+        slots = getattr(self.env_factory, "slots", None)  # a pool of remote envs (turngym.integrations.ray_pool)
+        if slots is not None:  # back-pressure: never more live episodes than the pool holds envs
+            self.concurrency = min(self.concurrency, int(slots))
         if self.batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
         if self.batching == "continuous" and not hasattr(self.policy, "stream"):
@@ -122,7 +132,7 @@ class RolloutRunner:
         self._on_turn = on_turn
         tasks = [t if isinstance(t, RolloutTask) else RolloutTask(index=int(t)) for t in tasks]
         done_ids = written_ids(out_path) if out_path else set()
-        writer = EpisodeWriter(out_path) if out_path else None
+        write, writes = sink(EpisodeWriter(out_path) if out_path else None, self.write_batch, self.flush_s)
         pending = iter(self._jobs(tasks, done_ids))
         total = sum(t.k or self.k for t in tasks) - len(done_ids)
         finished: list[Episode] = []
@@ -131,34 +141,30 @@ class RolloutRunner:
             self._free_envs.append(slot.env)
             ep = slot.episode
             ep.add_run_record(meta={"wall_ms": round((time.perf_counter() - slot.started) * 1000.0, 1)})
-            if writer is not None:
-                writer.write(ep)
+            write(ep)
             finished.append(ep)
             if progress is not None:
                 progress(len(finished), max(total, len(finished)))
 
-        try:
+        with writes:  # buffered episodes are flushed on exit, on error and on SIGTERM
             if self.batching == "continuous":
                 self._run_continuous(pending, finish)
             else:
                 self._run_static(pending, finish)
-        finally:
-            if writer is not None:
-                writer.close()
         return finished
 
     def _run_static(self, pending: Iterator[tuple[RolloutTask, int, str]], finish: Callable[[_Slot], None]) -> None:
         live: list[_Slot] = []
         while True:
             while len(live) < self.concurrency:
-                job = next(pending, None)
-                if job is None:
+                jobs = list(itertools.islice(pending, self.concurrency - len(live)))
+                if not jobs:
                     break
-                slot = self._start(*job)
-                if slot.episode.done:  # a branch restored after the episode's last turn
-                    finish(slot)
-                    continue
-                live.append(slot)
+                for slot in self._start_many(jobs):
+                    if slot.episode.done:  # a branch restored after the episode's last turn
+                        finish(slot)
+                    else:
+                        live.append(slot)
             if not live:
                 break
             for slot in self._tick(live):
@@ -170,19 +176,30 @@ class RolloutRunner:
         slots: dict[str, _Slot] = {}
 
         def feed(free: int) -> list[tuple[str, GenerationRequest]]:
-            out = []
+            # never more live episodes than ``concurrency``, even where the policy counts rows that several
+            # episodes share (greedy identical requests decoded once) as one
+            free = min(free, self.concurrency - len(slots))
+            out: list[tuple[str, GenerationRequest]] = []
             while len(out) < free:
-                job = next(pending, None)
-                if job is None:
+                jobs = list(itertools.islice(pending, free - len(out)))
+                if not jobs:
                     break
-                slot = self._start(*job)
-                req = None if slot.episode.done else self._next_request(slot)
-                if req is None:
-                    finish(slot)
-                    continue
-                slots[slot.episode.id] = slot
-                out.append((slot.episode.id, req))
+                for slot in self._start_many(jobs):
+                    req = None if slot.episode.done else self._next_request(slot)
+                    if req is None:
+                        finish(slot)
+                        continue
+                    slots[slot.episode.id] = slot
+                    out.append((slot.episode.id, req))
             return out
+
+        def prepare(replies: Sequence[tuple[str, Generation]]) -> None:
+            """Replies that landed together: remote envs get all their steps before any is awaited."""
+            for key, gen in replies:
+                slot = slots[key]
+                submit = getattr(slot.env, "submit_step", None)
+                if submit is not None:
+                    submit((slot.prefill[0] if slot.prefill else "") + gen.text)
 
         def deliver(key: str, gen: Generation) -> GenerationRequest | None:
             slot = slots[key]
@@ -196,6 +213,7 @@ class RolloutRunner:
                 finish(slot)
             return req
 
+        deliver.prepare = prepare  # type: ignore[attr-defined] - a stream may announce replies that landed together
         self.policy.stream(feed, deliver, self._sampling_for(self._env_stop()), self.concurrency)
 
     def _env_stop(self) -> tuple[str, ...]:
@@ -253,17 +271,32 @@ class RolloutRunner:
     def _env(self) -> Any:
         return self._free_envs.pop() if self._free_envs else self.env_factory()
 
-    def _start(self, task: RolloutTask, k: int, group: str) -> _Slot:
-        if task.branch is not None:
-            return self._start_branch(task, k, group)
-        env = self._env()
-        ep_id = f"{group}#{k}"  # as episode_id()
-        options: dict[str, Any] = {"episode_id": ep_id, "group": group}
+    def _reset_args(self, task: RolloutTask, k: int, group: str) -> tuple[int, dict[str, Any]]:
+        """The seed and options that reset an env to rollout ``k`` of ``task``."""
+        options: dict[str, Any] = {"episode_id": f"{group}#{k}", "group": group}  # the id as episode_id()
         if task.task is not None:
             options["task"] = task.task
         else:
             options["index"] = task.index
-        seed = derive_seed(self.seed, group, k)
+        return derive_seed(self.seed, group, k), options
+
+    def _start_many(self, jobs: Sequence[tuple[RolloutTask, int, str]]) -> list[_Slot]:
+        """Slots for several jobs; remote envs (``submit_reset``) get all their resets before any is awaited."""
+        envs: list[Any] = []
+        for task, k, group in jobs:
+            env = None if task.branch is not None else self._env()
+            submit = getattr(env, "submit_reset", None)
+            if submit is not None:
+                seed, options = self._reset_args(task, k, group)
+                submit(seed=seed, options=options)
+            envs.append(env)
+        return [self._start(*job, env=env) for job, env in zip(jobs, envs, strict=True)]
+
+    def _start(self, task: RolloutTask, k: int, group: str, env: Any = None) -> _Slot:
+        if task.branch is not None:
+            return self._start_branch(task, k, group)
+        env = env if env is not None else self._env()
+        seed, options = self._reset_args(task, k, group)
         env.reset(seed=seed, options=options)
         ep: Episode = env.unwrapped.episode
         ep.add_run_record(meta=self._run_meta(task, k))
@@ -374,6 +407,10 @@ class RolloutRunner:
         start = time.perf_counter()
         gens = self._generate_once(self._requests(runnable), sampling)
         gen_ms = (time.perf_counter() - start) * 1000.0
+        for slot, gen in zip(runnable, gens, strict=True):  # remote envs: every step sent before any is awaited
+            submit = getattr(slot.env, "submit_step", None)
+            if submit is not None:
+                submit((slot.prefill[0] if slot.prefill else "") + gen.text)
         results = [self._step(slot, gen, gen_ms) for slot, gen in zip(runnable, gens, strict=True)]
         ended.extend(slot for slot, is_done in zip(runnable, results, strict=True) if is_done)
         return ended

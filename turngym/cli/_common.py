@@ -113,6 +113,20 @@ def add_batching(sp: argparse.ArgumentParser) -> None:
                     help="continuous (local models): a slot is refilled as soon as its turn ends")
 
 
+def add_ray_args(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--ray", default=None, metavar="auto|ADDRESS",
+                    help="step the envs on a pool of Ray actors (the [ray] extra): auto joins the running cluster or "
+                         "starts a local one; HOST:PORT or ray://HOST:PORT joins that cluster. Generation stays here")
+    sp.add_argument("--env-workers", type=int, default=2, help="with --ray: env actors (one CPU each)")
+    sp.add_argument("--envs-per-worker", type=int, default=None,
+                    help="with --ray: live envs per actor (default: enough for --concurrency)")
+
+
+def ray_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The run spec's Ray pool fields from the command line."""
+    return {"ray": args.ray, "env_workers": args.env_workers, "envs_per_worker": args.envs_per_worker}
+
+
 def log_trackers(args: argparse.Namespace, out: Any) -> None:
     """After a command wrote its results folder: log it to TensorBoard / W&B when its flags ask."""
     from turngym.evals.trackers import TrackerError, log_from_args

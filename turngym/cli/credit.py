@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._common import add_reward_args, attempt, fail, log_trackers, reward_labels
+from turngym.cli._common import add_ray_args, add_reward_args, attempt, fail, log_trackers, ray_fields, reward_labels
 from turngym.evals.trackers import add_tracker_arguments
 
 
@@ -121,7 +121,7 @@ def cmd_main_job(args: argparse.Namespace) -> int:
                         bench_k=args.bench_k, seed=args.seed, setup_s=args.setup_s,
                         bench_envs=tuple(e.strip() for e in args.bench_envs.split(",") if e.strip()),
                         scorer_dtype=args.scorer_dtype, prefix_cache_tokens=args.prefix_cache_tokens,
-                        rewards=tuple(reward_labels(args)))
+                        rewards=tuple(reward_labels(args)), **ray_fields(args))
     path = attempt(lambda: run_main_job(cfg, progress=lambda name: BarProgress(desc=name)),
                    FileNotFoundError, ValueError, RuntimeError)
     print(f"report: {path}")
@@ -191,6 +191,7 @@ def add_parser(sub: Any) -> None:
     mj.add_argument("--bench-envs", default="searchqa,mathcode", help="creditbench envs (bfcl too: slow on CPU)")
     mj.add_argument("--bench-k", type=int, default=4, help="creditbench episodes per group")
     mj.add_argument("--seed", type=int, default=0)
+    add_ray_args(mj)
     mj.add_argument("--setup-s", type=float, default=None, help="set-up seconds measured by the caller, for the report")
     mj.add_argument("--scorer-dtype", default="float32", choices=("float32", "bfloat16"),
                     help="dtype the support scorer runs in (float32: the reference setting)")

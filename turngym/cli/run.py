@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._common import add_batching, add_env_args, add_model_args, attempt, fail, log_trackers
+from turngym.cli._common import add_batching, add_env_args, add_model_args, add_ray_args, attempt, fail, log_trackers, ray_fields
 from turngym.evals.trackers import add_tracker_arguments
 
 COMMANDS = ("play", "rollout", "eval")
@@ -21,6 +21,7 @@ def add_parser(sub: Any) -> None:
     play.add_argument("--answer", action="append", default=None, help="gold answer for --question (repeatable)")
     play.add_argument("--human", action="store_true", help="type the agent's actions yourself")
     play.add_argument("--out", default=None, help="append the episode to this JSONL file")
+    add_ray_args(play)
     play.set_defaults(run=run)
 
     ro = sub.add_parser("rollout", help="play many episodes concurrently into a resumable JSONL file")
@@ -32,6 +33,7 @@ def add_parser(sub: Any) -> None:
     ro.add_argument("--k", type=int, default=1, help="rollouts per item (one group)")
     ro.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     add_batching(ro)
+    add_ray_args(ro)
     ro.add_argument("--overwrite", action="store_true",
                     help="start fresh when --out holds episodes of other settings (they are moved aside, not deleted)")
     ro.set_defaults(run=run)
@@ -46,6 +48,7 @@ def add_parser(sub: Any) -> None:
     ev.add_argument("--k", type=int, default=1, help="samples per item (pass@k)")
     ev.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     add_batching(ev)
+    add_ray_args(ev)
     ev.add_argument("--shard", default=None, metavar="I/N",
                     help="play only slice I of N of the subset (every N-th item from the I-th); merge the N folders "
                          "with --merge")
@@ -71,7 +74,7 @@ def _spec(args: argparse.Namespace, env: str | None = None, dataset: str | None 
     kwargs = env_kwargs(args.env_arg, args.dataset if dataset is None else dataset, args.max_turns)
     return RunSpec(env_id=env_id(env or args.env), env_kwargs=kwargs, model=args.model, base_url=args.base_url,
                    server=args.server, prompt_format=args.prompt_format, max_new_tokens=args.max_new_tokens,
-                   temperature=args.temperature, seed=args.seed, **fields)
+                   temperature=args.temperature, seed=args.seed, **ray_fields(args), **fields)
 
 
 # ----------------------------------------------------------------------------- play
@@ -205,7 +208,7 @@ def _eval_many(args: argparse.Namespace) -> int:
     each env's results go to ``DIR/<env>[-<dataset>]``."""
     from turngym.cli._progress import BarProgress
     from turngym.evals.harness import run_eval
-    from turngym.evals.pipeline import PipelineError, load_policy, prepare, validate
+    from turngym.evals.pipeline import PipelineError, join_ray, load_policy, prepare, validate
 
     if args.dataset:
         fail("with several envs give each its dataset as --env NAME:DATASET, not --dataset")
@@ -225,6 +228,7 @@ def _eval_many(args: argparse.Namespace) -> int:
         runs.append((spec, out))
     bar = BarProgress()
     bar.stage(f"{len(runs)} envs checked; the model is loaded once for all of them")
+    join_ray(runs[0][0])  # a bad --ray address is one message before the model loads
     policy = load_policy(runs[0][0], bar)
     for spec, out in runs:
         bar = BarProgress(desc=spec.env_id.split("/")[-1])

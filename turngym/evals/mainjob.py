@@ -77,6 +77,9 @@ class MainJobConfig:
     seed: int = 0
     setup_s: float | None = None  # measured by the caller (scripts/main.sh)
     runs: list[EnvRun] = field(default_factory=list)
+    ray: str | None = None  # the evals' envs on a Ray actor pool ("auto" or an address; turngym.integrations.ray_pool)
+    env_workers: int = 2
+    envs_per_worker: int | None = None
 
 
 def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str], RunProgress] | None = None) -> Path:
@@ -96,6 +99,13 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str
     runs = cfg.runs or default_runs(cfg.limit)
     times: dict[str, Any] = {"setup_s": cfg.setup_s, "cpu_s": {}}  # cpu_s: this process's CPU time per stage
     t0, c0 = time.perf_counter(), time.process_time()
+    if cfg.ray is not None:  # a bad address or a missing [ray] extra is one message before the model loads
+        from turngym.evals.pipeline import RunSpec, join_ray, validate
+
+        probe = RunSpec(env_id="turngym/Calculator-v0", ray=cfg.ray, env_workers=cfg.env_workers,
+                        envs_per_worker=cfg.envs_per_worker)
+        validate(probe)
+        join_ray(probe)
     if policy is None:
         print(f"[main-job] loading agent {cfg.model!r}", flush=True)
         policy = load_policy(cfg.model)
@@ -108,7 +118,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str
         t0, c0 = time.perf_counter(), time.process_time()
         spec = EvalSpec(env_id=r.env_id, env_kwargs=r.env_kwargs, model=cfg.model, k=cfg.k, limit=r.limit,
                         concurrency=cfg.concurrency, max_new_tokens=r.max_new_tokens, temperature=cfg.temperature,
-                        seed=cfg.seed)
+                        seed=cfg.seed, ray=cfg.ray, env_workers=cfg.env_workers, envs_per_worker=cfg.envs_per_worker)
         results[r.name] = run_eval(spec, out / r.name, policy=policy, progress=progress(r.name) if progress else None)
         times["generation_s"][r.name] = round(time.perf_counter() - t0, 1)
         times["cpu_s"][f"generation: {r.name}"] = round(time.process_time() - c0, 1)

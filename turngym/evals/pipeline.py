@@ -89,6 +89,10 @@ class RunSpec:
     batching: str = "static"  # "static" | "continuous" (RolloutRunner)
     shard: Shard | None = None
     tasks: list[RolloutTask] | None = None  # explicit tasks (play's ad-hoc question); else the dataset subset
+    # envs on a Ray actor pool (turngym.integrations.ray_pool): "auto" or a cluster address; None: in this process
+    ray: str | None = None
+    env_workers: int = 2
+    envs_per_worker: int | None = None  # None: enough for --concurrency (ceil(concurrency / env_workers))
 
     def server_options(self) -> dict[str, str]:
         """The OpenAI-compatible policy's arguments (none for a local model)."""
@@ -147,6 +151,28 @@ def validate(spec: RunSpec) -> None:
 
     if spec.batching not in BATCHING:
         raise PipelineError(f"--batching must be one of {', '.join(BATCHING)}, got {spec.batching!r}")
+    if spec.ray is not None:
+        if spec.env_workers < 1 or (spec.envs_per_worker is not None and spec.envs_per_worker < 1):
+            raise PipelineError("--env-workers and --envs-per-worker must be >= 1")
+        from turngym.extras import MissingExtra, require
+        from turngym.integrations.ray_pool import PART
+
+        try:
+            require(PART)
+        except MissingExtra as exc:
+            raise PipelineError(str(exc)) from None
+
+
+def join_ray(spec: RunSpec) -> None:
+    """Join (or start) the Ray cluster of ``--ray``: before the model loads, so a bad address costs no load."""
+    if spec.ray is None:
+        return
+    from turngym.integrations.ray_pool import RayPoolError, connect
+
+    try:
+        connect(spec.ray)
+    except RayPoolError as exc:
+        raise PipelineError(str(exc)) from None
 
 
 # ----------------------------------------------------------------------------- env
@@ -211,7 +237,22 @@ def env_factory(spec: RunSpec, policy: Any) -> tuple[Callable[[], Any], Any]:
     check_prompt_style(cls, spec.env_id, kwargs, style)
     if cls.prompt_styles and "prompt_style" not in kwargs:
         kwargs["prompt_style"] = style
+    if spec.ray is not None:
+        return ray_pool(spec, kwargs)
     return (lambda: make_env(spec.env_id, kwargs)), make_env(spec.env_id, kwargs)
+
+
+def ray_pool(spec: RunSpec, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """The Ray actor pool as the runner's env factory, every worker's envs built (a worker that cannot build them
+    is one message, before any episode), and its first env."""
+    from turngym.integrations.ray_pool import RayEnvPool, RayPoolError
+
+    per_worker = spec.envs_per_worker or max(1, -(-spec.concurrency // spec.env_workers))
+    try:
+        pool = RayEnvPool(spec.env_id, kwargs, workers=spec.env_workers, envs_per_worker=per_worker)
+    except RayPoolError as exc:
+        raise PipelineError(str(exc)) from None
+    return pool, pool()
 
 
 @dataclass
@@ -361,14 +402,25 @@ def execute(spec: RunSpec, writer: Writer, *, policy: Any = None, progress: RunP
 
 def _locked(spec: RunSpec, prepared: Prepared, writer: Writer, policy: Any, progress: RunProgress | None,
             overwrite: bool) -> RunOutcome:
+    writer.check(spec, overwrite)
+    join_ray(spec)
+    if policy is None:
+        policy = load_policy(spec, progress)
+    factory, first = env_factory(spec, policy)
+    try:
+        return _play(spec, prepared, writer, policy, progress, overwrite, factory, first)
+    finally:
+        shutdown = getattr(factory, "shutdown", None)  # the Ray pool's actors
+        if shutdown is not None:
+            shutdown()
+
+
+def _play(spec: RunSpec, prepared: Prepared, writer: Writer, policy: Any, progress: RunProgress | None,
+          overwrite: bool, factory: Callable[[], Any], first: Any) -> RunOutcome:
     from turngym.agents.policy import PolicyError
     from turngym.agents.runner import RolloutRunner
     from turngym.agents.tokenization import ChatTemplateError
 
-    writer.check(spec, overwrite)
-    if policy is None:
-        policy = load_policy(spec, progress)
-    factory, first = env_factory(spec, policy)
     try:
         runner = RolloutRunner(policy, factory, _sampling(spec), k=spec.k, concurrency=spec.concurrency, seed=spec.seed,
                                batching=spec.batching, env_pool=[first])
@@ -388,6 +440,15 @@ def _locked(spec: RunSpec, prepared: Prepared, writer: Writer, policy: Any, prog
         raise PipelineError(f"the model backend failed: {exc}. {where}rerun the same command to continue") from None
     except ChatTemplateError as exc:
         raise PipelineError(str(exc)) from None
+    except RuntimeError as exc:
+        if spec.ray is None:
+            raise
+        from turngym.integrations.ray_pool import RayPoolError
+
+        if not isinstance(exc, RayPoolError):
+            raise
+        where = f"Episodes already written are kept in {writer.episodes_path}; " if writer.episodes_path else ""
+        raise PipelineError(f"the Ray env pool failed: {exc}. {where}rerun the same command to continue") from None
     finally:
         if progress is not None:
             progress.finish()

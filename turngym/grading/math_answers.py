@@ -141,28 +141,62 @@ class _Grader:
                 pass
 
 
+def grader_cap() -> int:
+    """How many grader processes one process may run: ``TURNGYM_GRADERS`` if set, else its usable cores."""
+    given = os.environ.get("TURNGYM_GRADERS", "").strip()
+    if given:
+        if not given.isdigit() or int(given) < 1:
+            raise ValueError(f"TURNGYM_GRADERS must be a whole number >= 1, got {given!r}")
+        return int(given)
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return max(1, len(cores) if cores else (os.cpu_count() or 1))
+
+
 class GraderPool:
-    """Warm math-verify grader processes, one per concurrent caller, replaced when they fail.
+    """Warm math-verify grader processes shared by every caller, at most ``max_graders`` of them (default
+    :func:`grader_cap`: the process's cores); a caller waits for a free one. One that fails is replaced.
 
     ``memory_bytes``: the address-space cap of each grader; ``startup_s``: how long a grader
     may take to start (not part of any answer's time budget).
     """
 
-    def __init__(self, memory_bytes: int = 2 << 30, startup_s: float = 120.0):
+    def __init__(self, memory_bytes: int = 2 << 30, startup_s: float = 120.0, max_graders: int | None = None):
         self.memory_bytes, self.startup_s = memory_bytes, startup_s
+        self.max_graders = grader_cap() if max_graders is None else int(max_graders)
+        if self.max_graders < 1:
+            raise ValueError(f"max_graders must be >= 1, got {max_graders}")
         self._idle: list[_Grader] = []
         self._lock = threading.Lock()
+        self._freed = threading.Condition(self._lock)  # a grader went idle or away
+        self.live = 0  # graders running or starting, idle or busy
+        self.peak = 0  # the most there ever were at once
         self.restarts = 0
 
+    def _count(self, delta: int) -> None:
+        """Change the live count (the lock held) and wake a waiting caller when one went away."""
+        self.live += delta
+        self.peak = max(self.peak, self.live)
+        if delta < 0:
+            self._freed.notify()
+
     def warm(self, wait: bool = False) -> None:
-        """Start one grader ahead of the first answer (in the background unless ``wait``)."""
+        """Start one grader ahead of the first answer (in the background unless ``wait``); nothing when one
+        already runs or starts, so many envs in one process share it."""
+        with self._lock:
+            if self.live > 0:
+                return
+            self._count(+1)
+
         def start() -> None:
             try:
                 g = _Grader(self.memory_bytes, self.startup_s)
             except GraderError:
+                with self._lock:
+                    self._count(-1)
                 return  # the first request will try again and say why
             with self._lock:
                 self._idle.append(g)
+                self._freed.notify()
 
         if wait:
             start()
@@ -171,9 +205,17 @@ class GraderPool:
 
     def _take(self) -> _Grader:
         with self._lock:
+            while not self._idle and self.live >= self.max_graders:
+                self._freed.wait()
             if self._idle:
                 return self._idle.pop()
-        return _Grader(self.memory_bytes, self.startup_s)
+            self._count(+1)
+        try:
+            return _Grader(self.memory_bytes, self.startup_s)
+        except GraderError:
+            with self._lock:
+                self._count(-1)
+            raise
 
     def verify(self, golds: list[str], pred: str, timeout_s: float) -> dict:
         """One math-verify request on a warm grader (:meth:`request`)."""
@@ -189,14 +231,17 @@ class GraderPool:
             grader.kill()
             with self._lock:
                 self.restarts += 1
+                self._count(-1)
             raise
         with self._lock:
             self._idle.append(grader)
+            self._freed.notify()
         return reply
 
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
+            self._count(-len(idle))
         for g in idle:
             g.kill()
 
@@ -206,7 +251,7 @@ _POOLS_LOCK = threading.Lock()
 
 
 def default_grader() -> GraderPool:
-    """This process's grader pool (a forked child gets its own)."""
+    """This process's grader pool, shared by every env in it (a forked child gets its own)."""
     with _POOLS_LOCK:
         pool = _POOLS.get(os.getpid())
         if pool is None:

@@ -32,8 +32,9 @@ import yaml
 
 from turngym.progress import is_main_process
 
-KNOWN_KEYS = {"env", "data", "reward", "estimator", "model", "peft", "trl", "stop", "max_episode_tokens", "rollouts"}
+KNOWN_KEYS = {"env", "data", "reward", "estimator", "model", "peft", "trl", "stop", "max_episode_tokens", "rollouts", "ray"}
 ROLLOUT_KEYS = {"every", "dir"}
+RAY_KEYS = {"address", "workers", "envs_per_worker"}  # the rollouts' envs on a Ray actor pool (docs/scale.md)
 DEFAULT_ROLLOUTS_EVERY = 10
 
 
@@ -49,6 +50,7 @@ class TrainConfig:
     stop: list[str] | None = None
     max_episode_tokens: int | None = None
     rollouts: dict[str, Any] = field(default_factory=lambda: {"every": DEFAULT_ROLLOUTS_EVERY})
+    ray: dict[str, Any] | None = None  # {address: auto, workers: 2, envs_per_worker: 8}: envs on a Ray pool
 
     @classmethod
     def load(cls, path: str | Path) -> TrainConfig:
@@ -74,6 +76,9 @@ class TrainConfig:
             raise ValueError(f"{path}: 'rollouts' must be a mapping with keys {sorted(ROLLOUT_KEYS)}, got {rollouts!r}")
         if "id" not in raw["env"]:
             raise ValueError(f"{path}: env.id is required (e.g. turngym/MathCode-v0)")
+        ray = raw.get("ray")
+        if ray is not None and (not isinstance(ray, dict) or set(ray) - RAY_KEYS):
+            raise ValueError(f"{path}: 'ray' must be a mapping with keys {sorted(RAY_KEYS)}, got {ray!r}")
         return cls(**raw)
 
 
@@ -186,8 +191,17 @@ def build_trainer(cfg: TrainConfig, progress: Callable[[str], None] | None = Non
     say(f"building the reward {reward_cfg.get('name')!r}…")
     reward = get_reward(reward_cfg.pop("name"), **reward_cfg)
     est = dict(cfg.estimator)
+    rollout_envs = None
+    if cfg.ray is not None:
+        from turngym.integrations.ray_pool import RayEnvPool, connect
+
+        say(f"starting the Ray env pool ({cfg.ray.get('address', 'auto')})…")
+        connect(str(cfg.ray.get("address", "auto")))
+        rollout_envs = RayEnvPool(env_id, env_kwargs, workers=int(cfg.ray.get("workers", 2)),
+                                  envs_per_worker=int(cfg.ray.get("envs_per_worker", 8)))
     say(f"building the trainer ({len(indices)} training items)…")
-    return TurnGRPOTrainer(model=model, processing_class=tok, env_factory=env_factory, reward=reward, args=args,
+    return TurnGRPOTrainer(model=model, processing_class=tok, env_factory=env_factory, rollout_envs=rollout_envs,
+                           reward=reward, args=args,
                            train_dataset=task_dataset(indices), estimator=est.pop("name", None) or reward.estimator,
                            gamma=est.pop("gamma", 1.0), advantage_eps=est.pop("eps", None),
                            estimator_options=estimator_options(dict(cfg.estimator)),

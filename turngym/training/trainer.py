@@ -151,6 +151,9 @@ class TurnGRPOTrainer(GRPOTrainer):
 
     Args:
         env_factory: makes one env instance (``gymnasium.make(...)``).
+        rollout_envs: where the rollouts' envs come from instead (a ``turngym.integrations.ray_pool.RayEnvPool``:
+            the envs step on Ray actors; generation stays here); ``env_factory`` still makes the local env that
+            answers questions about the env (stop strings, GiGPO's anchor states).
         reward: a reward wrapper (``turngym.rewards.get_reward(...)``) scoring query groups.
         estimator: a name in ``ESTIMATORS`` (``grpo``, ``turn``, ``igpo``, ``igpo_siop``, ``igpo_separate``, ``egpo``,
             ``turn_loo``, ``rloo``, ``gigpo``); None: the one the reward declares (``reward.estimator``).
@@ -176,10 +179,13 @@ class TurnGRPOTrainer(GRPOTrainer):
                  train_dataset: Any, estimator: str | None = None, gamma: float = 1.0, advantage_eps: float | None = None,
                  max_episode_tokens: int | None = None, stop: Sequence[str] | None = None,
                  estimator_options: dict[str, Any] | None = None, save_rollouts_every: int | None = None,
-                 rollouts_dir: str | None = None, base_model: str | None = None, **kwargs: Any):
+                 rollouts_dir: str | None = None, base_model: str | None = None,
+                 rollout_envs: Callable[[], Any] | None = None, **kwargs: Any):
         if not isinstance(reward, GroupReward):
             raise TypeError(f"reward must be a turngym GroupReward (turngym.rewards.get_reward), got {type(reward).__name__}")
         self.env_factory = env_factory
+        # where the rollouts' envs come from: a Ray actor pool (turngym.integrations.ray_pool), else env_factory
+        self.rollout_envs = rollout_envs or env_factory
         self.reward = reward
         estimator = estimator or reward.estimator  # the reward declares its paired estimator
         self.estimator_name = estimator
@@ -230,7 +236,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         tag = f"step{self.state.global_step}-call{self._rollout_calls}"  # no rank: a group's id is one on every process
         sampling = SamplingParams(max_new_tokens=self.args.max_completion_length, stop=self._stop)
         policy = TRLGenerationPolicy(self)
-        runner = RolloutRunner(policy, self.env_factory, sampling, concurrency=sum(g.k for g in groups),
+        runner = RolloutRunner(policy, self.rollout_envs, sampling, concurrency=sum(g.k for g in groups),
                                run_tag=tag, max_episode_tokens=self.max_episode_tokens, env_pool=self._env_pool)
         was_training = self.model.training
         start = time.perf_counter()
@@ -264,7 +270,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         policy and put each turn's Monte-Carlo advantage in ``meta["vine"]`` (it travels with the episode
         to whichever process scores its group). Costs rollouts × (turns + 1) continuations per episode."""
         k = int(self.estimator_options["rollouts"])
-        runner = RolloutRunner(policy, self.env_factory, sampling, k=k, concurrency=max(1, k * len(episodes)),
+        runner = RolloutRunner(policy, self.rollout_envs, sampling, k=k, concurrency=max(1, k * len(episodes)),
                                run_tag=f"{tag}-vine", max_episode_tokens=self.max_episode_tokens, env_pool=self._env_pool)
         values = turn_values(episodes, runner.run(branch_tasks(episodes, k)))
         for ep in episodes:
