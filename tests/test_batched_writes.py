@@ -85,3 +85,26 @@ def test_batches_reach_the_file_while_the_run_goes_on(tmp_path):
     RolloutRunner(FakePolicy(), CalculatorEnv, concurrency=4, write_batch=8, flush_s=1000.0).run(range(40), out, progress)
     assert seen[7] == 8 and seen[8] == 8 and seen[15] == 16  # flushed every 8 episodes, not per episode
     assert len(read_episodes(out, strict=True).episodes) == 40
+
+
+SLOW_RUN_UNDER_A_HANDLER = SLOW_RUN.replace("RolloutRunner(FakeSlowPolicy()", """import signal
+def handler(signum, frame):  # a handler someone installed before the run (Ray's driver installs one)
+    print("HANDLER", flush=True)
+    sys.exit(7)
+signal.signal(signal.SIGTERM, handler)
+RolloutRunner(FakeSlowPolicy()""")
+
+
+def test_a_sigterm_under_someone_elses_handler_flushes_first_then_runs_it(tmp_path):
+    out = tmp_path / "e.jsonl"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_RUN_UNDER_A_HANDLER, str(out)], stdout=subprocess.PIPE, text=True)
+    done = 0
+    while done < 10:
+        line = proc.stdout.readline()
+        assert line, "the run ended early"
+        done = int(line.split()[1])
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=60) == 7 and "HANDLER" in rest
+    reported = max([done] + [int(x.split()[1]) for x in rest.splitlines() if x.startswith("DONE")])
+    assert len(read_episodes(out, strict=True).episodes) == reported

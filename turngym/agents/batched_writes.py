@@ -2,11 +2,11 @@
 batch (writing an episode at a time was a third of a busy client's CPU), flushed when the batch is full or
 its oldest episode has waited ``flush_s``, and always on exit, on error and on SIGTERM.
 
-SIGTERM (a scheduler stopping the job) would end Python without running ``finally`` blocks; while a batch
-is open the handler turns it into ``SystemExit(143)`` raised between writes, so the runner's ``finally``
-flushes what is buffered and the process still exits as terminated. A SIGKILL loses at most the buffered
-episodes; they were never written, so a rerun plays them (resume skips only written ids): nothing is lost
-or written twice either way.
+SIGTERM (a scheduler stopping the job) would end Python without running ``finally`` blocks; during the run
+the handler turns it into ``SystemExit(143)`` (or runs the handler that was there, e.g. Ray's, which exits
+too), never in the middle of a batch's writes, so the runner's ``finally`` flushes what is buffered. A
+SIGKILL loses at most the buffered episodes; they were never written, so a rerun plays them (resume skips
+only written ids): nothing is lost or written twice either way.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ class BatchedWrites:
         self.oldest = 0.0
         self._writing = False
         self._terminate = False
-        self._previous: Any = None
+        self._previous: Any = None  # the SIGTERM handler before the run
+        self._installed = False
 
     def add(self, episode: Episode) -> None:
         if not self.buffer:
@@ -50,18 +51,29 @@ class BatchedWrites:
         finally:
             self._writing = False
         if self._terminate:
-            raise SystemExit(TERMINATED)
+            self._terminate = False
+            self._terminated(signal.SIGTERM, None)
+
+    def _terminated(self, signum: int, frame: Any) -> None:
+        """What SIGTERM did before the run: the handler someone installed (it decides; Ray's exits), else exit 143."""
+        if callable(self._previous):
+            self._previous(signum, frame)
+            return
+        raise SystemExit(TERMINATED)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         if self._writing:
-            self._terminate = True  # raised once the batch is on disk
+            self._terminate = True  # handled once the batch is on disk
         else:
-            raise SystemExit(TERMINATED)
+            self._terminated(signum, frame)
 
     def __enter__(self) -> BatchedWrites:
-        # only the main thread may set handlers; a handler someone else installed is left alone
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        # only the main thread may set handlers; one someone installed (Ray's, say) runs after the flush
+        previous = signal.getsignal(signal.SIGTERM)
+        if threading.current_thread() is threading.main_thread() and previous not in (signal.SIG_IGN, None):
+            self._previous = previous
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._installed = True
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -69,9 +81,9 @@ class BatchedWrites:
             self._terminate = False  # leaving anyway: the flush below must not raise over the run's own exit
             self.flush()
         finally:
-            if self._previous is not None:
+            if self._installed:
                 signal.signal(signal.SIGTERM, self._previous)
-                self._previous = None
+                self._installed, self._previous = False, None
             self.writer.close()
 
 
