@@ -102,7 +102,7 @@ def test_no_reward_sees_the_truth_in_ablate_creditbench_or_the_trainer():
     score_groups([eps[:2], eps[2:]], {"peek": peek}, labels_of=lambda e: turn_labels(e), n_boot=10)
     groups = group_episodes(eps)
     trainer = SimpleNamespace(reward=peek, estimator=get_estimator("grpo"), advantage_eps=None, gamma=1.0,
-                              _estimator_kwargs=lambda g: {})
+                              _estimator_kwargs=lambda g: {}, _warn_if_biased=lambda g: None)
     TurnGRPOTrainer._score_groups(trainer, eps, groups, None)
     assert len(peek.seen) == 3 * 12
     assert all(truth == {} and "retrieval_hit" not in metrics for truth, metrics in peek.seen)

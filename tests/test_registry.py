@@ -120,12 +120,12 @@ def test_reward_labels_carry_options_in_one_spelling_and_refuse_unknown_ones():
     from turngym.rewards.base import apply_reward_args, check_label, get_reward, split_label
 
     assert split_label("siop[prefix=after_observation, eta=2]") == ("siop", {"prefix": "after_observation", "eta": 2})
-    assert check_label("siop[prefix=after_observation, eta=2]") == "siop[eta=2,prefix=after_observation]"
+    assert check_label("siop[prefix=after_observation, eta=2]") == "siop[eta=2.0,prefix=after_observation]"  # a float
     assert check_label("outcome") == "outcome" and check_label("scribe+funrl") == "scribe+funrl"
     r = get_reward("funrl[require_think=true]")
     assert (r.require_think, r.name) == (True, "funrl[require_think=true]")
     assert apply_reward_args(["siop", "outcome", "siop[eta=2]"], ["siop.prefix=after_observation"]) == [
-        "siop[prefix=after_observation]", "outcome", "siop[eta=2,prefix=after_observation]"]
+        "siop[prefix=after_observation]", "outcome", "siop[eta=2.0,prefix=after_observation]"]
     for bad, message in (("siop[prefx=1]", "reward 'siop' takes no option 'prefx'; its options: eps, equivalence"),
                          ("siop[prefix]", "option 'prefix' is not key=value"),
                          ("scribe+funrl[x=1]", "a composite takes no options"),
@@ -134,3 +134,10 @@ def test_reward_labels_carry_options_in_one_spelling_and_refuse_unknown_ones():
             check_label(bad)
     with pytest.raises(ValueError, match="given twice"):
         get_reward("funrl[require_think=true]", require_think=False)
+    # options take their default's type: YAML 1.1 reads 1e-8 as a string, the float option gets a float
+    assert get_reward("siop[eps=1e-8]").eps == 1e-8 and check_label("siop[n_ref=2]") == "siop[n_ref=2]"
+    for bad, message in (("funrl[require_think=1]", "option require_think takes a bool (default False), got 1"),
+                         ("siop[n_ref=2.5]", "option n_ref takes an int (default 3), got 2.5"),
+                         ("siop[lam=half]", "option lam takes a float (default 0.5), got 'half'")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            check_label(bad)

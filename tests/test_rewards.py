@@ -594,3 +594,21 @@ def test_env_reward_is_what_env_step_returned():
     scores = get_reward("env").score_group([env.episode])
     assert scores.rewards == [rewards] == [[0.5, 0.5]]
     assert get_reward("env").estimator == "turn_loo"
+
+
+def test_igpos_first_answer_is_the_regexs_span_read_linearly():
+    """``info_gain.py`` line 84 reads the first ``<answer>(.*?)</answer>`` of the lower-cased response; two finds give
+    the same span on any text (the regex backtracks quadratically over unclosed tags: 22 s at 200 KB)."""
+    import random
+    import re as regex
+
+    from turngym.rewards.siop import igpo_first_answer
+
+    official = regex.compile(r"<answer>(.*?)</answer>", regex.DOTALL)
+    rng = random.Random(0)
+    for _ in range(5000):
+        text = "".join(rng.choice(["<answer>", "</answer>", "<ANSWER>", "</Answer>", "a", " x\n"])
+                       for _ in range(rng.randint(0, 14)))
+        m = official.search(text.lower())
+        assert igpo_first_answer(text) == (m.group(1).strip() if m else None), text
+    assert igpo_first_answer("<answer>" * 25_000) is None

@@ -75,6 +75,7 @@ def test_group_grid_run_metrics_and_deep_links(browser, one_run):  # noqa: F811
     assert page.locator("table.grid").count() == 0  # grids are built when opened
     page.locator("article.group[data-group='g0'] details.gridbox summary").click()
     grid = page.locator("article.group[data-group='g0'] table.grid[data-wrapper='siop']")
+    grid.wait_for()  # built on the toggle event, after the click returns
     assert grid.locator("tr").count() == 1 + 2  # header + one row per episode
     assert grid.locator("a.cell").evaluate_all("cs => cs.map(c => Number(c.dataset.value))") == [0.1, 0.05, 0.1, 0.05]
     # run metrics on the page, with the interval the report gives

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 from turngym.extras import require
-from turngym.grading.math_answers import GraderError, GraderPool, default_grader
+from turngym.grading.math_answers import MAX_ANSWER_CHARS, GraderError, GraderPool, default_grader
 
 # strip_string's unit words (qwen_math_parser.py lines 100-235), each also with a trailing "s". They go into
 # a regular expression as written, so "." in "a ." matches any character, as in the official code.
@@ -138,6 +138,8 @@ def ttrl_answer(answer: str | None) -> str:
     cut, then :func:`qwen_strip_string`). ``None`` (no answer) votes ``""``."""
     if answer is None:
         return ""
+    if len(str(answer)) > MAX_ANSWER_CHARS:  # past the grader's cap the answer is wrong whatever its key; its own
+        return str(answer)  # text keeps identical long answers together without the normaliser's backtracking regexes
     s = re.sub(r"\n\s*", "", str(answer).replace("\u043a\u0438", ""))
     s = s[1:] if s.startswith(":") else s
     s = s[:-1] if s.endswith(".") else s

@@ -163,17 +163,42 @@ def reward_label(name: str, options: dict[str, Any]) -> str:
     return f"{name}[{text}]"
 
 
-def check_label(label: str) -> str:
-    """``label`` in its one spelling, its options checked against the reward's (one error naming them)."""
+def _typed(name: str, key: str, value: Any, default: Any) -> Any:
+    """``value`` as the type of the option's default (a float option given ``1e-8`` gets 1e-8, not the string YAML
+    1.1 reads); one error naming the option where it cannot be."""
+    if isinstance(value, str) and any(c in value for c in ",[]"):
+        raise ValueError(f"reward {name!r}: option {key}={value!r} holds ',', '[' or ']', which a label cannot carry; "
+                         "give it in a config file")
+    want = type(default)
+    try:
+        if default is None or isinstance(value, want) and not (want is int and isinstance(value, bool)):
+            return value
+        if want is float and not isinstance(value, bool):
+            return float(value)
+        if want is int and not isinstance(value, bool) and float(value) == int(float(value)):
+            return int(float(value))
+    except (TypeError, ValueError):
+        pass
+    article = "an" if want.__name__[0] in "aeiou" else "a"
+    raise ValueError(f"reward {name!r}: option {key} takes {article} {want.__name__} (default {default!r}), got {value!r}")
+
+
+def parse_label(label: str) -> tuple[str, dict[str, Any]]:
+    """``label``'s reward name and options, each option known to the reward and of its default's type."""
     name, options = split_label(label)
     if "+" in name:
         reward_class(name)
-        return name
+        return name, {}
     known = reward_options(name)
     if unknown := [k for k in options if k not in known]:
         raise ValueError(f"reward {name!r} takes no option {', '.join(map(repr, unknown))}; its options: "
                          + (", ".join(sorted(known)) or "none"))
-    return reward_label(name, options)
+    return name, {k: _typed(name, k, v, known[k]) for k, v in options.items()}
+
+
+def check_label(label: str) -> str:
+    """``label`` in its one spelling, its options checked against the reward's (one error naming them)."""
+    return reward_label(*parse_label(label))
 
 
 def apply_reward_args(labels: Sequence[str], reward_args: Sequence[str]) -> list[str]:
@@ -230,8 +255,8 @@ def get_reward(name: str, **config: Any) -> GroupReward:
         except TypeError as exc:
             raise ValueError(f"bad configuration for reward {name!r}: {exc}") from None
 
-    label = check_label(name)
-    name, options = split_label(label)
+    name, options = parse_label(name)
+    label = reward_label(name, options)
     if clash := sorted(set(options) & set(config)):
         raise ValueError(f"reward {label!r}: options {clash} are given twice (in the label and as arguments)")
     if options and "name" not in config:

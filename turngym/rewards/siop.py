@@ -27,7 +27,6 @@ repository's gold-reference IGPO baseline (SIOP's machinery with the gold answer
 from __future__ import annotations
 
 import math
-import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -240,14 +239,15 @@ def igpo_transcript(episode: Episode) -> str:
     return "".join(executed_action(t) + (t.observation or t.unshown_observation or "") for t in episode.turns)
 
 
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-
 def igpo_first_answer(transcript: str) -> str | None:
     """IGPO's answer (``info_gain.py`` lines 71 and 84-86): the first ``<answer>…</answer>`` of the lower-cased
-    response, stripped; None when there is none."""
-    m = _ANSWER_TAG.search(transcript.lower())
-    return m.group(1).strip() if m else None
+    response, stripped; None when there is none. Read with two ``find``s, linear in the transcript: the regex
+    ``<answer>(.*?)</answer>`` finds the same span (when the first opening tag has no closing tag after it, no
+    later one has), but backtracks quadratically over many unclosed tags."""
+    low = transcript.lower()
+    start = low.find("<answer>")
+    end = low.find("</answer>", start + len("<answer>")) if start >= 0 else -1
+    return low[start + len("<answer>"):end].strip() if end >= 0 else None
 
 
 def igpo_normalize(text: str) -> str:
