@@ -96,6 +96,9 @@ def test_a_turngym_reward_and_estimator_exported_per_token():
     assert advantages[0][0] > 0 > advantages[1][0]
     tokens = token_level_advantages(right, advantages[0])
     assert tokens[0] == advantages[0][0] and tokens[2] == 0.0
+    for estimator, need in (("gigpo", "states"), ("vine", "branches"), ("egpo", "entropy")):  # declared needs
+        with pytest.raises(ValueError, match=f"estimator '{estimator}' needs {need} beyond the rewards"):
+            group_scores([right, wrong], "outcome", estimator=estimator)
 
 
 def test_bad_input_is_one_line(monkeypatch):

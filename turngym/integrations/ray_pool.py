@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from turngym.episode import Episode, Turn
+from turngym.episode import Episode, Turn, reward_view
 from turngym.extras import require
 
 PART = "the Ray env pool (--ray)"
@@ -172,7 +172,7 @@ class EnvWorker:
         from turngym.rewards import get_reward
 
         scorer = get_reward(reward, **config)
-        return [scorer.score_group([Episode.from_dict(d) for d in group]) for group in groups]
+        return [scorer.score_group(reward_view([Episode.from_dict(d) for d in group])) for group in groups]
 
     def stats(self) -> dict[str, int]:
         """Live episodes now and at most (the back-pressure bound is checked on this)."""

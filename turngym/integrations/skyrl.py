@@ -31,7 +31,7 @@ require("the SkyRL integration")
 import skyrl_gym  # noqa: E402 - after the extra check, so a missing skyrl-gym is one message
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput  # noqa: E402
 
-from turngym.episode import Episode  # noqa: E402
+from turngym.episode import Episode, reward_view  # noqa: E402
 from turngym.integrations.envs import full_env_id, make_turngym_env  # noqa: E402
 
 # row (SkyRL's env_extras) fields that choose the episode; SkyRL's own (reward_spec, extra_info, ...) are ignored
@@ -173,8 +173,14 @@ def group_scores(episodes: Sequence[Episode], reward: str | Any = "outcome", est
     from turngym.training.advantages import get_estimator
 
     scorer = get_reward(reward) if isinstance(reward, str) else reward
-    rewards = scorer.score_group(list(episodes)).rewards
-    advantages = get_estimator(estimator or scorer.estimator)(rewards, **estimator_kwargs)
+    rewards = scorer.score_group(reward_view(list(episodes))).rewards
+    spec = get_estimator(estimator or scorer.estimator)
+    missing = sorted(spec.needs - {"rewards"} - {"states" if "states" in estimator_kwargs else "", "branches" if "mc" in
+                                                  estimator_kwargs else ""})
+    if missing:  # gigpo without states would silently be its episode term, egpo its base, vine nothing
+        raise ValueError(f"estimator {spec.name!r} needs {', '.join(missing)} beyond the rewards, which group_scores "
+                         "does not have; pass states=/mc= or name an estimator that rewards alone determine")
+    advantages = spec(rewards, **estimator_kwargs)
     return [list(map(float, r)) for r in rewards], [list(map(float, a)) for a in advantages]
 
 

@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from turngym.episode import Episode
+from turngym.episode import Episode, reward_view
 from turngym.integrations.envs import full_env_id, make_turngym_env
 
 # reset(**row) receives the dataset row; these columns choose the episode (the rest, e.g. "prompt", are TRL's)
@@ -220,7 +220,7 @@ def episode_reward_func(reward: str | Any, **reward_kwargs: Any) -> Callable[...
         for i, ep in enumerate(episodes):
             groups.setdefault(json.dumps(ep.task, sort_keys=True, default=str), []).append(i)
         for members in groups.values():
-            scores = scorer.score_group([episodes[i] for i in members])
+            scores = scorer.score_group(reward_view([episodes[i] for i in members]))
             for i, total in zip(members, scores.totals(), strict=True):
                 totals[i] = float(total)
         return totals

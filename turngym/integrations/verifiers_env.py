@@ -32,7 +32,7 @@ if not hasattr(vf, "MultiTurnEnv"):
 
 from turngym.agents.openai_compat import restore_stop
 from turngym.agents.policy import trim_at_stop
-from turngym.episode import Episode
+from turngym.episode import Episode, reward_view
 from turngym.integrations.envs import full_env_id, make_turngym_env
 from turngym.rewards import GroupReward, get_reward
 
@@ -123,7 +123,7 @@ class TurngymRubric(vf.Rubric):
         if not states:
             return
         episodes: list[Episode] = [s[EPISODE_KEY] for s in states]
-        scores = self.reward.score_group(episodes)
+        scores = self.reward.score_group(reward_view(episodes))
         totals = scores.totals()
         mean = sum(totals) / len(totals)
         name = f"turngym_{self.reward.name}"

@@ -27,8 +27,9 @@ from pydantic import Field
 
 from turngym.agents.openai_compat import restore_stop
 from turngym.agents.policy import trim_at_stop
-from turngym.episode import Episode
+from turngym.episode import Episode, reward_view
 from turngym.integrations.envs import full_env_id, make_turngym_env
+from turngym.rewards.base import reward_class
 
 RECORD_KEY = "turngym_record"
 
@@ -62,6 +63,9 @@ class TurngymTaskset(vf.Taskset[TurngymTask, TurngymTasksetConfig]):
     def load(self) -> Iterator[TurngymTask]:
         config = self.config
         env_id = full_env_id(config.env)
+        if not reward_class(config.reward).scores_single_episodes:  # each trace is scored alone: a group of one
+            raise ValueError(f"reward {config.reward!r} scores groups only (its baseline is the group's); a verifiers "
+                             "trace is scored alone, so name a reward that scores single episodes (e.g. outcome, funrl)")
         probe = make_turngym_env(env_id, **config.env_kwargs)  # unknown ids and bad arguments fail here
         try:
             raw = probe.unwrapped
@@ -129,7 +133,7 @@ class TurngymEnv(vf.Env[TurngymEnvConfig]):
         finally:
             env.close()
         trace = interaction.trace
-        scores = get_reward(data.reward, **data.reward_config).score_group([episode])
+        scores = get_reward(data.reward, **data.reward_config).score_group(reward_view([episode]))
         trace.info[RECORD_KEY] = episode.to_dict()
         trace.record_reward(f"turngym_{data.reward}", scores.totals()[0])
         for t, r in enumerate(scores.rewards[0]):
