@@ -35,9 +35,10 @@ from turngym.oracles.mdp import ExactValues, TabularMDP, Trajectories, sample, s
 from turngym.training.advantages import ESTIMATORS as REGISTERED
 from turngym.training.advantages import get_estimator
 
-# every built-in estimator the oracle can feed: it has rewards and states, not branched continuations (egpo runs
-# as its base advantage: the entropy term needs a policy)
-ESTIMATORS = tuple(n for n in REGISTERED if "branches" not in get_estimator(n).needs)
+# every estimator registered by entry point that the oracle can feed: it has rewards and states, not branched
+# continuations (egpo runs as its base advantage: the entropy term needs a policy); a function registered at run time
+# (an --external one) is scored when named
+ESTIMATORS = tuple(n for n, spec in REGISTERED.items() if isinstance(spec.function, str) and "branches" not in spec.needs)
 ORACLE = "oracle"  # A^π as the credit
 
 
