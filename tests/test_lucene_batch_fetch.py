@@ -243,6 +243,30 @@ def test_a_faulthandler_enabled_after_the_jvm_leaves_the_jvm_its_signal_handler(
     assert proc.stdout.split() == ["libjvm.so", "libjvm.so", "True", "500"]
 
 
+RAY_AFTER_THE_JVM = SIGNAL_OWNER.split("r = LuceneRetriever")[0] + """
+from turngym.integrations.ray_pool import init_ray
+import ray
+r = LuceneRetriever(INDEX)
+init_ray(num_cpus=1, include_dashboard=False, log_to_driver=False)
+during = owner()
+ray.shutdown()
+print(during, owner(), len(r.batch_search(["alpha star"] * 500, k=3, threads=2)))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads glibc's sigaction")
+def test_ray_started_and_stopped_beside_the_jvm_leaves_the_jvm_its_signal_handler(json_index):
+    """Plain ``ray.init`` takes SIGSEGV for its own handler and ``ray.shutdown`` resets it to the default:
+    a process that searched and then ran the Ray pool died at its next search (exit 139, no message)."""
+    pytest.importorskip("ray")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONFAULTHANDLER", "RAY_ADDRESS")}
+    code = RAY_AFTER_THE_JVM.replace("INDEX", repr(str(json_index / "index")))
+    proc = subprocess.run([sys.executable, "-c", code], env=env | {"PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-3:] == ["libjvm.so", "libjvm.so", "500"]
+
+
 # ----------------------------------------------------------------------------- the escaped form
 
 def test_a_stored_document_holding_the_separator_is_sent_escaped(trec_index, batch_hits):

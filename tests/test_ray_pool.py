@@ -21,7 +21,7 @@ from turngym.agents.runner import RolloutRunner  # noqa: E402
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
 from turngym.envs.calculator import CalculatorEnv  # noqa: E402
 from turngym.episode import read_episodes  # noqa: E402
-from turngym.integrations.ray_pool import RayEnvPool, RayPoolError  # noqa: E402
+from turngym.integrations.ray_pool import RayEnvPool, RayPoolError, init_ray  # noqa: E402
 
 CLI = [sys.executable, "-m", "turngym.cli"]
 GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
@@ -29,7 +29,7 @@ GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
-    ray.init(num_cpus=2, resources={"env_node": 4}, include_dashboard=False, log_to_driver=False)
+    init_ray(num_cpus=2, resources={"env_node": 4}, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -57,6 +57,33 @@ def _reachable(address: str, timeout_s: float = 5.0) -> None:
         raise RayPoolError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
 
 
+# Ray's driver installs a SIGSEGV handler at ``ray.init`` and resets SIGSEGV to the default at ``shutdown``.
+# The JVM behind Lucene search raises SIGSEGV on purpose in normal work, so in a process that also searches,
+# either step kills the process (exit 139, no message) at the JVM's next such signal. Ray's documented switch
+# is the environment variable below, read when ``ray`` is imported; its module constant is what ``init`` reads.
+NO_SIGNAL_HANDLER = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
+
+
+def init_ray(**kwargs: Any) -> None:
+    """``ray.init(**kwargs)`` without Ray's failure signal handler in this process, so a JVM here (Lucene)
+    keeps its own, whether ``ray`` was imported before or not; the processes Ray starts from here (its local
+    cluster, its workers) inherit the same setting."""
+    ray = _ray()
+    import ray._private.ray_constants as ray_constants
+
+    before_env, before_const = os.environ.get(NO_SIGNAL_HANDLER), ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
+    os.environ[NO_SIGNAL_HANDLER] = "1"
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    try:
+        ray.init(**kwargs)
+    finally:
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = before_const
+        if before_env is None:
+            os.environ.pop(NO_SIGNAL_HANDLER, None)
+        else:
+            os.environ[NO_SIGNAL_HANDLER] = before_env
+
+
 def connect(address: str = "auto", num_cpus: int | None = None) -> None:
     """Join a Ray cluster: ``auto`` joins the running one (``RAY_ADDRESS`` or the local head) or starts a
     local one; ``HOST:PORT`` / ``ray://HOST:PORT`` joins that one, checked first so an unreachable address
@@ -67,7 +94,7 @@ def connect(address: str = "auto", num_cpus: int | None = None) -> None:
     if address != "auto":
         _reachable(address)
     try:
-        ray.init(address=None if address == "auto" else address, num_cpus=num_cpus, log_to_driver=False,
+        init_ray(address=None if address == "auto" else address, num_cpus=num_cpus, log_to_driver=False,
                  include_dashboard=False, ignore_reinit_error=True)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise RayPoolError(f"cannot join the Ray cluster at {address}: {exc}") from None
