@@ -29,11 +29,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from turngym.episode import Episode, group_episodes, read_episodes, reward_view
+from turngym.episode import Episode, group_episodes, read_episodes, reward_view, turn_labels
 from turngym.evals.credit_table import baseline_scores, estimator_scores
 from turngym.rewards.siop import IGPOReward, igpo_tags_balanced
 from turngym.rewards.support import MemoSupportScorer, make_scorer
-from turngym.truth import turn_labels
 
 
 @dataclass

@@ -10,13 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from turngym.episode import Episode, EpisodeGroup, EpisodeWriter, Turn, group_episodes, reward_view
+from turngym.episode import Episode, EpisodeGroup, EpisodeWriter, Turn, group_episodes, reward_view, turn_labels
 from turngym.evals.ablate import ablate
 from turngym.evals.credit import credit_score, within_auc
 from turngym.evals.credit_table import baseline_scores, parse_estimators
 from turngym.rewards import get_reward
 from turngym.rewards.base import GroupReward, GroupScores
-from turngym.truth import TruthError, TruthMap, TruthValue, turn_labels
+from turngym.truth import TruthError, TruthMap, TruthValue
 
 
 def ep(i, group, labels, correct, key="retrieval_hit", source="env"):

@@ -53,7 +53,7 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, GroupReward], out_dir
            estimators: Sequence[str] = (), progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``rewards``: name → reward wrapper. Groups are the episodes' ``group`` ids. ``reliability``:
     a judge-reliability result (``turngym.rewards.scribe.diagnostics.reliability``) to report too.
-    ``truth`` / ``truth_map``: the truth key scored and its value map (:func:`turngym.truth.turn_labels`);
+    ``truth`` / ``truth_map``: the truth key scored and its value map (:func:`turngym.episode.turn_labels`);
     ``estimators``: scored besides each wrapper's declared one. ``progress``: told each wrapper × group
     as it is scored (a model-scored wrapper takes seconds per group on a CPU)."""
     mapping = TruthMap.parse(truth_map) if truth_map else None

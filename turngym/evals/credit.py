@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from turngym.episode import Episode
+from turngym.episode import Episode, turn_labels
 from turngym.training.advantages import get_estimator
-from turngym.truth import TruthMap, turn_labels
+from turngym.truth import TruthMap
 
 
 def turn_truth(ep: Episode, key: str | None = None, mapping: TruthMap | None = None) -> list[int | None]:
     """Each turn's label (1 / 0, None where unlabelled) from the turn's truth namespace only
-    (:func:`turngym.truth.turn_labels`): never from metrics, never cast with ``bool()``."""
+    (:func:`turngym.episode.turn_labels`): never from metrics, never cast with ``bool()``."""
     return turn_labels(ep, key, mapping)
 
 

@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from turngym.episode import Episode, EpisodeWriter, reward_view
+from turngym.episode import Episode, EpisodeWriter, reward_view, turn_labels
 from turngym.evals.credit import (
     credit_score,
     episode_pairs,
@@ -72,7 +72,7 @@ from turngym.evals.credit_table import (
     mark_against,
     table,
 )
-from turngym.truth import TruthMap, TruthValue, turn_labels
+from turngym.truth import TruthMap, TruthValue
 
 TRUTH_KEY = "planted"
 ENVS = ("searchqa", "mathcode", "bfcl")

@@ -20,7 +20,7 @@ from turngym.evals.bfcl_score import bfcl_metrics
 from turngym.evals.metrics import behaviour_metrics, outcome_metrics, per_dataset, ungraded
 from turngym.evals.pipeline import PipelineError, RunProgress, RunSpec, execute
 from turngym.evals.pipeline import resolve_subset as _resolve_subset
-from turngym.evals.writers import LOCK_FILE, RUN_SETTINGS, EvalFolderWriter, FolderWriter, write_results
+from turngym.evals.writers import LOCK_FILE, RUN_SETTINGS, EvalFolderWriter, FolderWriter
 
 EvalError = PipelineError  # a problem the user must fix (bad subset, full disk, server down); nothing written is lost
 EvalSpec = RunSpec  # what to evaluate (turngym.evals.pipeline)
@@ -147,3 +147,15 @@ def merge_shards(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dict[
         results["merged_from"] = [str(d) for d, _, _ in stored]
         write_results(results, episodes, out)
     return results
+
+
+def write_results(results: dict[str, Any], episodes: Sequence[Episode], out: Path) -> None:
+    """An eval folder's results: ``results.json`` (replaced whole), the episode viewer, and ``report.md`` with plots."""
+    from turngym.evals.report import render_eval_report
+    from turngym.evals.viewer import render_viewer  # the episodes turn by turn; report.md links it
+
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=1))
+    tmp.replace(out / "results.json")
+    render_viewer(episodes, out / "view.html", source="episodes.jsonl")
+    render_eval_report(results, episodes, out)

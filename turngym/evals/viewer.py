@@ -247,7 +247,8 @@ def _outcome_value(ep: Episode) -> float | None:
 def _truth_shown(ep: Episode) -> list[float | None]:
     """The ✓ / ✗ chip: the turn's label when its episode carries one binary truth key, else none (every
     key and value, with its source, is listed on the turn)."""
-    from turngym.truth import TruthError, turn_labels
+    from turngym.episode import turn_labels
+    from turngym.truth import TruthError
 
     try:
         return [None if x is None else float(x) for x in turn_labels(ep)]
