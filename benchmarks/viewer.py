@@ -24,8 +24,8 @@ from pathlib import Path
 
 from turngym.agents.tiny import tiny_model_dir
 from turngym.episode import Episode, EpisodeWriter, Turn, read_episodes
-from turngym.evals.scores import records_for, write_scores
 from turngym.evals.viewer import write_viewer
+from turngym.training.scores import records_for, write_scores
 from turngym.truth import TruthValue
 
 WORDS = ("the capital river season album director born founded population league county city war "

@@ -56,7 +56,7 @@ def test_igpo_is_scored_where_gold_exists_and_the_table_says_so(episodes, tiny_c
     assert s["correlation"]["igpo"]["outcome"] is not None and s["correlation"]["outcome"]["igpo"] is not None
     import json
 
-    from turngym.evals.scores import read_scores
+    from turngym.training.scores import read_scores
 
     saved = json.loads((tmp_path / "ablation.json").read_text())
     assert saved["per_turn_rewards"]["igpo"][-3:] == [[None] * len(e.turns) for e in episodes[-3:]]

@@ -14,8 +14,8 @@ from turngym.episode import Episode, EpisodeWriter, Turn, read_episodes
 from turngym.evals.ablate import ablate, spearman
 from turngym.evals.harness import EvalError, EvalSpec, resolve_subset, run_eval
 from turngym.evals.lm_eval_bridge import parse_reply
-from turngym.evals.metrics import behaviour_metrics, outcome_metrics, pass_at_k, wilson
 from turngym.evals.report import compare_runs
+from turngym.grading.metrics import behaviour_metrics, outcome_metrics, pass_at_k, wilson
 from turngym.rewards import get_reward
 from turngym.truth import TruthValue
 

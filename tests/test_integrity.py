@@ -320,7 +320,7 @@ TOWER = r"2^{2^{2^{2^{2^{2}}}}}"
 def test_a_tower_policy_scores_like_a_wrong_one():
     """Measured on the previous version: 2 of 20 GSM8K items right and towers elsewhere reported accuracy
     1.000 (n = 2, 18 ungraded); writing -1 instead reported 0.100. Both report 0.100 now."""
-    from turngym.evals.metrics import outcome_metrics, ungraded
+    from turngym.grading.metrics import outcome_metrics, ungraded
 
     right = [None, None]
     towers = _math_episodes(right + [TOWER] * 16 + [r"2^{2^{2}}", r"(10^{6})!"], list(range(20)))
@@ -344,7 +344,7 @@ def test_correct_tower_tower_wrong_get_outcome_rewards_1_0_0_0():
 
 def test_an_ungraded_episode_is_left_out_of_metrics_and_scores_no_group_mean():
     from turngym.episode import Episode, Turn
-    from turngym.evals.metrics import outcome_metrics, ungraded
+    from turngym.grading.metrics import outcome_metrics, ungraded
     from turngym.rewards.outcome import OutcomeReward
 
     def ep(i, outcome):

@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from turngym.episode import Episode, EpisodeWriter, Turn
-from turngym.evals.scores import ScoreRecord, ScoresFileError, read_scores, write_scores
 from turngym.evals.viewer import ViewerError, write_viewer
+from turngym.training.scores import ScoreRecord, ScoresFileError, read_scores, write_scores
 from turngym.truth import TruthValue
 
 HOSTILE = "</script><script>window.__pwned = 1</script><!--"

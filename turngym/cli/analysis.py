@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> None:
     vw = sub.add_parser("view", help="write a self-contained HTML viewer of saved episodes and their per-turn credit")
     vw.add_argument("episodes", help="an episodes JSONL file")
     vw.add_argument("--ablation", default=None, help="a `turngym ablate` output folder (its scores.jsonl)")
-    vw.add_argument("--scores", default=None, help="a per-turn scores JSONL file (format: turngym.evals.scores)")
+    vw.add_argument("--scores", default=None, help="a per-turn scores JSONL file (format: turngym.training.scores)")
     vw.add_argument("--compare", default=None, metavar="EPISODES",
                     help="a second run's episodes JSONL (another model or checkpoint on the same items), shown side "
                          "by side item by item (default: none)")

@@ -98,9 +98,9 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, GroupReward], out_dir
         (out / "ablation.json").write_text(json.dumps({**summary, "per_turn_rewards": json_rows}, indent=1))
         if per_turn:
             credit_heatmap(per_turn, out / "credit_maps.png")
-        # per-turn rewards and group advantages by episode id (format: turngym.evals.scores), and the viewer
-        from turngym.evals.scores import records_for, write_scores
+        # per-turn rewards and group advantages by episode id (format: turngym.training.scores), and the viewer
         from turngym.evals.viewer import render_viewer
+        from turngym.training.scores import records_for, write_scores
 
         records = records_for(ordered, per_turn)
         write_scores(out / "scores.jsonl", records)

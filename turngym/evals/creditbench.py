@@ -491,7 +491,7 @@ def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | P
     summary: dict[str, Any] = {"config": {**{k: v for k, v in asdict(cfg).items() if k != "retriever"}, **SUBSETS},
                                "retriever": "default index" if cfg.retriever is None else str(cfg.retriever),
                                "build_s": None if build_s is None else round(build_s, 2), "envs": {}}
-    from turngym.evals.scores import records_for
+    from turngym.training.scores import records_for
 
     records = []  # per-turn rewards for the viewer
     labels_of = labels_for(cfg)

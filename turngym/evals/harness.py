@@ -17,10 +17,10 @@ from typing import Any
 from turngym._version import __version__
 from turngym.episode import Episode, read_episodes
 from turngym.evals.bfcl_score import bfcl_metrics
-from turngym.evals.metrics import behaviour_metrics, outcome_metrics, per_dataset, ungraded
 from turngym.evals.pipeline import PipelineError, RunProgress, RunSpec, execute
 from turngym.evals.pipeline import resolve_subset as _resolve_subset
 from turngym.evals.writers import LOCK_FILE, RUN_SETTINGS, EvalFolderWriter, FolderWriter
+from turngym.grading.metrics import behaviour_metrics, outcome_metrics, per_dataset, ungraded
 
 EvalError = PipelineError  # a problem the user must fix (bad subset, full disk, server down); nothing written is lost
 EvalSpec = RunSpec  # what to evaluate (turngym.evals.pipeline)
