@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from turngym._version import __version__
+from turngym.envs.bfcl.score import bfcl_metrics
 from turngym.episode import Episode, read_episodes
-from turngym.evals.bfcl_score import bfcl_metrics
 from turngym.evals.pipeline import PipelineError, RunProgress, RunSpec, execute
 from turngym.evals.pipeline import resolve_subset as _resolve_subset
 from turngym.evals.writers import LOCK_FILE, RUN_SETTINGS, EvalFolderWriter, FolderWriter
