@@ -551,7 +551,7 @@ def test_max_turns_given_two_ways_that_disagree_is_one_error_before_any_model_lo
                "--out", str(tmp_path / "r"))
     assert out.returncode != 0 and "--max-turns 2 and --env-arg max_turns=3 disagree" in out.stderr
     assert "Traceback" not in out.stderr and not (tmp_path / "r" / "run.json").exists()
-    from turngym.evals.pipeline import env_kwargs
+    from turngym.run.pipeline import env_kwargs
 
     assert env_kwargs(["max_turns=3"], None, 3) == {"max_turns": 3}  # the same value twice is fine
 

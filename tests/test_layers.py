@@ -32,11 +32,14 @@ STAGES = {
     "turngym": 1,  # the package itself: registers the envs on import
     "agents": 2,
     "rewards": 3,
-    "training": 4, "evals": 4, "importers": 4,
+    "training": 4, "importers": 4,
     "integrations": 4,  # turngym envs and episodes reached from other stacks (OpenEnv)
-    "cli": 5, "__main__": 5,
+    "run": 5,  # the run pipeline and its writers: episodes into files
+    "evals": 7,  # the eval and main jobs
+    "cli": 8, "__main__": 8,
 }
-STAGE_NAMES = ["grading/episode/corpora", "envs", "agents", "rewards", "training/evals", "cli"]
+STAGE_NAMES = ["grading/episode/corpora", "envs", "agents", "rewards", "training/integrations", "run", "credit/views",
+               "evals", "cli"]
 
 
 def module_name(path: Path) -> str:
@@ -184,8 +187,7 @@ def test_type_only_imports_count_for_layers_but_not_for_cycles():
     names = lambda runtime: {a.name for n in walk(tree, runtime) if isinstance(n, ast.Import) for a in n.names}  # noqa: E731
     assert names(False) == {"turngym.x", "turngym.y"} and names(True) == {"turngym.y"}
     # the run pipeline names Episode only in annotations: layer-checked, yet no runtime edge
-    pipeline = "turngym.evals.pipeline"
-    assert "turngym.episode" in GRAPH[pipeline] and "turngym.episode" not in RUNTIME_GRAPH[pipeline]
+    assert "turngym.episode" in GRAPH["turngym.run.pipeline"] and "turngym.episode" not in RUNTIME_GRAPH["turngym.run.pipeline"]
 
 
 def test_a_type_only_import_of_a_later_stage_is_a_violation():
@@ -196,7 +198,7 @@ def test_a_type_only_import_of_a_later_stage_is_a_violation():
     assert deps == {"turngym.training.trainer"}
     assert imports_of("turngym.envs.planted", planted, False, set(FILES), runtime=True) == set()
     assert layer_violations({"turngym.envs.planted": deps}) == [
-        "turngym.envs.planted (envs) imports turngym.training.trainer (training/evals)"]
+        "turngym.envs.planted (envs) imports turngym.training.trainer (training/integrations)"]
 
 
 # Third-party private names turngym must touch, each with why no public one serves (keyed by the expression).

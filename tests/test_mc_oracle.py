@@ -248,7 +248,7 @@ def test_greedy_settings_and_a_resume_with_other_settings_are_refused_before_the
 
     from turngym.agents.tiny import tiny_model_dir
     from turngym.evals.mc_oracle import run_mc_creditbench
-    from turngym.evals.runs import RunError
+    from turngym.run.lock import RunError
 
     episodes = tmp_path / "episodes.jsonl"
     _write_calculator_episodes(episodes, tiny_chat_policy)

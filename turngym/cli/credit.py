@@ -41,8 +41,8 @@ def cmd_mc_creditbench(args: argparse.Namespace) -> int:
     from turngym.agents.policy import PolicyError
     from turngym.evals.credit_table import parse_estimators
     from turngym.evals.mc_oracle import run_mc_creditbench
-    from turngym.evals.pipeline import PipelineError, env_kwargs
-    from turngym.evals.runs import RunError
+    from turngym.run.lock import RunError
+    from turngym.run.pipeline import PipelineError, env_kwargs
 
     if not args.episodes:
         fail("--oracle mc needs --episodes FILE (e.g. a turngym eval run's episodes.jsonl)")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from turngym.evals.pipeline import RunProgress
+    from turngym.run.pipeline import RunProgress
 
 INSTRUCT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
@@ -84,7 +84,7 @@ class MainJobConfig:
 
 def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str], RunProgress] | None = None) -> Path:
     """``policy``: an already loaded agent (then ``cfg.model`` only names it); ``progress(name)``: how each
-    env's eval reports its turns and episodes (turngym.evals.pipeline.RunProgress)."""
+    env's eval reports its turns and episodes (turngym.run.pipeline.RunProgress)."""
     from turngym.agents.loading import load_policy, model_identity
     from turngym.envs.declared import fill_needs
     from turngym.episode import read_episodes
@@ -100,7 +100,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str
     times: dict[str, Any] = {"setup_s": cfg.setup_s, "cpu_s": {}}  # cpu_s: this process's CPU time per stage
     t0, c0 = time.perf_counter(), time.process_time()
     if cfg.ray is not None:  # a bad address or a missing [ray] extra is one message before the model loads
-        from turngym.evals.pipeline import RunSpec, join_ray, validate
+        from turngym.run.pipeline import RunSpec, join_ray, validate
 
         probe = RunSpec(env_id="turngym/Calculator-v0", ray=cfg.ray, env_workers=cfg.env_workers,
                         envs_per_worker=cfg.envs_per_worker)

@@ -150,7 +150,7 @@ MC_SETTINGS = "mc_settings.json"
 def recorded_settings(episodes_file: str | Path) -> tuple[dict[str, Any], Path | None]:
     """The settings the episodes were recorded with: ``<file>.run.json`` (``turngym rollout``), else the
     ``run.json`` beside them (``turngym eval``); ``({}, None)`` when there is neither."""
-    from turngym.evals.writers import RUN_SETTINGS, rollout_settings_path
+    from turngym.run.writers import RUN_SETTINGS, rollout_settings_path
 
     path = Path(episodes_file)
     for candidate in (rollout_settings_path(path), path.with_name(RUN_SETTINGS)):
@@ -180,7 +180,7 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
     from turngym.agents.policy import SamplingParams
     from turngym.envs.declared import fill_needs
     from turngym.evals.ablate import make_wrappers
-    from turngym.evals.runs import check_settings, store_settings
+    from turngym.run.lock import check_settings, store_settings
 
     report = read_episodes(episodes_file)
     episodes = fill_needs(report.episodes)  # recorded by an older turngym: their env's declaration fills what they lack

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from turngym.evals.runs import RunError, validate_run_args
+from turngym.run.lock import RunError, validate_run_args
 from turngym.sandbox.base import SandboxError
 
 if TYPE_CHECKING:

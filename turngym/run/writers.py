@@ -1,9 +1,9 @@
-"""Where a run's output goes: the writers behind :func:`turngym.evals.pipeline.execute`.
+"""Where a run's output goes: the writers behind :func:`turngym.run.pipeline.execute`.
 
 One writer per command: ``eval`` writes a folder (``episodes.jsonl``, ``run.json``, then ``results.json``,
 ``report.md``, plots and ``view.html``), ``rollout`` one resumable JSONL file with its settings and subset
 beside it, ``play`` nothing (the eval's results are :func:`turngym.evals.harness.write_results`'). The pipeline
-only calls the methods of its :class:`turngym.evals.pipeline.Writer` protocol, so the run flow and the file
+only calls the methods of its :class:`turngym.run.pipeline.Writer` protocol, so the run flow and the file
 layout change apart.
 """
 
@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from turngym.evals.pipeline import PipelineError
-from turngym.evals.runs import RunLock, check_settings, store_settings
+from turngym.run.lock import RunLock, check_settings, store_settings
+from turngym.run.pipeline import PipelineError
 
 if TYPE_CHECKING:
-    from turngym.evals.pipeline import Prepared, RunSpec
+    from turngym.run.pipeline import Prepared, RunSpec
 
 
 class _NoLock:
