@@ -143,7 +143,7 @@ def test_every_wrapper_scores_and_outcome_credit_follows_the_evidence(searchqa_g
     assert (tmp_path / "creditbench.md").read_text().count("| outcome |") == 1
     assert summary["envs"]["searchqa"]["labelled_turns"] == SMALL.groups * SMALL.k * SUBSETS["search_turns"]
     # the viewer holds the planted episodes with outcome's per-turn rewards, and the report links it
-    from turngym.evals.viewer import build_payload  # noqa: F401 - the page's data is the payload it embeds
+    from turngym.views.viewer import build_payload  # noqa: F401 - the page's data is the payload it embeds
     page = (tmp_path / "view.html").read_text()
     assert "](view.html)" in (tmp_path / "creditbench.md").read_text()
     first = searchqa_groups[0][0]

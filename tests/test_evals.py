@@ -13,11 +13,11 @@ from turngym.agents.tiny import tiny_model_dir
 from turngym.episode import Episode, EpisodeWriter, Turn, read_episodes
 from turngym.evals.ablate import ablate, spearman
 from turngym.evals.harness import EvalError, EvalSpec, resolve_subset, run_eval
-from turngym.evals.report import compare_runs
 from turngym.grading.metrics import behaviour_metrics, outcome_metrics, pass_at_k, wilson
 from turngym.integrations.lm_eval_bridge import parse_reply
 from turngym.rewards import get_reward
 from turngym.truth import TruthValue
+from turngym.views.report import compare_runs
 
 
 def ep(i, group, correct, turns=2, **outcome):

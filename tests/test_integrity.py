@@ -586,7 +586,7 @@ def test_the_episode_reader_refuses_what_is_not_a_regular_file(tmp_path):
 def test_a_full_disk_while_writing_the_viewer_is_one_message_and_the_episodes_stay(tmp_path, monkeypatch, tiny_chat_policy):
     import errno
 
-    import turngym.evals.viewer as viewer
+    import turngym.views.viewer as viewer
     from turngym.episode import read_episodes
     from turngym.evals.harness import EvalError, EvalSpec, run_eval
 

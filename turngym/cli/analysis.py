@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.cli._common import add_reward_args, attempt, log_trackers, reward_labels
-from turngym.evals.trackers import add_tracker_arguments
+from turngym.views.trackers import add_tracker_arguments
 
 COMMANDS = ("ablate", "report", "view")
 
@@ -78,7 +78,7 @@ def _ablate(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from turngym.evals.report import compare_runs
+    from turngym.views.report import compare_runs
 
     path = attempt(lambda: compare_runs(args.dirs, args.out), FileNotFoundError, KeyError, ValueError)
     print(f"report: {path}")
@@ -86,7 +86,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _view(args: argparse.Namespace) -> int:
-    from turngym.evals.viewer import write_viewer
+    from turngym.views.viewer import write_viewer
 
     path = attempt(lambda: write_viewer(args.episodes, args.out, ablation_dir=args.ablation, scores_path=args.scores,
                                         compare_path=args.compare, compare_scores_path=args.compare_scores),

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.cli._common import add_ray_args, add_reward_args, attempt, fail, log_trackers, ray_fields, reward_labels
-from turngym.evals.trackers import add_tracker_arguments
+from turngym.views.trackers import add_tracker_arguments
 
 
 def cmd_exact_creditbench(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.cli._common import add_batching, add_env_args, add_model_args, add_ray_args, attempt, fail, log_trackers, ray_fields
-from turngym.evals.trackers import add_tracker_arguments
+from turngym.views.trackers import add_tracker_arguments
 
 COMMANDS = ("play", "rollout", "eval")
 
@@ -194,7 +194,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _print_results(results: dict[str, Any], out: Path, prefix: str = "") -> None:
-    from turngym.evals.report import format_metric
+    from turngym.views.report import format_metric
 
     for name, m in results["metrics"].items():
         print(f"{prefix}{name}: {format_metric(m)} (n={m['n']})")

@@ -90,7 +90,7 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, GroupReward], out_dir
     if reliability is not None:
         summary["reliability"] = reliability
     if out_dir is not None:
-        from turngym.evals.report import credit_heatmap
+        from turngym.views.report import credit_heatmap
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -99,8 +99,8 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, GroupReward], out_dir
         if per_turn:
             credit_heatmap(per_turn, out / "credit_maps.png")
         # per-turn rewards and group advantages by episode id (format: turngym.training.scores), and the viewer
-        from turngym.evals.viewer import render_viewer
         from turngym.training.scores import records_for, write_scores
+        from turngym.views.viewer import render_viewer
 
         records = records_for(ordered, per_turn)
         write_scores(out / "scores.jsonl", records)

@@ -523,7 +523,7 @@ def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | P
                     for e in g:
                         w.write(e)
         (out / "creditbench.json").write_text(json.dumps(summary, indent=1))
-        from turngym.evals.viewer import render_viewer
+        from turngym.views.viewer import render_viewer
 
         render_viewer([e for groups in built.values() for g in groups for e in g], out / "view.html", records,
                       source="episodes.jsonl")

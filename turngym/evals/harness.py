@@ -151,8 +151,8 @@ def merge_shards(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dict[
 
 def write_results(results: dict[str, Any], episodes: Sequence[Episode], out: Path) -> None:
     """An eval folder's results: ``results.json`` (replaced whole), the episode viewer, and ``report.md`` with plots."""
-    from turngym.evals.report import render_eval_report
-    from turngym.evals.viewer import render_viewer  # the episodes turn by turn; report.md links it
+    from turngym.views.report import render_eval_report
+    from turngym.views.viewer import render_viewer  # the episodes turn by turn; report.md links it
 
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(results, indent=1))

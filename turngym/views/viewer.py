@@ -115,7 +115,7 @@ def render_viewer(episodes: Sequence[Episode], out_path: str | Path, records: Se
 
 def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], source: str,
                   notes: Sequence[str] = (), compare: Run | None = None) -> dict[str, Any]:
-    from turngym.evals.report import model_name
+    from turngym.views.report import model_name
 
     first = list(episodes)
     run_of = [0] * len(first)
@@ -433,7 +433,7 @@ def embed_json(payload: Any) -> str:
 
 
 def _asset(name: str) -> str:
-    return resources.files("turngym.evals").joinpath("templates", name).read_text(encoding="utf-8")
+    return resources.files("turngym.views").joinpath("templates", name).read_text(encoding="utf-8")
 
 
 def render_html(payload: dict[str, Any]) -> str:
