@@ -31,10 +31,10 @@ import numpy as np
 
 
 def main() -> None:
+    from turngym.credit.accuracy import credit_score, episode_pairs, labelled_pairs
+    from turngym.credit.creditbench import BenchConfig, build
+    from turngym.credit.table import baseline_scores, estimator_scores
     from turngym.episode import reward_view, turn_labels
-    from turngym.evals.credit import credit_score, episode_pairs, labelled_pairs
-    from turngym.evals.credit_table import baseline_scores, estimator_scores
-    from turngym.evals.creditbench import BenchConfig, build
     from turngym.rewards import get_reward
     from turngym.rewards.support import make_scorer
 

@@ -4,8 +4,8 @@ import copy
 
 import pytest
 
+from turngym.credit.ablate import ablate
 from turngym.envs.calculator import CalculatorEnv
-from turngym.evals.ablate import ablate
 from turngym.rewards import get_reward
 from turngym.rewards.support import HFSupportScorer
 
@@ -94,9 +94,9 @@ def test_a_failing_gold_only_wrapper_is_not_rerun_on_every_group(episodes):
 
 
 def test_old_files_without_reward_needs_use_the_registered_envs_declaration(episodes, tmp_path):
+    from turngym.credit.ablate import run_ablation
     from turngym.envs.calculator import CalculatorEnv
     from turngym.episode import EpisodeWriter
-    from turngym.evals.ablate import run_ablation
 
     path = tmp_path / "old.jsonl"
     writer = EpisodeWriter(path)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from turngym.evals.credit import (
+from turngym.credit.accuracy import (
     auc,
     credit_score,
     group_advantages,
     labelled_pairs,
 )
-from turngym.evals.creditbench import (
+from turngym.credit.creditbench import (
     SUBSETS,
     BenchConfig,
     build_bfcl,
@@ -78,7 +78,7 @@ def test_builds_are_deterministic_under_a_seed(searchqa_groups):
 
 
 def test_mathcode_labels_compute_needed_intermediates():
-    from turngym.evals.creditbench import gsm8k_solutions
+    from turngym.credit.creditbench import gsm8k_solutions
 
     def value(text):
         try:
@@ -151,7 +151,7 @@ def test_every_wrapper_scores_and_outcome_credit_follows_the_evidence(searchqa_g
 
 
 def test_ablate_reports_credit_accuracy_on_advantages(searchqa_groups, tmp_path):
-    from turngym.evals.ablate import ablate
+    from turngym.credit.ablate import ablate
     from turngym.rewards import get_reward
 
     episodes = [e for g in searchqa_groups for e in g]

@@ -35,6 +35,7 @@ STAGES = {
     "training": 4, "importers": 4,
     "integrations": 4,  # turngym envs and episodes reached from other stacks (OpenEnv)
     "run": 5,  # the run pipeline and its writers: episodes into files
+    "credit": 6,  # credit accuracy, ablation, creditbench, oracles: per-turn credit against truth
     "views": 6,  # reports, the episode viewer, trackers: what runs wrote, shown
     "evals": 7,  # the eval and main jobs
     "cli": 8, "__main__": 8,

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from turngym.credit.ablate import ablate
 from turngym.episode import EpisodeWriter, read_episodes
-from turngym.evals.ablate import ablate
 from turngym.evals.harness import EvalSpec, run_eval
 from turngym.rewards import get_reward
 from turngym.views.trackers import (

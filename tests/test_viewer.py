@@ -134,7 +134,7 @@ def test_scores_errors_are_clear(tmp_path, viewer_files):
 
 
 def test_ablate_saves_per_turn_scores_and_writes_a_linked_viewer(tmp_path):
-    from turngym.evals.ablate import ablate
+    from turngym.credit.ablate import ablate
     from turngym.rewards import get_reward
 
     eps = hand_made()

@@ -56,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _ablate(args: argparse.Namespace) -> int:
-    from turngym.evals.ablate import run_ablation
-    from turngym.evals.credit_table import parse_estimators
+    from turngym.credit.ablate import run_ablation
+    from turngym.credit.table import parse_estimators
     from turngym.progress import StageClock
 
     clock = StageClock()

@@ -86,10 +86,10 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str
     """``policy``: an already loaded agent (then ``cfg.model`` only names it); ``progress(name)``: how each
     env's eval reports its turns and episodes (turngym.run.pipeline.RunProgress)."""
     from turngym.agents.loading import load_policy, model_identity
+    from turngym.credit.ablate import ablate, make_wrappers
+    from turngym.credit.creditbench import BenchConfig, run_creditbench
     from turngym.envs.declared import fill_needs
     from turngym.episode import read_episodes
-    from turngym.evals.ablate import ablate, make_wrappers
-    from turngym.evals.creditbench import BenchConfig, run_creditbench
     from turngym.evals.harness import EvalSpec, run_eval
     from turngym.rewards.base import reward_class
     from turngym.rewards.support import HFSupportScorer
@@ -190,7 +190,7 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
             (", first search forced" if r.env_kwargs.get("force_first_search") else "")
         lines.append(f"| {r.env_id} {r.env_kwargs.get('tool_format', '')}{forced} | {subset} | {metrics} | "
                      f"{'–' if calls is None else f'{calls:.2f}'} | [report]({r.name}/report.md) |")
-    from turngym.evals.credit_table import LEGEND, table
+    from turngym.credit.table import LEGEND, table
 
     lines += ["", "## Reward ablation on these episodes", "",
               (f"{ablation['groups']} groups, {ablation['episodes']} episodes, {ablation['turns_with_ground_truth']} turns with "

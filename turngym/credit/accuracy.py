@@ -10,7 +10,7 @@ truth (1 useful, 0 not; read from ``Turn.truth`` only, see :mod:`turngym.truth`)
 AUC of label 1 vs label 0, the within-episode AUC (pairs of turns of one episode only: what
 an episode-level credit cannot separate, it scores exactly 0.5) and Spearman's ρ, each with a
 group-level bootstrap interval (groups are resampled whole: turns of a group share a
-normalisation and are not independent). :mod:`turngym.evals.credit_table` puts them in tables
+normalisation and are not independent). :mod:`turngym.credit.table` puts them in tables
 beside label-free baselines.
 """
 

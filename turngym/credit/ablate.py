@@ -6,7 +6,7 @@ episode totals with the gold outcome, and **credit accuracy**: the Spearman corr
 between the wrapper's per-turn rewards and the per-turn truth in ``Turn.truth`` (declared by
 the env: SearchQA ``retrieval_hit``, MathCode ``feeds_answer``, Calculator ``tool_ok``, BFCL
 ``bfcl_turn_valid``; or written by an importer, e.g. human labels), over the turns that have
-one, and on advantages the credit table of :mod:`turngym.evals.credit_table` (pooled and
+one, and on advantages the credit table of :mod:`turngym.credit.table` (pooled and
 within-episode AUC, ρ, label-free baselines) under the declared estimator and each of
 ``estimators``. ``truth`` names the key (default: the one key each episode carries) and
 ``truth_map`` maps non-binary values to labels. Rewards score the episodes through
@@ -23,10 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from turngym.envs.declared import load_episodes
-from turngym.episode import Episode, EpisodeGroup, group_episodes, reward_view
-from turngym.evals.credit import turn_truth
-from turngym.evals.credit_table import (
+from turngym.credit.accuracy import turn_truth
+from turngym.credit.table import (
     LEGEND,
     baseline_scores,
     best_baseline,
@@ -35,6 +33,8 @@ from turngym.evals.credit_table import (
     mark_against,
     table,
 )
+from turngym.envs.declared import load_episodes
+from turngym.episode import Episode, EpisodeGroup, group_episodes, reward_view
 from turngym.rewards.base import GroupReward, get_reward, outcome_score, reward_class
 from turngym.truth import TruthMap
 
