@@ -10,7 +10,7 @@ one, and on advantages the credit table of :mod:`turngym.credit.table` (pooled a
 within-episode AUC, ρ, label-free baselines) under the declared estimator and each of
 ``estimators``. ``truth`` names the key (default: the one key each episode carries) and
 ``truth_map`` maps non-binary values to labels. Rewards score the episodes through
-:func:`turngym.truth.reward_view`: they never see the truth.
+:func:`turngym.episode.reward_view`: they never see the truth.
 """
 
 from __future__ import annotations
