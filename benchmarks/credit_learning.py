@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from turngym.evals.exact_oracle import ORACLE, batch_gradients, credits, settings
+from turngym.credit.exact_oracle import ORACLE, batch_gradients, credits, settings
 from turngym.oracles.mdp import TabularMDP, sample, solve
 
 CSV_EVERY = 5

@@ -29,11 +29,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from turngym.episode import Episode, group_episodes, read_episodes, reward_view
-from turngym.evals.credit_table import baseline_scores, estimator_scores
+from turngym.credit.table import baseline_scores, estimator_scores
+from turngym.episode import Episode, group_episodes, read_episodes, reward_view, turn_labels
 from turngym.rewards.siop import IGPOReward, igpo_tags_balanced
 from turngym.rewards.support import MemoSupportScorer, make_scorer
-from turngym.truth import turn_labels
 
 
 @dataclass
@@ -97,7 +96,7 @@ def main() -> None:
         groups = [list(g) for g in group_episodes(read_episodes(args.episodes).episodes)]
         labels = [[turn_labels(e, args.truth) for e in g] for g in groups]
     else:
-        from turngym.evals.creditbench import BenchConfig, build
+        from turngym.credit.creditbench import BenchConfig, build
 
         built = build(BenchConfig(envs=("searchqa",), groups=args.planted, k=4, designs=("random", "contrast")))
         groups = [list(g) for sets in built.values() for g in sets]

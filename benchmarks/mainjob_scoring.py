@@ -17,7 +17,7 @@ import time
 import torch
 
 from turngym.agents.loading import load_policy
-from turngym.evals.creditbench import BenchConfig, build
+from turngym.credit.creditbench import BenchConfig, build
 from turngym.rewards import get_reward
 from turngym.rewards.support import HFSupportScorer
 

@@ -36,8 +36,8 @@ ARMS = {"cli": None, "pool1": 1, "pool2": 2}
 def one_run(url: str, level: int, episodes: int, workers: int | None, batching: str) -> float:
     from turngym.agents.openai_compat import OpenAICompatPolicy
     from turngym.cli._progress import BarProgress
-    from turngym.evals.pipeline import RunSpec, execute
-    from turngym.evals.writers import EvalFolderWriter
+    from turngym.run.pipeline import RunSpec, execute
+    from turngym.run.writers import EvalFolderWriter
 
     k = 8
     spec = RunSpec(env_id="turngym/Calculator-v0", env_kwargs={"max_turns": 4}, model="fake", base_url=url,

@@ -248,7 +248,7 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str,
 
 def bench_reliability(episodes: list[Episode], reward: Any, repeats: int, temperature: float,
                       repeat_tokens: int | None) -> dict[str, Any] | None:
-    from turngym.evals.ablate import reliability_table
+    from turngym.credit.ablate import reliability_table
     from turngym.rewards.scribe.diagnostics import reliability
 
     if reward.library is None:
@@ -396,7 +396,7 @@ def main() -> None:
                                                       args.repeat_max_new_tokens)
     save()
     if args.ablate_out:  # `turngym ablate`'s report on the same rewards (scores and judgements from the cache)
-        from turngym.evals.ablate import ablate
+        from turngym.credit.ablate import ablate
 
         ablate(episodes, {"scribe": reward, "prm": prm}, args.ablate_out, reliability=rel)
         print(f"ablation report: {Path(args.ablate_out) / 'ablation.md'}", flush=True)

@@ -31,13 +31,12 @@ import numpy as np
 
 
 def main() -> None:
-    from turngym.episode import reward_view
-    from turngym.evals.credit import credit_score, episode_pairs, labelled_pairs
-    from turngym.evals.credit_table import baseline_scores, estimator_scores
-    from turngym.evals.creditbench import BenchConfig, build
+    from turngym.credit.accuracy import credit_score, episode_pairs, labelled_pairs
+    from turngym.credit.creditbench import BenchConfig, build
+    from turngym.credit.table import baseline_scores, estimator_scores
+    from turngym.episode import reward_view, turn_labels
     from turngym.rewards import get_reward
     from turngym.rewards.support import make_scorer
-    from turngym.truth import turn_labels
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--envs", default="searchqa", help="planted envs, comma-separated (searchqa, mathcode)")

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from turngym.agents.tiny import tiny_model_dir
 from turngym.episode import Episode, EpisodeWriter, Turn, read_episodes
-from turngym.evals.scores import records_for, write_scores
-from turngym.evals.viewer import write_viewer
+from turngym.training.scores import records_for, write_scores
 from turngym.truth import TruthValue
+from turngym.views.viewer import write_viewer
 
 WORDS = ("the capital river season album director born founded population league county city war "
          "museum island author novel film bridge mountain university").split()
@@ -126,8 +126,11 @@ def baseline_page(html: Path, ref: str) -> Path:
     root = Path(__file__).resolve().parent.parent
 
     def asset(name: str) -> str:
-        return subprocess.run(["git", "show", f"{ref}:turngym/evals/templates/{name}"], cwd=root, check=True,
-                              capture_output=True, text=True).stdout
+        for folder in ("turngym/views/templates", "turngym/evals/templates"):  # the templates' folder before the views split
+            shown = subprocess.run(["git", "show", f"{ref}:{folder}/{name}"], cwd=root, capture_output=True, text=True)
+            if shown.returncode == 0:
+                return shown.stdout
+        raise FileNotFoundError(f"no viewer template {name} at git revision {ref}")
 
     text = html.read_text(encoding="utf-8")
     data = re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S).group(1)

@@ -15,7 +15,7 @@ fi
 # its runtime needs are in turngym's own dependencies. See turngym/envs/bfcl/upstream.py.
 .venv/bin/python -c "import importlib.metadata as m; assert m.version('bfcl-eval') == '2026.3.23'" 2>/dev/null || \
   .venv/bin/python -m pip install --quiet --no-deps "bfcl-eval==2026.3.23"
-# verl's core_algos for the advantage-conformance check (turngym/evals/external_advantages.py), without its pins
+# verl's core_algos for the advantage-conformance check (turngym/credit/external_advantages.py), without its pins
 # (vllm, ray, flash-attn ...); the modules it imports come with the `conformance` extra.
 .venv/bin/python -c "import importlib.metadata as m; assert m.version('verl') == '0.9.1'" 2>/dev/null || \
   .venv/bin/python -m pip install --quiet --no-deps "verl==0.9.1"

@@ -4,8 +4,8 @@ import copy
 
 import pytest
 
+from turngym.credit.ablate import ablate
 from turngym.envs.calculator import CalculatorEnv
-from turngym.evals.ablate import ablate
 from turngym.rewards import get_reward
 from turngym.rewards.support import HFSupportScorer
 
@@ -56,7 +56,7 @@ def test_igpo_is_scored_where_gold_exists_and_the_table_says_so(episodes, tiny_c
     assert s["correlation"]["igpo"]["outcome"] is not None and s["correlation"]["outcome"]["igpo"] is not None
     import json
 
-    from turngym.evals.scores import read_scores
+    from turngym.training.scores import read_scores
 
     saved = json.loads((tmp_path / "ablation.json").read_text())
     assert saved["per_turn_rewards"]["igpo"][-3:] == [[None] * len(e.turns) for e in episodes[-3:]]
@@ -94,9 +94,9 @@ def test_a_failing_gold_only_wrapper_is_not_rerun_on_every_group(episodes):
 
 
 def test_old_files_without_reward_needs_use_the_registered_envs_declaration(episodes, tmp_path):
+    from turngym.credit.ablate import run_ablation
     from turngym.envs.calculator import CalculatorEnv
     from turngym.episode import EpisodeWriter
-    from turngym.evals.ablate import run_ablation
 
     path = tmp_path / "old.jsonl"
     writer = EpisodeWriter(path)
@@ -113,7 +113,7 @@ def test_old_files_without_reward_needs_use_the_registered_envs_declaration(epis
 def test_every_command_that_reads_saved_episodes_fills_old_files_the_same_way(episodes, tmp_path, capsys):
     from turngym.envs.declared import load_episodes
     from turngym.episode import EpisodeWriter
-    from turngym.evals.viewer import write_viewer
+    from turngym.views.viewer import write_viewer
 
     path = tmp_path / "old.jsonl"
     writer = EpisodeWriter(path)

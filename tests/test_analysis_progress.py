@@ -33,7 +33,7 @@ def test_ablate_prints_each_wrapper_and_group_as_it_scores(tmp_path, capsys):
 
 
 def test_creditbench_progress_names_the_env(tmp_path):
-    from turngym.evals.creditbench import BenchConfig, run_creditbench
+    from turngym.credit.creditbench import BenchConfig, run_creditbench
     from turngym.rewards import get_reward
 
     said: list[str] = []

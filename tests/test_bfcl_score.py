@@ -10,9 +10,9 @@ import types
 import pytest
 
 from turngym.envs.bfcl.data import load_category
+from turngym.envs.bfcl.score import V4_COUNTS, bfcl_metrics, v4_summary
 from turngym.envs.bfcl.upstream import bfcl
 from turngym.episode import Episode
-from turngym.evals.bfcl_score import V4_COUNTS, bfcl_metrics, v4_summary
 
 
 def _leaderboard_overall(accuracy: dict[str, float], tmp_path, monkeypatch) -> dict[str, str]:
@@ -71,7 +71,8 @@ def test_bfcl_metrics_from_episodes():
 def test_bfcl_categories_are_defined_once():
     """The env, the scorer and the lm-eval bridge use the one category table."""
     from turngym.envs.bfcl import categories, data
-    from turngym.evals import bfcl_score, lm_eval_bridge
+    from turngym.envs.bfcl import score as bfcl_score
+    from turngym.integrations import lm_eval_bridge
 
     assert data.CATEGORIES is categories.CATEGORIES and bfcl_score.V4_COUNTS is categories.V4_COUNTS
     leaderboard = set(categories.V4_COUNTS)

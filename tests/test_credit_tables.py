@@ -10,13 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from turngym.episode import Episode, EpisodeGroup, EpisodeWriter, Turn, group_episodes, reward_view
-from turngym.evals.ablate import ablate
-from turngym.evals.credit import credit_score, within_auc
-from turngym.evals.credit_table import baseline_scores, parse_estimators
+from turngym.credit.ablate import ablate
+from turngym.credit.accuracy import credit_score, within_auc
+from turngym.credit.table import baseline_scores, parse_estimators
+from turngym.episode import Episode, EpisodeGroup, EpisodeWriter, Turn, group_episodes, reward_view, turn_labels
 from turngym.rewards import get_reward
 from turngym.rewards.base import GroupReward, GroupScores
-from turngym.truth import TruthError, TruthMap, TruthValue, turn_labels
+from turngym.truth import TruthError, TruthMap, TruthValue
 
 
 def ep(i, group, labels, correct, key="retrieval_hit", source="env"):
@@ -92,7 +92,7 @@ def test_reward_view_holds_no_truth_and_leaves_the_episodes_alone():
 
 
 def test_no_reward_sees_the_truth_in_ablate_creditbench_or_the_trainer():
-    from turngym.evals.creditbench import score_groups
+    from turngym.credit.creditbench import score_groups
     from turngym.training.advantages import get_estimator
     from turngym.training.trainer import TurnGRPOTrainer
 
@@ -195,7 +195,7 @@ def test_ablate_command_names_the_truth_and_refuses_unmapped_labels(tmp_path):
 
 
 def test_contrast_design_leaves_episode_level_rewards_at_exactly_half():
-    from turngym.evals.creditbench import BenchConfig, build_searchqa, planted_labels, score_groups
+    from turngym.credit.creditbench import BenchConfig, build_searchqa, planted_labels, score_groups
 
     cfg = BenchConfig(groups=2, k=4, seed=0, designs=("contrast",))
     groups = build_searchqa(cfg, "contrast")
@@ -210,7 +210,7 @@ def test_contrast_design_leaves_episode_level_rewards_at_exactly_half():
 
 
 def test_mathcode_contrast_puts_the_useless_cell_first_and_last():
-    from turngym.evals.creditbench import BenchConfig, build_mathcode, planted_labels
+    from turngym.credit.creditbench import BenchConfig, build_mathcode, planted_labels
 
     groups = build_mathcode(BenchConfig(groups=2, k=2, seed=0, noise=0.01, designs=("contrast",)), "contrast")
     assert [[planted_labels(e)[:3] for e in g] for g in groups] == [[[0, 1, 1], [1, 1, 0]]] * 2

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from turngym.evals.credit import (
+from turngym.credit.accuracy import (
     auc,
     credit_score,
     group_advantages,
     labelled_pairs,
 )
-from turngym.evals.creditbench import (
+from turngym.credit.creditbench import (
     SUBSETS,
     BenchConfig,
     build_bfcl,
@@ -78,7 +78,7 @@ def test_builds_are_deterministic_under_a_seed(searchqa_groups):
 
 
 def test_mathcode_labels_compute_needed_intermediates():
-    from turngym.evals.creditbench import gsm8k_solutions
+    from turngym.credit.creditbench import gsm8k_solutions
 
     def value(text):
         try:
@@ -143,7 +143,7 @@ def test_every_wrapper_scores_and_outcome_credit_follows_the_evidence(searchqa_g
     assert (tmp_path / "creditbench.md").read_text().count("| outcome |") == 1
     assert summary["envs"]["searchqa"]["labelled_turns"] == SMALL.groups * SMALL.k * SUBSETS["search_turns"]
     # the viewer holds the planted episodes with outcome's per-turn rewards, and the report links it
-    from turngym.evals.viewer import build_payload  # noqa: F401 - the page's data is the payload it embeds
+    from turngym.views.viewer import build_payload  # noqa: F401 - the page's data is the payload it embeds
     page = (tmp_path / "view.html").read_text()
     assert "](view.html)" in (tmp_path / "creditbench.md").read_text()
     first = searchqa_groups[0][0]
@@ -151,7 +151,7 @@ def test_every_wrapper_scores_and_outcome_credit_follows_the_evidence(searchqa_g
 
 
 def test_ablate_reports_credit_accuracy_on_advantages(searchqa_groups, tmp_path):
-    from turngym.evals.ablate import ablate
+    from turngym.credit.ablate import ablate
     from turngym.rewards import get_reward
 
     episodes = [e for g in searchqa_groups for e in g]

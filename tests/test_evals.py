@@ -10,14 +10,14 @@ import time
 import pytest
 
 from turngym.agents.tiny import tiny_model_dir
+from turngym.credit.ablate import ablate, spearman
 from turngym.episode import Episode, EpisodeWriter, Turn, read_episodes
-from turngym.evals.ablate import ablate, spearman
 from turngym.evals.harness import EvalError, EvalSpec, resolve_subset, run_eval
-from turngym.evals.lm_eval_bridge import parse_reply
-from turngym.evals.metrics import behaviour_metrics, outcome_metrics, pass_at_k, wilson
-from turngym.evals.report import compare_runs
+from turngym.grading.metrics import behaviour_metrics, outcome_metrics, pass_at_k, wilson
+from turngym.integrations.lm_eval_bridge import parse_reply
 from turngym.rewards import get_reward
 from turngym.truth import TruthValue
+from turngym.views.report import compare_runs
 
 
 def ep(i, group, correct, turns=2, **outcome):
@@ -201,7 +201,7 @@ def test_lm_eval_bridge_runs_multi_turn_episodes_with_an_lm_eval_backend(tmp_pat
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    from turngym.evals.lm_eval_bridge import make_turngym_lm_class, write_tasks
+    from turngym.integrations.lm_eval_bridge import make_turngym_lm_class, write_tasks
 
     names = write_tasks(tmp_path, ["gsm8k"], limit=2)
     lm = make_turngym_lm_class()(backend="hf", pretrained=str(tiny_model_dir(chat=True)), max_turns=2,
@@ -222,7 +222,7 @@ def test_lm_eval_task_folders_are_portable_and_other_model_types_get_a_clear_err
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    from turngym.evals.lm_eval_bridge import make_turngym_lm_class, process_results, write_tasks
+    from turngym.integrations.lm_eval_bridge import make_turngym_lm_class, process_results, write_tasks
 
     names = write_tasks(tmp_path / "written", ["gsm8k"], limit=1)
     assert str(tmp_path) not in "".join(f.read_text() for f in (tmp_path / "written").glob("*.yaml"))
@@ -276,7 +276,7 @@ def test_lm_eval_bridge_runs_bfcl_categories(tmp_path):
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    from turngym.evals.lm_eval_bridge import make_turngym_lm_class, write_tasks
+    from turngym.integrations.lm_eval_bridge import make_turngym_lm_class, write_tasks
 
     names = write_tasks(tmp_path, ["bfcl_irrelevance", "bfcl_multi_turn_base"], limit=1)
     lm = make_turngym_lm_class()(backend="hf", pretrained=str(tiny_model_dir(chat=True)), max_new_tokens=8,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import turngym  # noqa: F401 - registers the envs
+from turngym.credit.exact_oracle import evaluate, markdown, run_exact, settings
 from turngym.envs import credit_mdps as envs
-from turngym.evals.exact_oracle import evaluate, markdown, run_exact, settings
 from turngym.oracles.mdp import enumerate_trajectories, sample, solve
 
 SETTINGS = {s.name: s for s in settings()}
@@ -163,8 +163,8 @@ def external_module(tmp_path, monkeypatch):
 
 
 def test_an_external_advantage_function_is_scored_beside_turngyms_on_the_same_episodes(external_module):
-    from turngym.evals.exact_oracle import run_exact
-    from turngym.evals.external_advantages import register_external
+    from turngym.credit.exact_oracle import run_exact
+    from turngym.credit.external_advantages import register_external
 
     loo, biased = register_external("their_advantages:loo"), register_external("their_advantages:zscored_turns")
     rows = run_exact(batch_sizes=(32,), batches=60, estimators=("turn_loo", "turn", loo, biased))["rows"]
@@ -202,7 +202,7 @@ def test_verls_own_rloo_and_grpo_through_the_verl_form_equal_turngyms_estimators
     every token) and ``compute_grpo_outcome_advantage`` ((R_i − mean)/(std + 1e-6), torch's unbiased std), called as
     verl calls them, one token per turn."""
     pytest.importorskip("verl.trainer.ppo.core_algos")
-    from turngym.evals.external_advantages import PROBE, register_external
+    from turngym.credit.external_advantages import PROBE, register_external
     from turngym.training.advantages import get_estimator
 
     rloo = register_external("verl.trainer.ppo.core_algos:compute_rloo_outcome_advantage", "verl")

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from turngym.envs.parsing import parse_hermes_tool_calls
-from turngym.episode import group_episodes, read_episodes
+from turngym.episode import group_episodes, read_episodes, turn_labels
 from turngym.grading.qa import exact_match, f1_score
 from turngym.importers import Fields, TrajectoryError, import_agentprocessbench, import_messages
-from turngym.truth import TruthError, TruthMap, TruthValue, turn_labels
+from turngym.truth import TruthError, TruthMap, TruthValue
 
 FIXTURE = Path(__file__).parent / "fixtures" / "agentprocessbench_mini.jsonl"
 MAP = "+1:1,-1:0,0:skip"

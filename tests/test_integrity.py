@@ -320,7 +320,7 @@ TOWER = r"2^{2^{2^{2^{2^{2}}}}}"
 def test_a_tower_policy_scores_like_a_wrong_one():
     """Measured on the previous version: 2 of 20 GSM8K items right and towers elsewhere reported accuracy
     1.000 (n = 2, 18 ungraded); writing -1 instead reported 0.100. Both report 0.100 now."""
-    from turngym.evals.metrics import outcome_metrics, ungraded
+    from turngym.grading.metrics import outcome_metrics, ungraded
 
     right = [None, None]
     towers = _math_episodes(right + [TOWER] * 16 + [r"2^{2^{2}}", r"(10^{6})!"], list(range(20)))
@@ -344,7 +344,7 @@ def test_correct_tower_tower_wrong_get_outcome_rewards_1_0_0_0():
 
 def test_an_ungraded_episode_is_left_out_of_metrics_and_scores_no_group_mean():
     from turngym.episode import Episode, Turn
-    from turngym.evals.metrics import outcome_metrics, ungraded
+    from turngym.grading.metrics import outcome_metrics, ungraded
     from turngym.rewards.outcome import OutcomeReward
 
     def ep(i, outcome):
@@ -551,7 +551,7 @@ def test_max_turns_given_two_ways_that_disagree_is_one_error_before_any_model_lo
                "--out", str(tmp_path / "r"))
     assert out.returncode != 0 and "--max-turns 2 and --env-arg max_turns=3 disagree" in out.stderr
     assert "Traceback" not in out.stderr and not (tmp_path / "r" / "run.json").exists()
-    from turngym.evals.pipeline import env_kwargs
+    from turngym.run.pipeline import env_kwargs
 
     assert env_kwargs(["max_turns=3"], None, 3) == {"max_turns": 3}  # the same value twice is fine
 
@@ -586,7 +586,7 @@ def test_the_episode_reader_refuses_what_is_not_a_regular_file(tmp_path):
 def test_a_full_disk_while_writing_the_viewer_is_one_message_and_the_episodes_stay(tmp_path, monkeypatch, tiny_chat_policy):
     import errno
 
-    import turngym.evals.viewer as viewer
+    import turngym.views.viewer as viewer
     from turngym.episode import read_episodes
     from turngym.evals.harness import EvalError, EvalSpec, run_eval
 

@@ -8,8 +8,8 @@ import pytest
 
 from turngym.episode import Episode, Turn
 from turngym.evals.harness import EvalSpec, summarise, write_results
-from turngym.evals.metrics import bootstrap_mean, outcome_metrics, rate, wilson
-from turngym.evals.report import (
+from turngym.grading.metrics import bootstrap_mean, outcome_metrics, rate, wilson
+from turngym.views.report import (
     compare_runs,
     credit_figure,
     credit_heatmap,

@@ -14,10 +14,10 @@ import pytest
 from turngym.agents.branching import turn_values
 from turngym.agents.policy import Generation, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
+from turngym.credit.mc_oracle import oracle_labels, run_mc_oracle
 from turngym.envs.calculator import CalculatorEnv
 from turngym.envs.credit_mdps import VariableHorizonEnv
 from turngym.envs.math_code import MathCodeEnv
-from turngym.evals.mc_oracle import oracle_labels, run_mc_oracle
 from turngym.oracles.mdp import softmax_probs, solve
 
 
@@ -227,7 +227,7 @@ def _write_calculator_episodes(path, tiny_chat_policy):
 def test_the_oracle_reads_a_rollout_files_settings_before_a_folders_run_json(tmp_path):
     import json
 
-    from turngym.evals.mc_oracle import recorded_settings
+    from turngym.credit.mc_oracle import recorded_settings
 
     episodes = tmp_path / "x.jsonl"
     assert recorded_settings(episodes) == ({}, None)
@@ -247,8 +247,8 @@ def test_greedy_settings_and_a_resume_with_other_settings_are_refused_before_the
     import json
 
     from turngym.agents.tiny import tiny_model_dir
-    from turngym.evals.mc_oracle import run_mc_creditbench
-    from turngym.evals.runs import RunError
+    from turngym.credit.mc_oracle import run_mc_creditbench
+    from turngym.run.lock import RunError
 
     episodes = tmp_path / "episodes.jsonl"
     _write_calculator_episodes(episodes, tiny_chat_policy)

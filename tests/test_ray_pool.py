@@ -200,7 +200,7 @@ def test_an_unreachable_address_is_one_line_before_the_model_loads(tmp_path):
 def test_ray_missing_is_one_line_naming_the_extra(monkeypatch):
     import importlib.util
 
-    from turngym.evals.pipeline import PipelineError, RunSpec, validate
+    from turngym.run.pipeline import PipelineError, RunSpec, validate
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))

@@ -83,7 +83,7 @@ def test_a_group_with_different_declarations_is_refused():
 def test_the_lm_eval_bridge_takes_its_metrics_from_the_envs_declaration(tmp_path):
     import yaml
 
-    from turngym.evals.lm_eval_bridge import write_tasks
+    from turngym.integrations.lm_eval_bridge import write_tasks
 
     write_tasks(tmp_path, ["bamboogle", "gsm8k", "bfcl_irrelevance"], limit=1)
     metrics = {name: [m["metric"] for m in yaml.load((tmp_path / f"turngym_{name}.yaml").read_text(),

@@ -13,7 +13,7 @@ from turngym.agents.tiny import tiny_model_dir
 from turngym.cli import main
 from turngym.episode import read_episodes
 from turngym.evals.harness import EvalError, EvalSpec, run_eval
-from turngym.evals.runs import RunError, RunLock, differences
+from turngym.run.lock import RunError, RunLock, differences
 
 SLOW_EVAL = """
 import sys, time

@@ -265,7 +265,7 @@ def test_help_imports_only_parsers_and_import_turngym_still_registers_the_envs()
 def test_each_env_declares_the_prompt_styles_its_constructor_takes(env):
     import inspect
 
-    from turngym.evals.pipeline import env_class
+    from turngym.run.pipeline import env_class
 
     cls = env_class(env)
     takes = "prompt_style" in inspect.signature(cls.__init__).parameters

@@ -545,7 +545,7 @@ def test_reliability_of_scribe_and_prm_on_the_same_steps(planted_library, embedd
         ci = r["judges"][name]["cross_instance"]
         assert ci["scored_pairs"] == 6  # 3 episodes x 2 identical steps: 3 pairs each
         assert ci["identical_prompt_pairs"] == 6 and ci["distinct_exact_agreement"] is None  # all copies
-    from turngym.evals.ablate import reliability_table
+    from turngym.credit.ablate import reliability_table
 
     table = "\n".join(reliability_table(r))
     assert "| scribe | 3 | 1.000 |" in table and "| prm | 3 | 1.000 |" in table
@@ -751,7 +751,7 @@ def test_build_library_reports_when_the_model_gives_no_json(tmp_path, capsys):
 
 
 def test_ablate_reports_scribe_prm_and_their_reliability_table(tmp_path):
-    from turngym.evals.ablate import run_ablation
+    from turngym.credit.ablate import run_ablation
 
     server = _serve(scripted_rule)
     try:
@@ -834,7 +834,7 @@ def test_reliability_counts_judge_replies_without_json_and_completes(planted_lib
     assert prm["repeat"]["exact_agreement"] is None
     assert prm["cross_instance"]["scored_pairs"] == 2  # the greedy judgements parse: cross-instance still filled
     assert r["judges"]["scribe"]["repeat"]["llm"]["failed"] == 0
-    from turngym.evals.ablate import reliability_table
+    from turngym.credit.ablate import reliability_table
 
     table = "\n".join(reliability_table(r))
     assert "| prm | 2 | – | – | – | 2 (2 with identical prompts) |" in table and table.count(" 8 of 8 |") == 1

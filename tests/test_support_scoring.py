@@ -275,8 +275,8 @@ def test_ablate_scorer_spec_local_model_and_server(tiny_chat_policy, episodes, t
     import json
 
     from turngym.agents.tiny import tiny_model_dir
+    from turngym.credit.ablate import run_ablation
     from turngym.episode import EpisodeWriter
-    from turngym.evals.ablate import run_ablation
 
     for e, ans in zip(episodes, ["413", "413", "12", None], strict=True):
         e.final_answer = ans

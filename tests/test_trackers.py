@@ -5,10 +5,11 @@ import json
 
 import pytest
 
+from turngym.credit.ablate import ablate
 from turngym.episode import EpisodeWriter, read_episodes
-from turngym.evals.ablate import ablate
 from turngym.evals.harness import EvalSpec, run_eval
-from turngym.evals.trackers import (
+from turngym.rewards import get_reward
+from turngym.views.trackers import (
     TrackerError,
     add_tracker_arguments,
     flatten_metrics,
@@ -17,7 +18,6 @@ from turngym.evals.trackers import (
     log_run_dir,
     read_run_dir,
 )
-from turngym.rewards import get_reward
 
 
 def wandb_records(path):

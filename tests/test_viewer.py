@@ -15,9 +15,9 @@ import sys
 import pytest
 
 from turngym.episode import Episode, EpisodeWriter, Turn
-from turngym.evals.scores import ScoreRecord, ScoresFileError, read_scores, write_scores
-from turngym.evals.viewer import ViewerError, write_viewer
+from turngym.training.scores import ScoreRecord, ScoresFileError, read_scores, write_scores
 from turngym.truth import TruthValue
+from turngym.views.viewer import ViewerError, write_viewer
 
 HOSTILE = "</script><script>window.__pwned = 1</script><!--"
 
@@ -99,7 +99,7 @@ def test_viewer_embeds_exactly_the_files_turns_and_rewards(viewer_files):
 
 
 def test_any_string_and_non_finite_metrics_reach_the_page_as_valid_json(tmp_path):
-    from turngym.evals.viewer import render_viewer
+    from turngym.views.viewer import render_viewer
 
     ep = hand_made()[0]
     ep.turns[0].action = "lone \ud800 surrogate, emoji \U0001F600, nul \x00, " + HOSTILE
@@ -134,7 +134,7 @@ def test_scores_errors_are_clear(tmp_path, viewer_files):
 
 
 def test_ablate_saves_per_turn_scores_and_writes_a_linked_viewer(tmp_path):
-    from turngym.evals.ablate import ablate
+    from turngym.credit.ablate import ablate
     from turngym.rewards import get_reward
 
     eps = hand_made()
@@ -371,7 +371,7 @@ def test_browser_makes_whitespace_only_actions_and_tokens_visible(browser, tmp_p
 def test_calls_answers_are_clustered_by_canonical_json(tmp_path):
     """A group whose env declares call answers (BFCL) is clustered by canonical JSON, not text."""
     from turngym.episode import RewardNeeds
-    from turngym.evals.viewer import render_viewer
+    from turngym.views.viewer import render_viewer
 
     needs = RewardNeeds("calls", "answer_tag", tool_ok_metrics=("tool_ok",))
     answers = ['{"a": 1, "b": 2}', '{"b": 2, "a": 1}', '{"a": 3}']

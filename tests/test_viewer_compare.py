@@ -6,11 +6,11 @@ import pytest
 
 from test_viewer import browser, open_page  # noqa: F401 - the Chromium fixture and page opener
 from turngym.episode import Episode, EpisodeWriter, Turn
-from turngym.evals.metrics import outcome_metrics
-from turngym.evals.scores import ScoreRecord, write_scores
-from turngym.evals.viewer import write_viewer
+from turngym.grading.metrics import outcome_metrics
 from turngym.training.rollouts import RolloutSaver
+from turngym.training.scores import ScoreRecord, write_scores
 from turngym.truth import TruthValue
+from turngym.views.viewer import write_viewer
 
 N_GROUPS = 24  # more than a page (20 groups), so deep links must change page
 

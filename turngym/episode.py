@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from turngym.truth import TruthValue
+from turngym.truth import TruthError, TruthMap, TruthValue, binary_label
 
 SCHEMA_VERSION = 1
 # the longest action any parser reads (answer extraction, tool calls); a longer one is refused unread, so no
@@ -629,3 +630,38 @@ def reward_view(episodes: Sequence[Episode]) -> Any:
     if isinstance(episodes, EpisodeGroup):
         return EpisodeGroup(episodes.key, episodes.task, copies)
     return list(copies)
+
+
+def turn_labels(ep: Episode, key: str | None = None, mapping: TruthMap | None = None) -> list[int | None]:
+    """Each turn's label (1 useful, 0 not, None unlabelled) from the truth namespace only.
+
+    ``key`` None: the one key the episode's turns carry (none: all unlabelled; several: refused, name one).
+    Values pass through ``mapping`` when given, else must be binary (True / False / 1 / 0): never cast
+    with ``bool()``, so a −1 label is not "useful".
+    """
+    if key is None:
+        keys = sorted({k for t in ep.turns for k in t.truth})
+        if len(keys) > 1:
+            raise TruthError(f"episode {ep.id} carries several truth keys {keys}; name the one to score with --truth")
+        if not keys:
+            return [None] * len(ep.turns)
+        key = keys[0]
+    out: list[int | None] = []
+    for t in ep.turns:
+        tv = t.truth.get(key)
+        if tv is None or tv.value is None or (isinstance(tv.value, float) and math.isnan(tv.value)):
+            out.append(None)
+            continue
+        if mapping is not None:
+            found, lab = mapping.label(tv.value)
+            if not found:
+                raise TruthError(f"truth {key!r} = {tv.value!r} on turn {t.index} of episode {ep.id} is not in "
+                                 f"--truth-map; add it (VALUE:1, VALUE:0 or VALUE:skip)")
+            out.append(lab)
+            continue
+        try:
+            out.append(binary_label(tv.value))
+        except ValueError:
+            raise TruthError(f"truth {key!r} = {tv.value!r} ({tv.source}) on turn {t.index} of episode {ep.id} is not "
+                             "binary (True/False/1/0); give --truth-map, e.g. '+1:1,-1:0,0:skip'") from None
+    return out

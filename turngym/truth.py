@@ -5,22 +5,18 @@ sit in ``Turn.metrics``, which rewards read (toolcall_dense reads ``tool_ok``), 
 metric names. Here it has its own namespace, ``Turn.truth``: key → :class:`TruthValue` (the value
 as recorded, never cast, and its source). Envs declare the keys they write (``truth_keys``), an
 importer or the planted benchmark writes its own; rewards get episodes through
-:func:`reward_view`, which empties the namespace, so no reward can read it.
+:func:`turngym.episode.reward_view`, which empties the namespace, so no reward can read it.
 
-A table turns values into labels 1 / 0 / skip with :func:`turn_labels`: binary values (True /
+A table turns values into labels 1 / 0 / skip with :func:`turngym.episode.turn_labels`: binary values (True /
 False, 1 / 0) map as they are; anything else (a human −1 / 0 / +1 label, a Monte-Carlo advantage)
 needs a :class:`TruthMap` such as ``"+1:1,-1:0,0:skip"`` and is refused without one.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
-
-if TYPE_CHECKING:
-    from turngym.episode import Episode
+from typing import Any
 
 TRUTH_SOURCES = ("planted", "env", "human", "mc", "exact")
 Scalar = bool | int | float | str | None
@@ -97,52 +93,14 @@ class TruthMap:
         return False, None
 
 
-def _binary(value: Scalar) -> int | None:
-    """1 / 0 for True / False / 1 / 0 (None: no truth); raises for anything else."""
+def binary_label(value: Scalar) -> int | None:
+    """1 / 0 for True / False / 1 / 0 (None: no truth); raises ValueError for anything else."""
     if value is None:
         return None
     c = _canon(value)
     if c in (0.0, 1.0):
         return int(c)
     raise ValueError(value)
-
-
-def turn_labels(ep: Episode, key: str | None = None, mapping: TruthMap | None = None) -> list[int | None]:
-    """Each turn's label (1 useful, 0 not, None unlabelled) from the truth namespace only.
-
-    ``key`` None: the one key the episode's turns carry (none: all unlabelled; several: refused, name one).
-    Values pass through ``mapping`` when given, else must be binary (True / False / 1 / 0): never cast
-    with ``bool()``, so a −1 label is not "useful".
-    """
-    if key is None:
-        keys = sorted({k for t in ep.turns for k in t.truth})
-        if len(keys) > 1:
-            raise TruthError(f"episode {ep.id} carries several truth keys {keys}; name the one to score with --truth")
-        if not keys:
-            return [None] * len(ep.turns)
-        key = keys[0]
-    out: list[int | None] = []
-    for t in ep.turns:
-        tv = t.truth.get(key)
-        if tv is None or tv.value is None or (isinstance(tv.value, float) and math.isnan(tv.value)):
-            out.append(None)
-            continue
-        if mapping is not None:
-            found, lab = mapping.label(tv.value)
-            if not found:
-                raise TruthError(f"truth {key!r} = {tv.value!r} on turn {t.index} of episode {ep.id} is not in "
-                                 f"--truth-map; add it (VALUE:1, VALUE:0 or VALUE:skip)")
-            out.append(lab)
-            continue
-        try:
-            out.append(_binary(tv.value))
-        except ValueError:
-            raise TruthError(f"truth {key!r} = {tv.value!r} ({tv.source}) on turn {t.index} of episode {ep.id} is not "
-                             "binary (True/False/1/0); give --truth-map, e.g. '+1:1,-1:0,0:skip'") from None
-    return out
-
-
-E = TypeVar("E")
 
 
 def check_declared(turn_truth: dict[str, Any], declared: Sequence[str], env_name: str) -> dict[str, TruthValue]:

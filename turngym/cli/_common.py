@@ -129,7 +129,7 @@ def ray_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 def log_trackers(args: argparse.Namespace, out: Any) -> None:
     """After a command wrote its results folder: log it to TensorBoard / W&B when its flags ask."""
-    from turngym.evals.trackers import TrackerError, log_from_args
+    from turngym.views.trackers import TrackerError, log_from_args
 
     try:
         log_from_args(args, out)

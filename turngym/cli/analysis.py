@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.cli._common import add_reward_args, attempt, log_trackers, reward_labels
-from turngym.evals.trackers import add_tracker_arguments
+from turngym.views.trackers import add_tracker_arguments
 
 COMMANDS = ("ablate", "report", "view")
 
@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> None:
     vw = sub.add_parser("view", help="write a self-contained HTML viewer of saved episodes and their per-turn credit")
     vw.add_argument("episodes", help="an episodes JSONL file")
     vw.add_argument("--ablation", default=None, help="a `turngym ablate` output folder (its scores.jsonl)")
-    vw.add_argument("--scores", default=None, help="a per-turn scores JSONL file (format: turngym.evals.scores)")
+    vw.add_argument("--scores", default=None, help="a per-turn scores JSONL file (format: turngym.training.scores)")
     vw.add_argument("--compare", default=None, metavar="EPISODES",
                     help="a second run's episodes JSONL (another model or checkpoint on the same items), shown side "
                          "by side item by item (default: none)")
@@ -56,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _ablate(args: argparse.Namespace) -> int:
-    from turngym.evals.ablate import run_ablation
-    from turngym.evals.credit_table import parse_estimators
+    from turngym.credit.ablate import run_ablation
+    from turngym.credit.table import parse_estimators
     from turngym.progress import StageClock
 
     clock = StageClock()
@@ -78,7 +78,7 @@ def _ablate(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from turngym.evals.report import compare_runs
+    from turngym.views.report import compare_runs
 
     path = attempt(lambda: compare_runs(args.dirs, args.out), FileNotFoundError, KeyError, ValueError)
     print(f"report: {path}")
@@ -86,7 +86,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _view(args: argparse.Namespace) -> int:
-    from turngym.evals.viewer import write_viewer
+    from turngym.views.viewer import write_viewer
 
     path = attempt(lambda: write_viewer(args.episodes, args.out, ablation_dir=args.ablation, scores_path=args.scores,
                                         compare_path=args.compare, compare_scores_path=args.compare_scores),

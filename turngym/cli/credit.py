@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from turngym.cli._common import add_ray_args, add_reward_args, attempt, fail, log_trackers, ray_fields, reward_labels
-from turngym.evals.trackers import add_tracker_arguments
+from turngym.views.trackers import add_tracker_arguments
 
 
 def cmd_exact_creditbench(args: argparse.Namespace) -> int:
     """``--oracle exact``: estimators' expected gradients against the exact policy gradient (turngym.oracles)."""
-    from turngym.evals.credit_table import parse_estimators
-    from turngym.evals.exact_oracle import ESTIMATORS, run_exact
-    from turngym.evals.external_advantages import register_external
+    from turngym.credit.exact_oracle import ESTIMATORS, run_exact
+    from turngym.credit.external_advantages import register_external
+    from turngym.credit.table import parse_estimators
 
     def run() -> dict[str, Any]:
         external = [register_external(spec, args.external_form) for spec in args.external]  # refused before any work
@@ -39,10 +39,10 @@ def cmd_mc_creditbench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from turngym.agents.policy import PolicyError
-    from turngym.evals.credit_table import parse_estimators
-    from turngym.evals.mc_oracle import run_mc_creditbench
-    from turngym.evals.pipeline import PipelineError, env_kwargs
-    from turngym.evals.runs import RunError
+    from turngym.credit.mc_oracle import run_mc_creditbench
+    from turngym.credit.table import parse_estimators
+    from turngym.run.lock import RunError
+    from turngym.run.pipeline import PipelineError, env_kwargs
 
     if not args.episodes:
         fail("--oracle mc needs --episodes FILE (e.g. a turngym eval run's episodes.jsonl)")
@@ -72,9 +72,9 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
         return cmd_exact_creditbench(args)
     if args.oracle == "mc":
         return cmd_mc_creditbench(args)
-    from turngym.evals.ablate import make_wrappers
-    from turngym.evals.credit_table import parse_estimators
-    from turngym.evals.creditbench import ENVS, BenchConfig, build, run_creditbench
+    from turngym.credit.ablate import make_wrappers
+    from turngym.credit.creditbench import ENVS, BenchConfig, build, run_creditbench
+    from turngym.credit.table import parse_estimators
     from turngym.progress import StageClock
 
     names = reward_labels(args)

@@ -19,7 +19,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turngym.evals.lm_eval_bridge import write_tasks
+    from turngym.integrations.lm_eval_bridge import write_tasks
 
     names = write_tasks(args.out, args.datasets.split(",") if args.datasets else None, args.limit)
     print(f"wrote {len(names)} tasks to {args.out}: {', '.join(names)}")
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_lm_eval(argv: list[str]) -> int:
     from turngym.cli._common import fail
-    from turngym.evals.lm_eval_bridge import main as lm_eval_main
+    from turngym.integrations.lm_eval_bridge import main as lm_eval_main
 
     try:
         lm_eval_main(argv)

@@ -1,4 +1,4 @@
-"""``turngym play``, ``rollout`` and ``eval``: the run commands, each a writer over one pipeline (turngym.evals.pipeline)."""
+"""``turngym play``, ``rollout`` and ``eval``: the run commands, each a writer over one pipeline (turngym.run.pipeline)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.cli._common import add_batching, add_env_args, add_model_args, add_ray_args, attempt, fail, log_trackers, ray_fields
-from turngym.evals.trackers import add_tracker_arguments
+from turngym.views.trackers import add_tracker_arguments
 
 COMMANDS = ("play", "rollout", "eval")
 
@@ -62,14 +62,14 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from turngym.agents.policy import PolicyError
-    from turngym.evals.pipeline import PipelineError
+    from turngym.run.pipeline import PipelineError
 
     command = {"play": _play, "rollout": _rollout, "eval": _eval}[args.command]
     return attempt(lambda: command(args), PipelineError, PolicyError, FileNotFoundError)
 
 
 def _spec(args: argparse.Namespace, env: str | None = None, dataset: str | None = None, **fields: Any):
-    from turngym.evals.pipeline import RunSpec, env_id, env_kwargs
+    from turngym.run.pipeline import RunSpec, env_id, env_kwargs
 
     kwargs = env_kwargs(args.env_arg, args.dataset if dataset is None else dataset, args.max_turns)
     return RunSpec(env_id=env_id(env or args.env), env_kwargs=kwargs, model=args.model, base_url=args.base_url,
@@ -83,8 +83,8 @@ def _spec(args: argparse.Namespace, env: str | None = None, dataset: str | None 
 def _play(args: argparse.Namespace) -> int:
     from turngym.agents.runner import RolloutTask
     from turngym.cli._progress import TurnPrinter
-    from turngym.evals.pipeline import execute
-    from turngym.evals.writers import NoWriter
+    from turngym.run.pipeline import execute
+    from turngym.run.writers import NoWriter
 
     if args.human:
         return _play_human(args)
@@ -107,7 +107,7 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _play_human(args: argparse.Namespace) -> int:
-    from turngym.evals.pipeline import PipelineError, check_prompt_style, env_class, make_env
+    from turngym.run.pipeline import PipelineError, check_prompt_style, env_class, make_env
 
     spec = _spec(args)
     cls = env_class(spec.env_id)
@@ -142,8 +142,8 @@ def _rollout(args: argparse.Namespace) -> int:
     from turngym.agents.openai_compat import server_settings
     from turngym.cli._progress import BarProgress
     from turngym.episode import read_episodes
-    from turngym.evals.pipeline import PipelineError, env_id, env_kwargs, execute
-    from turngym.evals.writers import JsonlWriter
+    from turngym.run.pipeline import PipelineError, env_id, env_kwargs, execute
+    from turngym.run.writers import JsonlWriter
 
     spec = _spec(args, k=args.k, concurrency=args.concurrency, batching=args.batching, start=args.start, limit=args.limit)
     try:
@@ -178,7 +178,7 @@ def _eval(args: argparse.Namespace) -> int:
         return _eval_many(args)
     from turngym.cli._progress import BarProgress
     from turngym.evals.harness import run_eval
-    from turngym.evals.pipeline import Shard
+    from turngym.run.pipeline import Shard
 
     spec = _spec(args, k=args.k, limit=args.limit, start=args.start, subset_file=args.subset,
                  concurrency=args.concurrency, batching=args.batching,
@@ -194,7 +194,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _print_results(results: dict[str, Any], out: Path, prefix: str = "") -> None:
-    from turngym.evals.report import format_metric
+    from turngym.views.report import format_metric
 
     for name, m in results["metrics"].items():
         print(f"{prefix}{name}: {format_metric(m)} (n={m['n']})")
@@ -208,7 +208,7 @@ def _eval_many(args: argparse.Namespace) -> int:
     each env's results go to ``DIR/<env>[-<dataset>]``."""
     from turngym.cli._progress import BarProgress
     from turngym.evals.harness import run_eval
-    from turngym.evals.pipeline import PipelineError, join_ray, load_policy, prepare, validate
+    from turngym.run.pipeline import PipelineError, join_ray, load_policy, prepare, validate
 
     if args.dataset:
         fail("with several envs give each its dataset as --env NAME:DATASET, not --dataset")

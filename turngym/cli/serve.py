@@ -22,7 +22,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turngym.evals.pipeline import PipelineError, env_kwargs
+    from turngym.run.pipeline import PipelineError, env_kwargs
 
     if args.max_sessions < 1:
         fail("--max-sessions must be >= 1")

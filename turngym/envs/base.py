@@ -130,7 +130,7 @@ class TextEnv(gym.Env):
     manifest: Any = None  # the dataset file the items come from (a DatasetManifest), recorded in Episode.meta
     # the prompt styles its ``prompt_style`` argument takes (chat template or plain text for base models); ()
     # when it has no such argument and renders one way for every model. The run pipeline passes the
-    # policy's style only to an env that declares it (turngym.evals.pipeline)
+    # policy's style only to an env that declares it (turngym.run.pipeline)
     prompt_styles: tuple[str, ...] = ()
     reward_needs: RewardNeeds | None = None  # every env declares it (the contract checker requires it)
     # the per-turn truth keys the env writes into ``Turn.truth`` (source "env"); writing another is an error

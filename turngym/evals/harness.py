@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from turngym._version import __version__
+from turngym.envs.bfcl.score import bfcl_metrics
 from turngym.episode import Episode, read_episodes
-from turngym.evals.bfcl_score import bfcl_metrics
-from turngym.evals.metrics import behaviour_metrics, outcome_metrics, per_dataset, ungraded
-from turngym.evals.pipeline import PipelineError, RunProgress, RunSpec, execute
-from turngym.evals.pipeline import resolve_subset as _resolve_subset
-from turngym.evals.writers import LOCK_FILE, RUN_SETTINGS, EvalFolderWriter, FolderWriter, write_results
+from turngym.grading.metrics import behaviour_metrics, outcome_metrics, per_dataset, ungraded
+from turngym.run.pipeline import PipelineError, RunProgress, RunSpec, execute
+from turngym.run.pipeline import resolve_subset as _resolve_subset
+from turngym.run.writers import LOCK_FILE, RUN_SETTINGS, EvalFolderWriter, FolderWriter
 
 EvalError = PipelineError  # a problem the user must fix (bad subset, full disk, server down); nothing written is lost
-EvalSpec = RunSpec  # what to evaluate (turngym.evals.pipeline)
+EvalSpec = RunSpec  # what to evaluate (turngym.run.pipeline)
 resolve_subset = _resolve_subset
 
 
@@ -32,7 +32,7 @@ def run_eval(spec: EvalSpec, out_dir: str | Path, policy: Any = None, progress: 
     """Play what ``out_dir`` lacks of the subset, then write results; ``out_dir`` is locked meanwhile.
 
     Everything that can fail without a model (arguments, output folder, env, index, subset, stored
-    settings) is checked before the model loads and before any episode is played (turngym.evals.pipeline).
+    settings) is checked before the model loads and before any episode is played (turngym.run.pipeline).
     """
     writer = EvalFolderWriter(out_dir)
     try:
@@ -95,8 +95,8 @@ def merge_shards(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dict[
     cover disjoint items; the merged folder holds their episodes in subset order and results recomputed
     from them, equal to those of one unsharded run of the same items."""
     from turngym.episode import EpisodeWriter
-    from turngym.evals.pipeline import prepare, recorded_indices
-    from turngym.evals.runs import RunLock
+    from turngym.run.lock import RunLock
+    from turngym.run.pipeline import prepare, recorded_indices
 
     if len(shard_dirs) < 2:
         raise EvalError("--merge takes two or more shard folders")
@@ -109,7 +109,7 @@ def merge_shards(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dict[
     first_dir, settings, _ = stored[0]
     for d, other, _ in stored[1:]:
         if other != settings:
-            from turngym.evals.runs import differences
+            from turngym.run.lock import differences
 
             raise EvalError(f"{d} and {first_dir} were run with other settings ({'; '.join(differences(settings, other))})")
     shards = sorted({r.get("shard", "") for _, _, r in stored})
@@ -147,3 +147,15 @@ def merge_shards(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dict[
         results["merged_from"] = [str(d) for d, _, _ in stored]
         write_results(results, episodes, out)
     return results
+
+
+def write_results(results: dict[str, Any], episodes: Sequence[Episode], out: Path) -> None:
+    """An eval folder's results: ``results.json`` (replaced whole), the episode viewer, and ``report.md`` with plots."""
+    from turngym.views.report import render_eval_report
+    from turngym.views.viewer import render_viewer  # the episodes turn by turn; report.md links it
+
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=1))
+    tmp.replace(out / "results.json")
+    render_viewer(episodes, out / "view.html", source="episodes.jsonl")
+    render_eval_report(results, episodes, out)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from turngym.evals.pipeline import RunProgress
+    from turngym.run.pipeline import RunProgress
 
 INSTRUCT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
@@ -84,12 +84,12 @@ class MainJobConfig:
 
 def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str], RunProgress] | None = None) -> Path:
     """``policy``: an already loaded agent (then ``cfg.model`` only names it); ``progress(name)``: how each
-    env's eval reports its turns and episodes (turngym.evals.pipeline.RunProgress)."""
+    env's eval reports its turns and episodes (turngym.run.pipeline.RunProgress)."""
     from turngym.agents.loading import load_policy, model_identity
+    from turngym.credit.ablate import ablate, make_wrappers
+    from turngym.credit.creditbench import BenchConfig, run_creditbench
     from turngym.envs.declared import fill_needs
     from turngym.episode import read_episodes
-    from turngym.evals.ablate import ablate, make_wrappers
-    from turngym.evals.creditbench import BenchConfig, run_creditbench
     from turngym.evals.harness import EvalSpec, run_eval
     from turngym.rewards.base import reward_class
     from turngym.rewards.support import HFSupportScorer
@@ -100,7 +100,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str
     times: dict[str, Any] = {"setup_s": cfg.setup_s, "cpu_s": {}}  # cpu_s: this process's CPU time per stage
     t0, c0 = time.perf_counter(), time.process_time()
     if cfg.ray is not None:  # a bad address or a missing [ray] extra is one message before the model loads
-        from turngym.evals.pipeline import RunSpec, join_ray, validate
+        from turngym.run.pipeline import RunSpec, join_ray, validate
 
         probe = RunSpec(env_id="turngym/Calculator-v0", ray=cfg.ray, env_workers=cfg.env_workers,
                         envs_per_worker=cfg.envs_per_worker)
@@ -190,7 +190,7 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
             (", first search forced" if r.env_kwargs.get("force_first_search") else "")
         lines.append(f"| {r.env_id} {r.env_kwargs.get('tool_format', '')}{forced} | {subset} | {metrics} | "
                      f"{'–' if calls is None else f'{calls:.2f}'} | [report]({r.name}/report.md) |")
-    from turngym.evals.credit_table import LEGEND, table
+    from turngym.credit.table import LEGEND, table
 
     lines += ["", "## Reward ablation on these episodes", "",
               (f"{ablation['groups']} groups, {ablation['episodes']} episodes, {ablation['turns_with_ground_truth']} turns with "

@@ -1,5 +1,7 @@
-"""Grading: answer normalisation and comparison (QA EM/F1, math equivalence, tool calls).
+"""Grading: answer normalisation and comparison (QA EM/F1, math equivalence, tool calls), and the
+metrics of graded episodes with their intervals (``metrics``).
 
-The leaf layer: pure functions on answers, imported by envs (to grade an episode) and by
-rewards (to cluster answers); it imports nothing else from turngym.
+The leaf layer: pure functions on answers and outcomes, imported by envs (to grade an episode), by
+rewards (to cluster answers) and by training and evals (to summarise outcomes); it imports nothing
+else from turngym but the episode records.
 """

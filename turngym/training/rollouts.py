@@ -8,7 +8,7 @@ which appends to one folder (``<output_dir>/rollouts`` by default):
   query per step (``Episode.group`` carries the step), and ``meta["task_key"]`` names the query, so
   one query can be followed across steps (``turngym view`` does);
 - ``scores.jsonl``: the same per-turn rewards and advantages in the scores format
-  (``turngym.evals.scores``): ``turngym view episodes.jsonl --scores scores.jsonl``;
+  (``turngym.training.scores``): ``turngym view episodes.jsonl --scores scores.jsonl``;
 - ``step-NNNNNN/results.json``: that step's outcome and behaviour metrics in the eval results
   format, so ``turngym report rollouts/step-*`` compares steps; ``turngym ablate`` scores the
   episodes file with other reward wrappers like any other.
@@ -25,7 +25,7 @@ from typing import Any
 
 from turngym._version import __version__
 from turngym.episode import Episode, EpisodeWriter
-from turngym.evals.scores import ScoreRecord
+from turngym.training.scores import ScoreRecord
 
 EPISODES_FILE, SCORES_FILE = "episodes.jsonl", "scores.jsonl"
 
@@ -86,7 +86,7 @@ class RolloutSaver:
 def step_results(step: int, episodes: Sequence[Episode], rewards: Sequence[Sequence[float]],
                  advantages: Sequence[Sequence[float]], *, k: int, reward: str, estimator: str) -> dict[str, Any]:
     """One step's batch in the eval results format (``turngym.evals.harness.summarise``'s keys)."""
-    from turngym.evals.metrics import behaviour_metrics, outcome_metrics, ungraded
+    from turngym.grading.metrics import behaviour_metrics, outcome_metrics, ungraded
 
     flat_r = [x for row in rewards for x in row]
     flat_a = [x for row in advantages for x in row]

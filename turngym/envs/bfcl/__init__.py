@@ -2,5 +2,5 @@
 
 ``upstream`` imports bfcl-eval safely, ``calls`` decodes and guards model output,
 ``data`` loads categories, ``execution`` runs calls on bfcl-eval's backend classes,
-``env`` is the gymnasium environment.
+``env`` is the gymnasium environment, ``score`` the leaderboard's per-category accuracy and V4 overall.
 """

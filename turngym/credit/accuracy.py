@@ -10,7 +10,7 @@ truth (1 useful, 0 not; read from ``Turn.truth`` only, see :mod:`turngym.truth`)
 AUC of label 1 vs label 0, the within-episode AUC (pairs of turns of one episode only: what
 an episode-level credit cannot separate, it scores exactly 0.5) and Spearman's ρ, each with a
 group-level bootstrap interval (groups are resampled whole: turns of a group share a
-normalisation and are not independent). :mod:`turngym.evals.credit_table` puts them in tables
+normalisation and are not independent). :mod:`turngym.credit.table` puts them in tables
 beside label-free baselines.
 """
 
@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from turngym.episode import Episode
+from turngym.episode import Episode, turn_labels
 from turngym.training.advantages import get_estimator
-from turngym.truth import TruthMap, turn_labels
+from turngym.truth import TruthMap
 
 
 def turn_truth(ep: Episode, key: str | None = None, mapping: TruthMap | None = None) -> list[int | None]:
     """Each turn's label (1 / 0, None where unlabelled) from the turn's truth namespace only
-    (:func:`turngym.truth.turn_labels`): never from metrics, never cast with ``bool()``."""
+    (:func:`turngym.episode.turn_labels`): never from metrics, never cast with ``bool()``."""
     return turn_labels(ep, key, mapping)
 
 

@@ -54,12 +54,12 @@ def oracle_labels(values: dict[str, list[TurnValue]], episodes: Sequence[Episode
 
 def credit_against_oracle(episodes: Sequence[Episode], values: dict[str, list[TurnValue]], wrappers: dict[str, Any],
                           estimators: Sequence[str] = (), n_boot: int = 1000) -> dict[str, Any]:
-    """The credit table (:mod:`turngym.evals.credit_table`) with the oracle's clear signs as labels (|Â| > 2 se):
+    """The credit table (:mod:`turngym.credit.table`) with the oracle's clear signs as labels (|Â| > 2 se):
     every wrapper under its declared estimator and ``estimators``, the label-free baselines, and per row the
     Spearman ρ of the credit against Â itself and the share of clear turns whose sign the credit gets right."""
+    from turngym.credit.accuracy import group_advantages, spearman
+    from turngym.credit.table import baseline_scores, best_baseline, estimator_scores, estimators_for, mark_against
     from turngym.episode import group_episodes, reward_view
-    from turngym.evals.credit import group_advantages, spearman
-    from turngym.evals.credit_table import baseline_scores, best_baseline, estimator_scores, estimators_for, mark_against
 
     groups = [list(g) for g in group_episodes(episodes)]
     labels = [oracle_labels(values, g) for g in groups]
@@ -75,7 +75,7 @@ def credit_against_oracle(episodes: Sequence[Episode], values: dict[str, list[Tu
         return {"spearman_vs_advantage": spearman([c for c, _ in both], [a for _, a in both]),
                 "sign_agreement": sum((c > 0) == bool(y) for c, y in clear) / len(clear) if clear else None}
 
-    from turngym.evals.credit_table import baseline_values
+    from turngym.credit.table import baseline_values
 
     for name, score in baselines.items():  # the label-free credits against Â too (their sign means nothing)
         score["spearman_vs_advantage"] = against_advantage(
@@ -91,7 +91,7 @@ def credit_against_oracle(episodes: Sequence[Episode], values: dict[str, list[Tu
 
 
 def markdown(result: dict[str, Any], values: dict[str, list[TurnValue]], rollouts: int) -> str:
-    from turngym.evals.credit_table import LEGEND, table
+    from turngym.credit.table import LEGEND, table
 
     turns = [tv for rows in values.values() for tv in rows]
     clear = [tv for tv in turns if tv.sign is not None]
@@ -150,7 +150,7 @@ MC_SETTINGS = "mc_settings.json"
 def recorded_settings(episodes_file: str | Path) -> tuple[dict[str, Any], Path | None]:
     """The settings the episodes were recorded with: ``<file>.run.json`` (``turngym rollout``), else the
     ``run.json`` beside them (``turngym eval``); ``({}, None)`` when there is neither."""
-    from turngym.evals.writers import RUN_SETTINGS, rollout_settings_path
+    from turngym.run.writers import RUN_SETTINGS, rollout_settings_path
 
     path = Path(episodes_file)
     for candidate in (rollout_settings_path(path), path.with_name(RUN_SETTINGS)):
@@ -178,9 +178,9 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
     import turngym  # noqa: F401 - registers the envs
     from turngym.agents.loading import load_policy
     from turngym.agents.policy import SamplingParams
+    from turngym.credit.ablate import make_wrappers
     from turngym.envs.declared import fill_needs
-    from turngym.evals.ablate import make_wrappers
-    from turngym.evals.runs import check_settings, store_settings
+    from turngym.run.lock import check_settings, store_settings
 
     report = read_episodes(episodes_file)
     episodes = fill_needs(report.episodes)  # recorded by an older turngym: their env's declaration fills what they lack

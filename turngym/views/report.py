@@ -179,7 +179,7 @@ def bfcl_lines(b: dict[str, Any]) -> list[str]:
     lines = ["", "## BFCL", "", "| category | accuracy [95% CI] | episodes |", "| --- | --- | --- |"]
     lines += [f"| {c} | {format_metric(m)} | {b['episodes_per_category'].get(c, '')} |" for c, m in b["per_category"].items()]
     lines += ["", "| V4 group (weight) | score |", "| --- | --- |"]
-    from turngym.evals.bfcl_score import V4_WEIGHTS
+    from turngym.envs.bfcl.score import V4_WEIGHTS
 
     lines += [f"| {g} ({V4_WEIGHTS.get(g, '')}%) | {v:.3f} |" for g, v in b["groups"].items()]
     lines += [f"| **overall (V4 weights)** | **{b['overall_v4']:.3f}** |", "",
@@ -218,7 +218,7 @@ def compare_runs(dirs: Sequence[str | Path], out: str | Path) -> Path:
         lines += ["", f"![comparison]({png.name})"]
     bfcl_runs = [(name, r) for name, r in runs if "bfcl" in r]
     if bfcl_runs:  # BFCL is scored over categories, which are usually separate runs: combine them
-        from turngym.evals.bfcl_score import v4_summary
+        from turngym.envs.bfcl.score import v4_summary
 
         per_cat: dict[str, Any] = {}
         counts: dict[str, int] = {}

@@ -7,7 +7,7 @@ JavaScript renders a page at a time, so 10,000 episodes open and filter in secon
 Where the data comes from:
 - episodes: a turngym episodes JSONL file (``Episode.group`` groups them by query);
 - per-turn rewards: ``scores.jsonl`` in an ablation folder (``turngym ablate`` writes it) or any
-  file in that format (``turngym.evals.scores``); advantages as stored there, or computed per
+  file in that format (``turngym.training.scores``); advantages as stored there, or computed per
   group when a record names its estimator;
 - token view: the episode's own ids, decoded with the tokenizer of the model named in
   ``Episode.meta["model"]`` when it loads offline and its fingerprint matches the one recorded
@@ -31,7 +31,7 @@ from typing import Any
 from turngym._version import __version__
 from turngym.envs.declared import fill_declared_needs
 from turngym.episode import Episode, read_episodes
-from turngym.evals.scores import ScoreRecord, beyond_rewards, read_scores
+from turngym.training.scores import ScoreRecord, beyond_rewards, read_scores
 
 TRUNCATION_MARKERS = ("[output truncated]",)  # what the envs append when they cut a tool output
 OUTCOME_KEYS = ("correct", "em", "bfcl_valid")
@@ -115,7 +115,7 @@ def render_viewer(episodes: Sequence[Episode], out_path: str | Path, records: Se
 
 def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], source: str,
                   notes: Sequence[str] = (), compare: Run | None = None) -> dict[str, Any]:
-    from turngym.evals.report import model_name
+    from turngym.views.report import model_name
 
     first = list(episodes)
     run_of = [0] * len(first)
@@ -203,7 +203,7 @@ def run_metrics(episodes: Sequence[Episode], run_of: Sequence[int], rewards: dic
                 n_runs: int) -> list[dict[str, Any]]:
     """Per run: the eval metrics (with their intervals), turns per episode, each wrapper's mean turn reward,
     and per training step (saved rollouts) the outcome and turn reward means."""
-    from turngym.evals.metrics import outcome_metrics
+    from turngym.grading.metrics import outcome_metrics
 
     out = []
     for run in range(n_runs):
@@ -247,7 +247,8 @@ def _outcome_value(ep: Episode) -> float | None:
 def _truth_shown(ep: Episode) -> list[float | None]:
     """The ✓ / ✗ chip: the turn's label when its episode carries one binary truth key, else none (every
     key and value, with its source, is listed on the turn)."""
-    from turngym.truth import TruthError, turn_labels
+    from turngym.episode import turn_labels
+    from turngym.truth import TruthError
 
     try:
         return [None if x is None else float(x) for x in turn_labels(ep)]
@@ -432,7 +433,7 @@ def embed_json(payload: Any) -> str:
 
 
 def _asset(name: str) -> str:
-    return resources.files("turngym.evals").joinpath("templates", name).read_text(encoding="utf-8")
+    return resources.files("turngym.views").joinpath("templates", name).read_text(encoding="utf-8")
 
 
 def render_html(payload: dict[str, Any]) -> str:

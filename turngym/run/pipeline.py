@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from turngym.evals.runs import RunError, validate_run_args
+from turngym.run.lock import RunError, validate_run_args
 from turngym.sandbox.base import SandboxError
 
 if TYPE_CHECKING:
     from turngym.agents.runner import RolloutRunner, RolloutTask
     from turngym.envs.base import TextEnv
     from turngym.episode import Episode
-    from turngym.evals.writers import Writer
 
 
 class PipelineError(RuntimeError):
@@ -42,6 +41,20 @@ class RunProgress(Protocol):
     def episode(self, done: int, total: int) -> None: ...
 
     def finish(self) -> None: ...
+
+
+class Writer(Protocol):
+    """Where a run's episodes go: its lock, its stored settings, and what it writes before playing."""
+
+    episodes_path: Path | None
+
+    def lock(self) -> Any: ...
+
+    def check(self, spec: RunSpec, overwrite: bool) -> None: ...
+
+    def store(self, spec: RunSpec, overwrite: bool) -> str | None: ...
+
+    def before_run(self, spec: RunSpec, prepared: Prepared) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ episode totals with the gold outcome, and **credit accuracy**: the Spearman corr
 between the wrapper's per-turn rewards and the per-turn truth in ``Turn.truth`` (declared by
 the env: SearchQA ``retrieval_hit``, MathCode ``feeds_answer``, Calculator ``tool_ok``, BFCL
 ``bfcl_turn_valid``; or written by an importer, e.g. human labels), over the turns that have
-one, and on advantages the credit table of :mod:`turngym.evals.credit_table` (pooled and
+one, and on advantages the credit table of :mod:`turngym.credit.table` (pooled and
 within-episode AUC, ρ, label-free baselines) under the declared estimator and each of
 ``estimators``. ``truth`` names the key (default: the one key each episode carries) and
 ``truth_map`` maps non-binary values to labels. Rewards score the episodes through
-:func:`turngym.truth.reward_view`: they never see the truth.
+:func:`turngym.episode.reward_view`: they never see the truth.
 """
 
 from __future__ import annotations
@@ -23,10 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from turngym.envs.declared import load_episodes
-from turngym.episode import Episode, EpisodeGroup, group_episodes, reward_view
-from turngym.evals.credit import turn_truth
-from turngym.evals.credit_table import (
+from turngym.credit.accuracy import turn_truth
+from turngym.credit.table import (
     LEGEND,
     baseline_scores,
     best_baseline,
@@ -35,6 +33,8 @@ from turngym.evals.credit_table import (
     mark_against,
     table,
 )
+from turngym.envs.declared import load_episodes
+from turngym.episode import Episode, EpisodeGroup, group_episodes, reward_view
 from turngym.rewards.base import GroupReward, get_reward, outcome_score, reward_class
 from turngym.truth import TruthMap
 
@@ -53,7 +53,7 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, GroupReward], out_dir
            estimators: Sequence[str] = (), progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``rewards``: name → reward wrapper. Groups are the episodes' ``group`` ids. ``reliability``:
     a judge-reliability result (``turngym.rewards.scribe.diagnostics.reliability``) to report too.
-    ``truth`` / ``truth_map``: the truth key scored and its value map (:func:`turngym.truth.turn_labels`);
+    ``truth`` / ``truth_map``: the truth key scored and its value map (:func:`turngym.episode.turn_labels`);
     ``estimators``: scored besides each wrapper's declared one. ``progress``: told each wrapper × group
     as it is scored (a model-scored wrapper takes seconds per group on a CPU)."""
     mapping = TruthMap.parse(truth_map) if truth_map else None
@@ -90,7 +90,7 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, GroupReward], out_dir
     if reliability is not None:
         summary["reliability"] = reliability
     if out_dir is not None:
-        from turngym.evals.report import credit_heatmap
+        from turngym.views.report import credit_heatmap
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -98,9 +98,9 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, GroupReward], out_dir
         (out / "ablation.json").write_text(json.dumps({**summary, "per_turn_rewards": json_rows}, indent=1))
         if per_turn:
             credit_heatmap(per_turn, out / "credit_maps.png")
-        # per-turn rewards and group advantages by episode id (format: turngym.evals.scores), and the viewer
-        from turngym.evals.scores import records_for, write_scores
-        from turngym.evals.viewer import render_viewer
+        # per-turn rewards and group advantages by episode id (format: turngym.training.scores), and the viewer
+        from turngym.training.scores import records_for, write_scores
+        from turngym.views.viewer import render_viewer
 
         records = records_for(ordered, per_turn)
         write_scores(out / "scores.jsonl", records)

@@ -6,7 +6,7 @@ files open in its own UI: the run's numeric results as scalars (nested keys join
 question, final answer, outcome, turns). W&B honours its own ``WANDB_MODE`` (``offline`` writes a run
 folder that ``wandb sync`` uploads later).
 
-    from turngym.evals.trackers import log_run_dir
+    from turngym.views.trackers import log_run_dir
     log_run_dir("runs/eval-x", tensorboard_dir="runs/tb", wandb_project="turngym")
 """
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from turngym.envs.bfcl.categories import IRRELEVANCE, LIVE_AST, MEMORY_V4, MULTI_TURN, NON_LIVE_AST, SIMPLE, V4_COUNTS, WEB_SEARCH
 from turngym.episode import Episode
-from turngym.evals.metrics import wilson
+from turngym.grading.metrics import wilson
 
 V4_WEIGHTS = {"non_live": 10, "live": 10, "irrelevance": 10, "multi_turn": 30, "agentic": 40}
 

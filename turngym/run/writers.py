@@ -1,38 +1,23 @@
-"""Where a run's output goes: the writers behind :func:`turngym.evals.pipeline.execute`.
+"""Where a run's output goes: the writers behind :func:`turngym.run.pipeline.execute`.
 
 One writer per command: ``eval`` writes a folder (``episodes.jsonl``, ``run.json``, then ``results.json``,
 ``report.md``, plots and ``view.html``), ``rollout`` one resumable JSONL file with its settings and subset
-beside it, ``play`` nothing. The pipeline only calls the :class:`Writer` methods, so the run flow and
-the file layout change apart.
+beside it, ``play`` nothing (the eval's results are :func:`turngym.evals.harness.write_results`'). The pipeline
+only calls the methods of its :class:`turngym.run.pipeline.Writer` protocol, so the run flow and the file
+layout change apart.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from turngym.evals.pipeline import PipelineError
-from turngym.evals.runs import RunLock, check_settings, store_settings
+from turngym.run.lock import RunLock, check_settings, store_settings
+from turngym.run.pipeline import PipelineError
 
 if TYPE_CHECKING:
-    from turngym.episode import Episode
-    from turngym.evals.pipeline import Prepared, RunSpec
-
-
-class Writer(Protocol):
-    """Where a run's episodes go: its lock, its stored settings, and what it writes before playing."""
-
-    episodes_path: Path | None
-
-    def lock(self) -> Any: ...
-
-    def check(self, spec: RunSpec, overwrite: bool) -> None: ...
-
-    def store(self, spec: RunSpec, overwrite: bool) -> str | None: ...
-
-    def before_run(self, spec: RunSpec, prepared: Prepared) -> None: ...
+    from turngym.run.pipeline import Prepared, RunSpec
 
 
 class _NoLock:
@@ -133,15 +118,3 @@ class EvalFolderWriter(FolderWriter):
             if report.errors:
                 print(f"warning: {len(report.errors)} corrupt line(s) in {self.episodes_path} "
                       f"(first: {report.errors[0]}); those episodes will be played again")
-
-
-def write_results(results: dict[str, Any], episodes: Sequence[Episode], out: Path) -> None:
-    """An eval folder's results: ``results.json`` (replaced whole), the episode viewer, and ``report.md`` with plots."""
-    from turngym.evals.report import render_eval_report
-    from turngym.evals.viewer import render_viewer  # the episodes turn by turn; report.md links it
-
-    tmp = out / "results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=1))
-    tmp.replace(out / "results.json")
-    render_viewer(episodes, out / "view.html", source="episodes.jsonl")
-    render_eval_report(results, episodes, out)

@@ -20,8 +20,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from turngym.credit.accuracy import credit_score, episode_pairs, group_advantages
 from turngym.episode import Episode
-from turngym.evals.credit import credit_score, episode_pairs, group_advantages
 
 BASELINES = {"position": "relative position t/(T−1)", "remaining": "−(turns remaining)",
              "outcome": "raw outcome broadcast"}

@@ -152,7 +152,7 @@ def write_tasks(out_dir: str | Path, datasets: Sequence[str] | None = None, limi
     (out / "turngym_lm_eval_utils.py").write_text(
         '"""Written by turngym: docs beside this file; lm-eval scores the outcome the turngym env graded."""\n'
         "from pathlib import Path\n\n"
-        "from turngym.evals.lm_eval_bridge import process_results, read_docs  # noqa: F401\n\n\n"
+        "from turngym.integrations.lm_eval_bridge import process_results, read_docs  # noqa: F401\n\n\n"
         "def load_docs(docs_file, **_):\n"
         "    return read_docs(Path(__file__).with_name(docs_file))\n")
     return names

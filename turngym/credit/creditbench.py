@@ -34,9 +34,9 @@ episodes through :func:`turngym.truth.reward_view`, which holds no truth. ``Benc
 scores against another key the episodes carry (e.g. SearchQA's ``retrieval_hit``).
 
 Every wrapper scores every group; its rewards become advantages through the estimator it is
-paired with in training (:mod:`turngym.evals.credit`) and through each of ``estimators``, and
+paired with in training (:mod:`turngym.credit.accuracy`) and through each of ``estimators``, and
 credit accuracy is measured on those advantages (pooled AUC label 1 vs 0, within-episode AUC,
-Spearman ρ, group-bootstrap intervals; :mod:`turngym.evals.credit_table` adds the label-free
+Spearman ρ, group-bootstrap intervals; :mod:`turngym.credit.table` adds the label-free
 baselines), on the raw turn rewards where they vary, and one turn later (does the credit land on
 the turn after the useful one?). Raw rewards are scored only where they vary on the labelled turns
 (an episode-level reward sits on the final turn, which is never labelled). Also reported: mean
@@ -56,14 +56,13 @@ from typing import Any
 
 import numpy as np
 
-from turngym.episode import Episode, EpisodeWriter, reward_view
-from turngym.evals.credit import (
+from turngym.credit.accuracy import (
     credit_score,
     episode_pairs,
     group_advantages,
     varies,
 )
-from turngym.evals.credit_table import (
+from turngym.credit.table import (
     LEGEND,
     baseline_scores,
     best_baseline,
@@ -72,7 +71,8 @@ from turngym.evals.credit_table import (
     mark_against,
     table,
 )
-from turngym.truth import TruthMap, TruthValue, turn_labels
+from turngym.episode import Episode, EpisodeWriter, reward_view, turn_labels
+from turngym.truth import TruthMap, TruthValue
 
 TRUTH_KEY = "planted"
 ENVS = ("searchqa", "mathcode", "bfcl")
@@ -491,7 +491,7 @@ def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | P
     summary: dict[str, Any] = {"config": {**{k: v for k, v in asdict(cfg).items() if k != "retriever"}, **SUBSETS},
                                "retriever": "default index" if cfg.retriever is None else str(cfg.retriever),
                                "build_s": None if build_s is None else round(build_s, 2), "envs": {}}
-    from turngym.evals.scores import records_for
+    from turngym.training.scores import records_for
 
     records = []  # per-turn rewards for the viewer
     labels_of = labels_for(cfg)
@@ -523,7 +523,7 @@ def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | P
                     for e in g:
                         w.write(e)
         (out / "creditbench.json").write_text(json.dumps(summary, indent=1))
-        from turngym.evals.viewer import render_viewer
+        from turngym.views.viewer import render_viewer
 
         render_viewer([e for groups in built.values() for g in groups for e in g], out / "view.html", records,
                       source="episodes.jsonl")
