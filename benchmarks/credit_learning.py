@@ -38,6 +38,7 @@ from turngym.credit.exact_oracle import ORACLE, batch_gradients, credits, settin
 from turngym.oracles.mdp import TabularMDP, sample, solve
 
 CSV_EVERY = 5
+KEEP_MARKER = "<!-- written by hand below: kept when the table above is rewritten -->"  # the LM section
 ESTIMATORS = ("turn", "igpo_separate", "igpo_siop", "igpo", "turn_loo", "grpo", "rloo", "gigpo", ORACLE)
 
 
@@ -231,7 +232,9 @@ def main() -> None:
                     if k % CSV_EVERY == 0 or k == len(a["mean"]) - 1:
                         w.writerow([name, est, k, f"{m:.4f}", f"{h:.4f}"])
     lines = table_lines(results)
-    (out / "credit_learning.md").write_text("\n".join(lines) + "\n")
+    md = out / "credit_learning.md"
+    kept = md.read_text().partition(KEEP_MARKER) if md.exists() else ("", "", "")
+    md.write_text("\n".join(lines) + "\n" + (f"\n{KEEP_MARKER}{kept[2]}" if kept[1] else ""))
     print("\n".join(lines))
     plot(results, out / "credit_learning.png")
 
