@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from turngym.evals.mainjob import EnvRun, MainJobConfig, run_main_job
 
 
@@ -64,3 +66,26 @@ def test_main_job_searchqa_run_forces_the_first_search():
     env = gymnasium.make(run.env_id, **run.env_kwargs)
     env.reset(options={"index": 0})
     assert env.unwrapped.reply_prefill() == FIRST_SEARCH_PREFILL["native"]
+
+
+def test_eval_rewards_scores_the_run_with_reward_options_and_refuses_an_unknown_one(tiny_chat_policy, tmp_path,
+                                                                                     monkeypatch):
+    """Issue #37 item 9: `eval --rewards` names rewards with options; the run's episodes are scored into
+    OUT/ablation (the ablation `turngym ablate` writes); an unknown option is one line before the model loads."""
+    from turngym.agents import loading
+    from turngym.cli import main
+
+    loads = []
+    monkeypatch.setattr(loading, "load_policy", lambda *a, **k: loads.append(a) or tiny_chat_policy)
+    base = ["eval", "--env", "Calculator-v0", "--limit", "2", "--k", "2", "--max-new-tokens", "8", "--max-turns", "2"]
+    with pytest.raises(SystemExit) as exc:
+        main(base + ["--rewards", "funrl", "--reward-arg", "funrl.no_such_option=1", "--out", str(tmp_path / "bad")])
+    msg = str(exc.value.code)  # SystemExit's message: Python prints it as the one stderr line, exit status 1
+    assert not loads and msg.startswith("error: ") and "\n" not in msg
+    assert "no_such_option" in msg and "require_think" in msg
+    assert not (tmp_path / "bad" / "episodes.jsonl").exists()
+
+    main(base + ["--rewards", "outcome,funrl[require_think=true]", "--out", str(tmp_path / "ok")])
+    assert len(loads) == 1
+    summary = json.loads((tmp_path / "ok" / "ablation" / "ablation.json").read_text())
+    assert set(summary["rewards"]) == {"outcome", "funrl[require_think=true]"}

@@ -6,7 +6,18 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._common import add_batching, add_env_args, add_model_args, add_ray_args, attempt, fail, log_trackers, ray_fields
+from turngym.cli._common import (
+    add_batching,
+    add_env_args,
+    add_model_args,
+    add_ray_args,
+    add_reward_args,
+    attempt,
+    fail,
+    log_trackers,
+    ray_fields,
+    reward_labels,
+)
 from turngym.views.trackers import add_tracker_arguments
 
 COMMANDS = ("play", "rollout", "eval")
@@ -56,6 +67,8 @@ def add_parser(sub: Any) -> None:
                     help="merge the folders of --shard 1/N..N/N into --out (one run; nothing is played)")
     ev.add_argument("--overwrite", action="store_true",
                     help="start fresh when --out holds a run of other settings (its files are moved aside, not deleted)")
+    add_reward_args(ev, None, " (default: none): after the run, score its episodes with these rewards into OUT/ablation, "
+                    "as `turngym ablate` does")
     add_tracker_arguments(ev)
     ev.set_defaults(run=run)
 
@@ -180,6 +193,7 @@ def _eval(args: argparse.Namespace) -> int:
     from turngym.evals.harness import run_eval
     from turngym.run.pipeline import Shard
 
+    rewards = reward_labels(args) if args.rewards else []  # an unknown reward or option: one line, before the model loads
     spec = _spec(args, k=args.k, limit=args.limit, start=args.start, subset_file=args.subset,
                  concurrency=args.concurrency, batching=args.batching,
                  shard=Shard.parse(args.shard) if args.shard else None)
@@ -189,8 +203,20 @@ def _eval(args: argparse.Namespace) -> int:
     finally:
         bar.finish()
     _print_results(results, Path(args.out))
+    if rewards:
+        _score_rewards(Path(args.out), rewards)
     log_trackers(args, args.out)
     return 0
+
+
+def _score_rewards(out: Path, rewards: list[str]) -> None:
+    """``eval --rewards``: the run's episodes scored by each reward, the same ablation ``turngym ablate`` writes."""
+    from turngym.credit.ablate import run_ablation
+
+    summary = attempt(lambda: run_ablation(out / "episodes.jsonl", rewards, out / "ablation"), FileNotFoundError, ValueError)
+    for name, err in summary["errors"].items():
+        print(f"{name}: FAILED: {err}")
+    print(f"rewards: {out / 'ablation' / 'ablation.md'}")
 
 
 def _print_results(results: dict[str, Any], out: Path, prefix: str = "") -> None:
@@ -212,6 +238,7 @@ def _eval_many(args: argparse.Namespace) -> int:
 
     if args.dataset:
         fail("with several envs give each its dataset as --env NAME:DATASET, not --dataset")
+    rewards = reward_labels(args) if args.rewards else []
     if args.subset or args.shard:
         fail("--subset and --shard name items of one dataset; evaluate several envs with --limit/--start")
     runs = []
@@ -239,6 +266,8 @@ def _eval_many(args: argparse.Namespace) -> int:
         finally:
             bar.finish()
         _print_results(results, out, prefix=f"{spec.env_id} ")
+        if rewards:
+            _score_rewards(out, rewards)
     return 0
 
 
