@@ -153,7 +153,7 @@ def test_an_env_without_an_oracle_is_refused_in_one_line(lm, tmp_path):
 
 def test_settings_match_the_tabular_benchmark(lm):
     """The LM curves are compared with credit_learning.py's: the same four MDPs."""
-    from turngym.evals.exact_oracle import settings
+    from turngym.credit.exact_oracle import settings
 
     tab = {s.name: s.mdp for s in settings()}
     for st in lm.SETTINGS:
