@@ -103,7 +103,7 @@ def kill_run(url: str, episodes: int, kills: int) -> dict[str, int]:
     from turngym.agents.openai_compat import OpenAICompatPolicy
     from turngym.agents.policy import SamplingParams
     from turngym.agents.runner import RolloutRunner
-    from turngym.episode import read_episodes
+    from turngym.envs.reader import read_episodes
     from turngym.integrations.ray_pool import RayEnvPool
 
     out = os.path.join(tempfile.mkdtemp(), "episodes.jsonl")

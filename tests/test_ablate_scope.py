@@ -1,6 +1,7 @@
 """ablate: a wrapper that needs a gold answer (igpo) is scored on the groups that carry one, and says so."""
 
 import copy
+import json
 
 import pytest
 
@@ -96,32 +97,23 @@ def test_a_failing_gold_only_wrapper_is_not_rerun_on_every_group(episodes):
 def test_old_files_without_reward_needs_use_the_registered_envs_declaration(episodes, tmp_path):
     from turngym.credit.ablate import run_ablation
     from turngym.envs.calculator import CalculatorEnv
-    from turngym.episode import EpisodeWriter
 
     path = tmp_path / "old.jsonl"
-    writer = EpisodeWriter(path)
-    for e in episodes[:6]:  # Calculator groups, as a file written before episodes declared reward_needs
-        e = copy.deepcopy(e)
-        e.reward_needs = None
-        writer.write(e)
-    writer.close()
+    # Calculator groups, as a file written before episodes declared reward_needs (labelled schema_version 1)
+    path.write_text("".join(json.dumps({**e.to_dict(), "reward_needs": None, "schema_version": 1}) + "\n"
+                            for e in episodes[:6]))
     s = run_ablation(path, ["outcome", "ttrl"], tmp_path / "out")
     assert not s["errors"] and s["rewards"]["ttrl"]["mean_turn_reward"] is not None
     assert CalculatorEnv.reward_needs is not None
 
 
 def test_every_command_that_reads_saved_episodes_fills_old_files_the_same_way(episodes, tmp_path, capsys):
-    from turngym.envs.declared import load_episodes
-    from turngym.episode import EpisodeWriter
+    from turngym.envs.reader import load_episodes
     from turngym.views.viewer import write_viewer
 
     path = tmp_path / "old.jsonl"
-    writer = EpisodeWriter(path)
-    for e in episodes[:3] + episodes[-3:]:  # Calculator (registered) and NoGold-v0 (not registered)
-        e = copy.deepcopy(e)
-        e.reward_needs = None
-        writer.write(e)
-    writer.close()
+    path.write_text("".join(json.dumps({**e.to_dict(), "reward_needs": None, "schema_version": 1}) + "\n"
+                            for e in episodes[:3] + episodes[-3:]))  # Calculator (registered), NoGold-v0 (not)
     report = load_episodes(path)
     assert [e.reward_needs is not None for e in report.episodes] == [True] * 3 + [False] * 3
     assert "note: 3 episode(s) written before episodes carried reward_needs (or all its fields)" in capsys.readouterr().out

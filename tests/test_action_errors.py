@@ -9,7 +9,8 @@ import pytest
 import turngym  # noqa: F401
 from turngym.envs.base import ActionResult
 from turngym.envs.calculator import CalculatorEnv
-from turngym.episode import EpisodeWriter, read_episodes
+from turngym.envs.reader import read_episodes
+from turngym.episode import EpisodeWriter
 
 HUGE = "9" * 4400  # past Python's 4,300-digit int/str conversion limit
 SURROGATE_REPLY = "I will answer \ud800 now \udfff"

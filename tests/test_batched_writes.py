@@ -11,7 +11,7 @@ import pytest
 from turngym.agents.policy import Generation
 from turngym.agents.runner import RolloutRunner
 from turngym.envs.calculator import CalculatorEnv
-from turngym.episode import read_episodes
+from turngym.envs.reader import read_episodes
 
 SLOW_RUN = r"""
 import sys, time

@@ -3,7 +3,7 @@ import subprocess
 import sys
 
 from turngym.agents.tiny import tiny_model_dir
-from turngym.episode import read_episodes
+from turngym.envs.reader import read_episodes
 
 CLI = [sys.executable, "-m", "turngym.cli"]
 

@@ -109,13 +109,15 @@ def test_no_reward_sees_the_truth_in_ablate_creditbench_or_the_trainer():
 
 
 def test_older_files_get_the_truth_their_env_declares(tmp_path):
-    from turngym.envs.declared import load_episodes
+    from turngym.envs.reader import load_episodes
 
     old = ep(0, "g", [], True)
     old.turns = [Turn(index=0, action="<search>q</search>", metrics={"retrieval_hit": True, "tool_ok": True}),
                  Turn(index=1, action="<answer>x</answer>")]
-    with EpisodeWriter(tmp_path / "old.jsonl") as w:
-        w.write(old)
+    record = {**old.to_dict(), "schema_version": 1}  # as written before turns carried truth
+    for t in record["turns"]:
+        del t["truth"]
+    (tmp_path / "old.jsonl").write_text(json.dumps(record) + "\n")
     got = load_episodes(tmp_path / "old.jsonl").episodes[0]
     assert got.turns[0].truth == {"retrieval_hit": TruthValue(True, "env")}  # SearchQA declares retrieval_hit only
 

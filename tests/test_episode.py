@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from turngym.episode import SCHEMA_VERSION, Episode, EpisodeFileError, EpisodeWriter, Turn, read_episodes, written_ids
+from turngym.envs.reader import read_episodes, written_ids
+from turngym.episode import SCHEMA_VERSION, Episode, EpisodeFileError, EpisodeWriter, Turn
 
 
 def make_episode(i: int, text: str = "héllo ✓ 世界 🚀") -> Episode:

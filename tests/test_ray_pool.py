@@ -20,7 +20,7 @@ from turngym.agents.policy import SamplingParams  # noqa: E402
 from turngym.agents.runner import RolloutRunner  # noqa: E402
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
 from turngym.envs.calculator import CalculatorEnv  # noqa: E402
-from turngym.episode import read_episodes  # noqa: E402
+from turngym.envs.reader import read_episodes  # noqa: E402
 from turngym.integrations.ray_pool import RayEnvPool, RayPoolError, init_ray  # noqa: E402
 
 CLI = [sys.executable, "-m", "turngym.cli"]

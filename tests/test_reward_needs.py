@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from turngym.episode import DEFAULT_REWARD_NEEDS, Episode, MissingRewardNeeds, RewardNeeds, Turn, read_episodes
+from turngym.envs.reader import read_episodes
+from turngym.episode import DEFAULT_REWARD_NEEDS, Episode, MissingRewardNeeds, RewardNeeds, Turn
 from turngym.rewards import get_reward
 from turngym.rewards.equivalence import CallMatch, MathEquivalence, NormalizedMatch, make_equivalence
 from turngym.rewards.evidence import evidence_texts, is_tool_result

@@ -11,7 +11,7 @@ import pytest
 
 from turngym.agents.tiny import tiny_model_dir
 from turngym.cli import main
-from turngym.episode import read_episodes
+from turngym.envs.reader import read_episodes
 from turngym.evals.harness import EvalError, EvalSpec, run_eval
 from turngym.run.lock import RunError, RunLock, differences
 
@@ -126,6 +126,27 @@ def test_bad_argument_values_get_one_line_before_any_model_loads(tmp_path, capsy
     assert not (tmp_path / "o" / "episodes.jsonl").exists() and not out.is_file()
 
 
+def test_rollout_and_eval_store_their_settings_in_one_shape_and_an_older_rollout_file_still_resumes(tmp_path, capsys):
+    from turngym.credit.mc_oracle import recorded_settings
+
+    model = str(tiny_model_dir(chat=True))
+    common = ["--model", model, "--limit", "1", "--max-new-tokens", "4", "--max-turns", "1", "--temperature", "0"]
+    assert main(["rollout", "--out", str(tmp_path / "ro.jsonl"), *common]) == 0
+    assert main(["eval", "--out", str(tmp_path / "ev"), *common]) == 0
+    rollout = json.loads((tmp_path / "ro.jsonl.run.json").read_text())
+    assert rollout == json.loads((tmp_path / "ev" / "run.json").read_text())
+    assert rollout["env_kwargs"] == {"max_turns": 1}
+    # the shape rollout stored before: dataset (None without --dataset) and max_turns beside env_kwargs
+    old = {k: v for k, v in rollout.items() if k != "env_kwargs"} | {"env_kwargs": {}, "dataset": None, "max_turns": 1}
+    (tmp_path / "ro.jsonl.run.json").write_text(json.dumps(old))
+    written = (tmp_path / "ro.jsonl").read_bytes()
+    assert recorded_settings(tmp_path / "ro.jsonl")[0]["env_kwargs"] == {"max_turns": 1}  # the MC oracle replays with it
+    assert main(["rollout", "--out", str(tmp_path / "ro.jsonl"), *common]) == 0  # resumes: the same settings
+    assert (tmp_path / "ro.jsonl").read_bytes() == written
+    assert json.loads((tmp_path / "ro.jsonl.run.json").read_text()) == rollout  # stored again in today's shape
+    capsys.readouterr()
+
+
 def test_unwritable_output_is_one_line(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -140,7 +161,7 @@ def test_rollout_lock_settings_and_resume(tmp_path, capsys):
     base = ["rollout", "--out", str(out), "--model", model, "--limit", "2", "--max-new-tokens", "4", "--max-turns", "1"]
     assert main(base) == 0
     first = out.read_bytes()
-    assert len(read_episodes(out).episodes) == 2 and json.loads(open(f"{out}.run.json").read())["max_turns"] == 1
+    assert len(read_episodes(out).episodes) == 2 and json.loads(open(f"{out}.run.json").read())["env_kwargs"]["max_turns"] == 1
     assert main(base) == 0 and out.read_bytes() == first  # identical settings: resumes, nothing new to play
     msg = run_cli(capsys, *base[:-4], "--max-new-tokens", "5", "--max-turns", "1")
     assert "sampling.max_new_tokens: 4 → 5" in msg and out.read_bytes() == first

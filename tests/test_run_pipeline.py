@@ -15,7 +15,7 @@ import pytest
 
 from turngym.cli import main
 from turngym.envs import ENTRY_POINTS
-from turngym.episode import read_episodes
+from turngym.envs.reader import read_episodes
 
 COMMANDS = ("play", "rollout", "eval")
 

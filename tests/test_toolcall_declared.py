@@ -120,7 +120,7 @@ def bfcl_episodes():
 def imported_searchqa_episodes(tmp_path):
     import json
 
-    from turngym.episode import read_episodes
+    from turngym.envs.reader import read_episodes
     from turngym.importers import import_messages
 
     call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"query": "capital of France"}'}}
@@ -278,17 +278,18 @@ def test_commands_reading_old_bfcl_files_fill_the_declaration_of_each_episodes_c
     category's declaration (multi-turn or single-turn) and scores as the reward did before."""
     import json
 
-    from turngym.envs.declared import load_episodes
+    from turngym.envs.reader import load_episodes
 
     dense = get_reward("toolcall_dense")
     lines = []
     for ep in episodes["bfcl"]:
-        d = ep.to_dict()
+        d = {**ep.to_dict(), "schema_version": 1}  # the label every file had before version 4
         for key in ("checker_metric", "checker_outcome", "user_turn_metric"):
             d["reward_needs"].pop(key)
         lines.append(json.dumps(d))
-        lines.append(json.dumps({**ep.to_dict(), "id": ep.id + "-older", "reward_needs": None}))
-    unknown = {**episodes["bfcl"][0].to_dict(), "id": "adhoc", "task": {"id": "x", "dataset": "not_a_category"}}
+        lines.append(json.dumps({**ep.to_dict(), "id": ep.id + "-older", "reward_needs": None, "schema_version": 1}))
+    unknown = {**episodes["bfcl"][0].to_dict(), "id": "adhoc", "task": {"id": "x", "dataset": "not_a_category"},
+               "schema_version": 1}
     unknown["reward_needs"].pop("checker_metric")
     lines.append(json.dumps(unknown))
     path = tmp_path / "old.jsonl"

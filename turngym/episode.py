@@ -19,7 +19,8 @@ from typing import Any
 
 from turngym.truth import TruthError, TruthMap, TruthValue, binary_label
 
-SCHEMA_VERSION = 1
+# the record's format: bumped, with a migration in turngym.envs.reader.MIGRATIONS, whenever the record changes
+SCHEMA_VERSION = 4
 # the longest action any parser reads (answer extraction, tool calls); a longer one is refused unread, so no
 # action costs more than a linear pass over this many characters
 MAX_ACTION_CHARS = 200_000
@@ -290,6 +291,8 @@ class Episode:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Episode:
+        """The record as it is, of any version (a field it lacks takes its default; ``reward_needs``: None).
+        A file is read with :func:`turngym.envs.reader.read_episodes`, which also brings older records up."""
         version = d.get("schema_version", SCHEMA_VERSION)
         if version > SCHEMA_VERSION:
             raise ValueError(
@@ -502,23 +505,20 @@ class EpisodeFileError(ValueError):
         self.path, self.line_no, self.reason = path, line_no, reason
 
 
-@dataclass
-class ReadReport:
-    episodes: list[Episode]
-    errors: list[EpisodeFileError]
+def read_records(path: str | os.PathLike,
+                 strict: bool = False) -> tuple[list[tuple[int, dict[str, Any]]], list[EpisodeFileError]]:
+    """(line number, JSON object) of every whole line of an episodes file, and the lines that are not one.
 
-
-def read_episodes(path: str | os.PathLike, strict: bool = False) -> ReadReport:
-    """Read every valid episode; a corrupt line is reported by number and the rest kept.
-
-    With ``strict=True`` the first corrupt line raises instead.
+    The file layer only: the records are not yet episodes. Read episodes with
+    :func:`turngym.envs.reader.read_episodes`, which turns each record of any schema version into today's
+    :class:`Episode`. With ``strict=True`` the first bad line raises instead.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"episodes file not found: {path}")
     if not path.is_file():  # a FIFO, a device or a link to one could be read without end
         raise ValueError(f"{path} is not a regular file; episodes are read from regular files only")
-    episodes: list[Episode] = []
+    records: list[tuple[int, dict[str, Any]]] = []
     errors: list[EpisodeFileError] = []
     with path.open("rb") as fh:
         for line_no, raw in enumerate(fh, start=1):
@@ -527,13 +527,16 @@ def read_episodes(path: str | os.PathLike, strict: bool = False) -> ReadReport:
             try:
                 if not raw.endswith(b"\n"):
                     raise ValueError("torn last line (no newline): the writer was interrupted")
-                episodes.append(Episode.from_json(decode_line(raw)))
-            except (ValueError, TypeError, UnicodeDecodeError) as exc:
+                record = json.loads(decode_line(raw))
+                if not isinstance(record, dict):
+                    raise ValueError(f"an episode record is a JSON object, got {type(record).__name__}")
+                records.append((line_no, record))
+            except (ValueError, UnicodeDecodeError) as exc:
                 err = EpisodeFileError(path, line_no, str(exc))
                 if strict:
                     raise err from exc
                 errors.append(err)
-    return ReadReport(episodes, errors)
+    return records, errors
 
 
 class EpisodeWriter:
@@ -610,12 +613,6 @@ class EpisodeWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def written_ids(path: str | os.PathLike) -> set[str]:
-    """Ids of the episodes already in ``path`` (empty if the file does not exist)."""
-    if not Path(path).exists():
-        return set()
-    return {ep.id for ep in read_episodes(path).episodes}
 
 
 def reward_view(episodes: Sequence[Episode]) -> Any:

@@ -30,7 +30,8 @@ from turngym.agents.options import BATCHING
 from turngym.agents.policy import Generation, GenerationRequest, Policy, PolicyError, SamplingParams
 from turngym.agents.tokenization import ChatTemplateError, ConversationTokenizer, plain_prompt, tokenizer_fingerprint
 from turngym.envs.base import TextEnv, restore
-from turngym.episode import Episode, EpisodeWriter, written_ids
+from turngym.envs.reader import written_ids
+from turngym.episode import Episode, EpisodeWriter
 
 
 @dataclass(frozen=True)

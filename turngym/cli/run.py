@@ -120,15 +120,10 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _play_human(args: argparse.Namespace) -> int:
-    from turngym.run.pipeline import PipelineError, check_prompt_style, env_class, make_env
+    from turngym.run.pipeline import PipelineError, make_env, styled_env_kwargs
 
     spec = _spec(args)
-    cls = env_class(spec.env_id)
-    kwargs = dict(spec.env_kwargs)
-    check_prompt_style(cls, spec.env_id, kwargs, "chat")
-    if cls.prompt_styles and "prompt_style" not in kwargs:
-        kwargs["prompt_style"] = "chat"
-    env = make_env(spec.env_id, kwargs)
+    env = make_env(spec.env_id, styled_env_kwargs(spec, "chat"))  # a person reads and writes chat turns
     if args.question is None and not 0 <= args.index < env.unwrapped.num_items():
         raise PipelineError(f"--index {args.index} is out of range ({spec.env_id} has {env.unwrapped.num_items()} items)")
     options: dict[str, Any] = ({"index": args.index} if args.question is None
@@ -152,24 +147,15 @@ def _play_human(args: argparse.Namespace) -> int:
 
 
 def _rollout(args: argparse.Namespace) -> int:
-    from turngym.agents.openai_compat import server_settings
     from turngym.cli._progress import BarProgress
-    from turngym.episode import read_episodes
-    from turngym.run.pipeline import PipelineError, env_id, env_kwargs, execute
+    from turngym.envs.reader import read_episodes
+    from turngym.run.pipeline import execute
     from turngym.run.writers import JsonlWriter
 
     spec = _spec(args, k=args.k, concurrency=args.concurrency, batching=args.batching, start=args.start, limit=args.limit)
-    try:
-        options = spec.server_options()
-    except ValueError as exc:
-        raise PipelineError(str(exc)) from None
-    settings = {"env": env_id(args.env), "env_kwargs": env_kwargs(args.env_arg), "dataset": args.dataset,
-                "max_turns": args.max_turns, "model": args.model, "base_url": args.base_url, "k": args.k,
-                "sampling": {"temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "seed": args.seed},
-                **server_settings(options)}
     bar = BarProgress()
     try:
-        outcome = execute(spec, JsonlWriter(args.out, settings), progress=bar, overwrite=args.overwrite)
+        outcome = execute(spec, JsonlWriter(args.out), progress=bar, overwrite=args.overwrite)
     finally:
         bar.finish()
     if outcome.note:

@@ -33,7 +33,7 @@ from turngym.credit.table import (
     mark_against,
     table,
 )
-from turngym.envs.declared import load_episodes
+from turngym.envs.reader import load_episodes
 from turngym.episode import Episode, EpisodeGroup, group_episodes, reward_view
 from turngym.rewards.base import GroupReward, get_reward, outcome_score, reward_class
 from turngym.truth import TruthMap

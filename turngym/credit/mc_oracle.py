@@ -17,7 +17,8 @@ from typing import Any
 
 from turngym.agents.branching import TurnValue, branch_tasks, turn_values
 from turngym.agents.runner import RolloutRunner
-from turngym.episode import Episode, read_episodes
+from turngym.envs.reader import read_episodes
+from turngym.episode import Episode
 
 
 def run_mc_oracle(episodes: Sequence[Episode], policy: Any, env_factory: Callable[[], Any], out_dir: str | Path,
@@ -150,13 +151,14 @@ MC_SETTINGS = "mc_settings.json"
 def recorded_settings(episodes_file: str | Path) -> tuple[dict[str, Any], Path | None]:
     """The settings the episodes were recorded with: ``<file>.run.json`` (``turngym rollout``), else the
     ``run.json`` beside them (``turngym eval``); ``({}, None)`` when there is neither."""
+    from turngym.run.lock import upgrade_settings
     from turngym.run.writers import RUN_SETTINGS, rollout_settings_path
 
     path = Path(episodes_file)
     for candidate in (rollout_settings_path(path), path.with_name(RUN_SETTINGS)):
         if candidate.is_file():
             try:
-                return json.loads(candidate.read_text()), candidate
+                return upgrade_settings(json.loads(candidate.read_text())), candidate
             except ValueError as exc:
                 raise ValueError(f"{candidate} (the episodes' run settings) is not valid JSON: {exc}") from None
     return {}, None
@@ -179,11 +181,10 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
     from turngym.agents.loading import load_policy
     from turngym.agents.policy import SamplingParams
     from turngym.credit.ablate import make_wrappers
-    from turngym.envs.declared import fill_needs
     from turngym.run.lock import check_settings, store_settings
 
     report = read_episodes(episodes_file)
-    episodes = fill_needs(report.episodes)  # recorded by an older turngym: their env's declaration fills what they lack
+    episodes = report.episodes
     if not episodes:
         raise ValueError(f"{episodes_file} holds no episodes")
     env_ids = {e.env_id for e in episodes}

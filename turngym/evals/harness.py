@@ -16,7 +16,8 @@ from typing import Any
 
 from turngym._version import __version__
 from turngym.envs.bfcl.score import bfcl_metrics
-from turngym.episode import Episode, read_episodes
+from turngym.envs.reader import read_episodes
+from turngym.episode import Episode
 from turngym.grading.metrics import behaviour_metrics, outcome_metrics, per_dataset, ungraded
 from turngym.run.pipeline import PipelineError, RunProgress, RunSpec, execute
 from turngym.run.pipeline import resolve_subset as _resolve_subset

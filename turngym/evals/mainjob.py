@@ -88,8 +88,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str
     from turngym.agents.loading import load_policy, model_identity
     from turngym.credit.ablate import ablate, make_wrappers
     from turngym.credit.creditbench import BenchConfig, run_creditbench
-    from turngym.envs.declared import fill_needs
-    from turngym.episode import read_episodes
+    from turngym.envs.reader import read_episodes
     from turngym.evals.harness import EvalSpec, run_eval
     from turngym.rewards.base import reward_class
     from turngym.rewards.support import HFSupportScorer
@@ -123,7 +122,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str
         times["generation_s"][r.name] = round(time.perf_counter() - t0, 1)
         times["cpu_s"][f"generation: {r.name}"] = round(time.process_time() - c0, 1)
         # a resumed run may hold episodes an older turngym wrote: their env's declaration fills what they lack
-        episodes += fill_needs(read_episodes(out / r.name / "episodes.jsonl").episodes)
+        episodes += read_episodes(out / r.name / "episodes.jsonl").episodes
         print(f"[main-job] {r.name}: " + ", ".join(f"{k} {v['value']:.3f}" for k, v in results[r.name]["metrics"].items()
                                                    if isinstance(v, dict) and "value" in v), flush=True)
     names = list(cfg.rewards) + (["scribe"] if cfg.scribe else [])

@@ -95,7 +95,7 @@ def check_settings(settings_path: str | os.PathLike, settings: dict[str, Any], o
         stored = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise RunError(f"{path} is unreadable ({exc}); use --overwrite to start a fresh run") from None
-    diff = differences(stored, _as_stored(settings))
+    diff = differences(upgrade_settings(stored), _as_stored(settings))
     if diff:
         raise RunError(f"{path.parent} holds a run with other settings ({'; '.join(diff)}). Rerun with the same "
                        "settings to resume it, choose another --out, or pass --overwrite to move it aside and "
@@ -122,6 +122,22 @@ def store_settings(settings_path: str | os.PathLike, settings: dict[str, Any], o
     tmp.write_text(json.dumps(_as_stored(settings), indent=1, sort_keys=True))
     tmp.replace(path)
     return note
+
+
+def upgrade_settings(stored: dict[str, Any]) -> dict[str, Any]:
+    """Stored settings in the one shape every run command writes. ``rollout`` once kept ``dataset`` and
+    ``max_turns`` beside ``env_kwargs``; they belong in it, where ``eval`` keeps them (``--dataset`` and
+    ``--max-turns`` are env arguments), so such a run still resumes and replays with them."""
+    if "dataset" not in stored and "max_turns" not in stored:
+        return stored
+    out = dict(stored)
+    kwargs = dict(out.get("env_kwargs") or {})
+    for key in ("dataset", "max_turns"):
+        value = out.pop(key, None)
+        if value is not None and value != "":
+            kwargs.setdefault(key, value)
+    out["env_kwargs"] = kwargs
+    return out
 
 
 def _as_stored(settings: dict[str, Any]) -> dict[str, Any]:

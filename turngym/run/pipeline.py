@@ -241,15 +241,21 @@ def prompt_style(policy: Any) -> str:
     return "chat" if tok is None or getattr(tok, "chat_template", None) else "base"
 
 
-def env_factory(spec: RunSpec, policy: Any) -> tuple[Callable[[], Any], Any]:
-    """Fresh envs for the runner, with the policy's prompt style where the env declares styles; and the first
-    one, made now so that an argument the style makes invalid fails here as one message (the runner reuses it)."""
-    cls = env_class(spec.env_id)
+def styled_env_kwargs(spec: RunSpec, style: str) -> dict[str, Any]:
+    """The run's env arguments with ``style`` as the env's ``prompt_style`` where it declares styles and was given
+    none (checked by :func:`check_prompt_style`): the one place a run picks an env's prompt style."""
     kwargs = dict(spec.env_kwargs)
-    style = prompt_style(policy)
+    cls = env_class(spec.env_id)
     check_prompt_style(cls, spec.env_id, kwargs, style)
     if cls.prompt_styles and "prompt_style" not in kwargs:
         kwargs["prompt_style"] = style
+    return kwargs
+
+
+def env_factory(spec: RunSpec, policy: Any) -> tuple[Callable[[], Any], Any]:
+    """Fresh envs for the runner, with the policy's prompt style where the env declares styles; and the first
+    one, made now so that an argument the style makes invalid fails here as one message (the runner reuses it)."""
+    kwargs = styled_env_kwargs(spec, prompt_style(policy))
     if spec.ray is not None:
         return ray_pool(spec, kwargs)
     return (lambda: make_env(spec.env_id, kwargs)), make_env(spec.env_id, kwargs)

@@ -82,9 +82,8 @@ class FolderWriter:
 class JsonlWriter:
     """``rollout``: one resumable JSONL file, its settings (``.run.json``) and exact subset (``.manifest.json``) beside it."""
 
-    def __init__(self, path: str | Path, settings: dict[str, Any]):
+    def __init__(self, path: str | Path):
         self.episodes_path = Path(path)
-        self.settings = settings
         self._outputs = [self.episodes_path, Path(f"{path}.manifest.json"), Path(f"{path}.torn")]
         if self.episodes_path.is_dir():
             raise PipelineError(f"--out {path} is a folder; rollout writes one JSONL file")
@@ -93,10 +92,10 @@ class JsonlWriter:
         return RunLock(f"{self.episodes_path}.lock", f"episodes file {self.episodes_path}")
 
     def check(self, spec: RunSpec, overwrite: bool) -> None:
-        check_settings(rollout_settings_path(self.episodes_path), self.settings, self._outputs, overwrite)
+        check_settings(rollout_settings_path(self.episodes_path), spec.settings(), self._outputs, overwrite)
 
     def store(self, spec: RunSpec, overwrite: bool) -> str | None:
-        return store_settings(rollout_settings_path(self.episodes_path), self.settings, self._outputs, overwrite)
+        return store_settings(rollout_settings_path(self.episodes_path), spec.settings(), self._outputs, overwrite)
 
     def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
         if prepared.manifest is None:
@@ -111,7 +110,7 @@ class EvalFolderWriter(FolderWriter):
     """The eval folder; a resumed run first says how many corrupt lines it will play again."""
 
     def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
-        from turngym.episode import read_episodes
+        from turngym.envs.reader import read_episodes
 
         if self.episodes_path.exists():
             report = read_episodes(self.episodes_path)

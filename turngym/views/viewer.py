@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from turngym._version import __version__
-from turngym.envs.declared import fill_declared_needs
-from turngym.episode import Episode, read_episodes
+from turngym.envs.reader import read_episodes
+from turngym.episode import Episode
 from turngym.training.scores import ScoreRecord, beyond_rewards, read_scores
 
 TRUNCATION_MARKERS = ("[output truncated]",)  # what the envs append when they cut a tool output
@@ -89,12 +89,8 @@ def _read_run(episodes_path: str | Path, ablation_dir: str | Path | None,
         records += read_scores(scores_file)
     if scores_path is not None:
         records += read_scores(scores_path)
-    notes = [f"skipped {len(report.errors)} corrupt line(s) of the episodes file (first: {report.errors[0]})"] \
-        if report.errors else []
-    filled = fill_declared_needs(report.episodes)
-    if filled:
-        notes.append(f"{filled} episode(s) written before episodes carried reward_needs (or all its fields): their "
-                     "registered env's declaration is used for what they lack")
+    notes = [report.skipped()] if report.errors else []
+    notes += report.notes()
     return report.episodes, records, notes
 
 
