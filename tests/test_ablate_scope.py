@@ -1,4 +1,4 @@
-"""ablate: a wrapper that needs a gold answer (igpo) is scored on the groups that carry one, and says so."""
+"""ablate: a reward that needs a gold answer (igpo) is scored on the groups that carry one, and says so."""
 
 import copy
 import json
@@ -41,10 +41,10 @@ def episodes():
 
 def test_igpo_is_scored_where_gold_exists_and_the_table_says_so(episodes, tiny_chat_policy, tmp_path):
     scorer = HFSupportScorer(tiny_chat_policy.model, tiny_chat_policy.tokenizer)
-    wrappers = {"outcome": get_reward("outcome"), "igpo": get_reward("igpo", scorer=scorer, tokens="text")}
-    with pytest.raises(ValueError, match="needs a gold answer"):  # the wrapper itself still refuses such a group
-        wrappers["igpo"].score_group(episodes[-3:])
-    s = ablate(episodes, wrappers, tmp_path)
+    by_name = {"outcome": get_reward("outcome"), "igpo": get_reward("igpo", scorer=scorer, tokens="text")}
+    with pytest.raises(ValueError, match="needs a gold answer"):  # the reward itself still refuses such a group
+        by_name["igpo"].score_group(episodes[-3:])
+    s = ablate(episodes, by_name, tmp_path)
     assert not s["errors"]
     igpo, outcome = s["rewards"]["igpo"], s["rewards"]["outcome"]
     assert igpo["scope"] == {"envs": ["turngym/Calculator-v0"], "groups": 3, "left_out_envs": ["turngym/NoGold-v0"],
@@ -53,7 +53,7 @@ def test_igpo_is_scored_where_gold_exists_and_the_table_says_so(episodes, tiny_c
     assert outcome["credit_accuracy_advantage"]["n_turns"] == 12 and "scope" not in outcome
     md = (tmp_path / "ablation.md").read_text()
     assert "| 3 / 9 (6)*" in md and "left out: 1 groups of turngym/NoGold-v0" in md
-    # the gold-only wrapper is in the rank correlation (over the turns it scored), the heatmap and the viewer
+    # the gold-only reward is in the rank correlation (over the turns it scored), the heatmap and the viewer
     assert s["correlation"]["igpo"]["outcome"] is not None and s["correlation"]["outcome"]["igpo"] is not None
     import json
 
@@ -74,8 +74,8 @@ def test_all_gold_keeps_igpo_in_the_main_table(episodes, tiny_chat_policy):
     assert "gold_only" not in s and "scope" not in s["rewards"]["igpo"] and "igpo" in s["correlation"]
 
 
-class FailingGoldWrapper:
-    """A fake wrapper that needs gold and always fails: it must be tried once, on the gold groups only."""
+class FailingGoldReward:
+    """A fake reward that needs gold and always fails: it must be tried once, on the gold groups only."""
 
     requires_gold = True
 
@@ -87,8 +87,8 @@ class FailingGoldWrapper:
         raise RuntimeError("scorer broke")
 
 
-def test_a_failing_gold_only_wrapper_is_not_rerun_on_every_group(episodes):
-    bad = FailingGoldWrapper()
+def test_a_failing_gold_only_reward_is_not_rerun_on_every_group(episodes):
+    bad = FailingGoldReward()
     s = ablate(episodes, {"outcome": get_reward("outcome"), "igpo": bad})
     assert bad.calls == 1 and "scorer broke" in s["errors"]["igpo"]
     assert s["rewards"]["outcome"]["credit_accuracy_advantage"]["n_groups"] == 4

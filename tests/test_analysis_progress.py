@@ -1,5 +1,5 @@
 """``turngym ablate`` and ``creditbench`` say what they are doing from the first second: a stage line per
-wrapper × group as it is scored (model-scored wrappers take seconds per group on a CPU)."""
+reward × group as it is scored (model-scored rewards take seconds per group on a CPU)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def _play(actions, k):
     return env.unwrapped.episode
 
 
-def test_ablate_prints_each_wrapper_and_group_as_it_scores(tmp_path, capsys):
+def test_ablate_prints_each_reward_and_group_as_it_scores(tmp_path, capsys):
     group = [_play(["<calc>84 * 63 + 51</calc>", "<answer>5343</answer>"], 0), _play(["<answer>5292</answer>"], 1)]
     with EpisodeWriter(tmp_path / "episodes.jsonl") as w:
         for e in group:

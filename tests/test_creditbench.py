@@ -124,21 +124,21 @@ def test_bfcl_label0_turns_are_rejected_by_the_checker_after_a_correct_history()
     assert seen[0] > 0 and seen[1] > 0
 
 
-def test_every_wrapper_scores_and_outcome_credit_follows_the_evidence(searchqa_groups, tiny_chat_policy, tmp_path):
+def test_every_reward_scores_and_outcome_credit_follows_the_evidence(searchqa_groups, tiny_chat_policy, tmp_path):
     from turngym.rewards import get_reward
     from turngym.rewards.support import HFSupportScorer
 
     scorer = HFSupportScorer(tiny_chat_policy.model, tiny_chat_policy.tokenizer)
-    wrappers = {n: get_reward(n) for n in ("outcome", "ttrl", "empo", "funrl")}
-    wrappers.update(siop=get_reward("siop", scorer=scorer, tokens="text"), igpo=get_reward("igpo", scorer=scorer, tokens="text"))
-    res = score_groups(searchqa_groups, wrappers, n_boot=100)
+    by_name = {n: get_reward(n) for n in ("outcome", "ttrl", "empo", "funrl")}
+    by_name.update(siop=get_reward("siop", scorer=scorer, tokens="text"), igpo=get_reward("igpo", scorer=scorer, tokens="text"))
+    res = score_groups(searchqa_groups, by_name, n_boot=100)
     for name, row in res.items():
         assert "error" not in row, (name, row)
         a = row["advantage"]["auc"]
         assert a is None or 0.0 <= a <= 1.0
     # the gold answer follows the useful search (up to noise), so outcome credit separates the labels
     assert res["outcome"]["advantage"]["auc"] > 0.5
-    summary = run_creditbench(SMALL, {"outcome": wrappers["outcome"]}, tmp_path, n_boot=50,
+    summary = run_creditbench(SMALL, {"outcome": by_name["outcome"]}, tmp_path, n_boot=50,
                               built={"searchqa": searchqa_groups})
     assert (tmp_path / "creditbench.md").read_text().count("| outcome |") == 1
     assert summary["envs"]["searchqa"]["labelled_turns"] == SMALL.groups * SMALL.k * SUBSETS["search_turns"]

@@ -26,13 +26,13 @@ def test_main_job_reuses_one_policy_and_links_every_stage(tiny_chat_policy, tmp_
     assert job["models"]["agent"] == {"name": "tiny"}
     assert set(job["times"]) >= {"load_agent_s", "load_scorer_s", "generation_s", "ablation_s", "creditbench_s"}
     bench = json.loads((tmp_path / "creditbench" / "creditbench.json").read_text())
-    assert set(bench["envs"]["searchqa"]["wrappers"]) == {"outcome", "funrl", "siop", "igpo"}
-    assert all("error" not in w for w in bench["envs"]["searchqa"]["wrappers"].values())
+    assert set(bench["envs"]["searchqa"]["rewards"]) == {"outcome", "funrl", "siop", "igpo"}
+    assert all("error" not in w for w in bench["envs"]["searchqa"]["rewards"].values())
     # per-stage CPU time next to wall time; siop and igpo shared the planted episodes' longest-prefix forwards
     assert set(job["times"]["cpu_s"]) >= {"load_agent", "generation: calculator", "ablation", "creditbench"}
     assert job["times"]["scorer_forwards"]["prefix_reused"] >= bench["envs"]["searchqa"]["episodes"]
     assert "| stage | wall s | CPU s |" in text and "longest-prefix forwards reused" in text
-    # both credit tables show within-episode AUC and the label-free baselines beside the wrappers
+    # both credit tables show within-episode AUC and the label-free baselines beside the rewards
     assert "within-episode AUC" in text and "*label-free: −(turns remaining)*" in text
     assert "| *label-free: outcome broadcast* |" in text
     assert set(bench["envs"]["searchqa"]["baselines"]) == {"position", "remaining", "outcome"}

@@ -179,7 +179,7 @@ def test_mc_values_match_exact_values_on_an_mdp(tmp_path):
 
 def test_the_mc_creditbench_command_end_to_end(tmp_path, tiny_chat_policy):
     """``turngym creditbench --oracle mc`` on a tiny model's Calculator episodes: branches, values, a table with
-    the wrapper's declared estimator, an extra one, and the label-free baselines."""
+    the reward's declared estimator, an extra one, and the label-free baselines."""
     import json
     import subprocess
     import sys
@@ -202,7 +202,7 @@ def test_the_mc_creditbench_command_end_to_end(tmp_path, tiny_chat_policy):
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((tmp_path / "mc" / "mc_oracle.json").read_text())
     assert summary["sampling"] == {"temperature": 0.7, "max_new_tokens": 6, "seed": 0}  # the recording policy's
-    assert [(r["wrapper"], r["estimator"]) for r in summary["rows"]] == [("outcome", "grpo"), ("outcome", "turn_loo")]
+    assert [(r["reward"], r["estimator"]) for r in summary["rows"]] == [("outcome", "grpo"), ("outcome", "turn_loo")]
     assert set(summary["baselines"]) == {"position", "remaining", "outcome"}
     assert all("spearman_vs_advantage" in b for b in summary["baselines"].values())  # baselines against Â too
     values = [json.loads(line) for line in (tmp_path / "mc" / "values.jsonl").read_text().splitlines()]

@@ -1,4 +1,4 @@
-"""Reward wrappers on hand-computed groups, with a fake support scorer (named as such) beside
+"""Rewards on hand-computed groups, with a fake support scorer (named as such) beside
 tests of the real transformers scorer."""
 
 import math

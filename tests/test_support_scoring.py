@@ -300,11 +300,11 @@ def test_ablate_scorer_spec_local_model_and_server(tiny_chat_policy, episodes, t
 
 def test_kept_prefixes_give_the_same_scores_with_one_forward_less(tiny_chat_policy):
     """SIOP then IGPO on one shared scorer with ``prefix_cache_tokens``: SIOP's longest prefix (τ_T) runs once per
-    episode and IGPO's (τ_{T−1} after its observation, a prefix of it) is cut from it, and both wrappers' rewards
+    episode and IGPO's (τ_{T−1} after its observation, a prefix of it) is cut from it, and both rewards' rewards
     equal those of scorers that keep nothing."""
     tok = tiny_chat_policy.tokenizer
     group = calculator_group([("6*7", "42"), ("6*7", "42"), ("2+2", "4"), ("6*7", "41")], "What is 6 times 7?", "42")
-    multi = len(group)  # every episode is answered and has two turns: both wrappers score all of them
+    multi = len(group)  # every episode is answered and has two turns: both rewards score all of them
 
     def run(keep):
         scorer = HFSupportScorer(tiny_chat_policy.model, tok, prefix_cache_tokens=keep)
@@ -343,12 +343,12 @@ def test_a_memo_scorer_scores_each_support_once_and_changes_no_reward(tiny_chat_
 
 def test_lone_surrogates_anywhere_in_a_group_score_with_siop_igpo_and_prm(tiny_chat_policy):
     """Question, gold, query and answers holding lone surrogates (a JSON reply may carry them):
-    every support and judge wrapper scores the group instead of raising TypeError in the tokenizer."""
+    every support and judge reward scores the group instead of raising TypeError in the tokenizer."""
     group = calculator_group([("6*7", "42\ud800"), ("6*7", "42"), ("2+2 \udc00", "4"), ("6*7", "41")],
                              "What is 6 \ud800 times 7?", "42\udfff")
     scorer = HFSupportScorer(tiny_chat_policy.model, tiny_chat_policy.tokenizer)
-    for wrapper in (get_reward("siop", scorer=scorer, tokens="text"), get_reward("igpo", scorer=scorer, tokens="text"),
+    for reward in (get_reward("siop", scorer=scorer, tokens="text"), get_reward("igpo", scorer=scorer, tokens="text"),
                     get_reward("prm", llm=tiny_chat_policy)):
-        rewards = wrapper.score_group(group).rewards
+        rewards = reward.score_group(group).rewards
         assert [len(r) for r in rewards] == [2, 2, 2, 2]
         assert all(math.isfinite(x) for r in rewards for x in r)

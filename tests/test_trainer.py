@@ -32,7 +32,7 @@ class ParityCalculator(CalculatorEnv):
 
 @dataclass
 class FakeTurnReward(GroupReward):
-    """A fake reward wrapper: a distinct, known reward on every turn."""
+    """A fake reward: a distinct, known reward on every turn."""
 
     name: str = "fake-turn"
     estimator = "turn"
@@ -423,7 +423,7 @@ def test_the_rewards_declared_estimator_is_the_default(tmp_path):
 
 def test_vine_trains_on_monte_carlo_advantages_from_branches(tmp_path):
     """``vine``: after the rollout every episode is branched after each prefix with the live policy;
-    each turn's Â = Q̂ − V̂ is what lands on its tokens (the reward wrapper is not used)."""
+    each turn's Â = Q̂ − V̂ is what lands on its tokens (the reward is not used)."""
     model, tok = model_and_tokenizer()
     tr = TurnGRPOTrainer(model=model, processing_class=tok, env_factory=lambda: CalculatorEnv(max_turns=2),
                          reward=FakeTurnReward(), args=config(tmp_path, max_completion_length=64),

@@ -82,7 +82,7 @@ def test_rollouts_round_trip_through_view_ablate_and_report(trained, tmp_path):
     assert html.stat().st_size > 0
     eps = read_episodes(folder / "episodes.jsonl").episodes
     payload = build_payload(eps, read_scores(folder / "scores.jsonl"), "rollouts")
-    assert payload["wrappers"] == ["outcome"] and payload["estimators"] == ["turn"]
+    assert payload["rewards"] == ["outcome"] and payload["estimators"] == ["turn"]
     assert [row["step"] for row in payload["eps"]] == [e.meta["train"]["step"] for e in eps]
     first = payload["eps"][0]
     assert payload["queries"][first["qk"]] == f"{eps[0].env_id}|{eps[0].meta['task_key'].split('@')[0]}"

@@ -96,7 +96,7 @@ def test_each_process_scores_only_its_own_groups_once(tmp_path, monkeypatch, n_p
     import accelerate.utils
 
     class CountingReward(GroupReward):
-        """A fake reward wrapper that counts which groups it scores."""
+        """A fake reward that counts which groups it scores."""
 
         name = "counting"
         estimator = "turn"
@@ -143,7 +143,7 @@ def test_a_prompts_rollouts_over_two_processes_are_one_group_and_an_incomplete_g
     from turngym.training.trainer import batch_groups, task_prompt
 
     class GroupRecorder(GroupReward):
-        """A fake reward wrapper: rollout k of a group gets reward k on every turn; records the groups it scores."""
+        """A fake reward: rollout k of a group gets reward k on every turn; records the groups it scores."""
 
         name, estimator = "recorder", "grpo"
 

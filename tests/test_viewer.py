@@ -83,7 +83,7 @@ def test_viewer_embeds_exactly_the_files_turns_and_rewards(viewer_files):
         assert [t["a"] for t in row["t"]] == [t.action for t in ep.turns]
         assert [t["o"] for t in row["t"]] == [t.observation for t in ep.turns]
         assert [t["gt"] for t in row["t"]] == [float(t.truth["retrieval_hit"].value) if t.truth else None for t in ep.turns]
-    assert d["wrappers"] == ["outcome", "hits"]
+    assert d["rewards"] == ["outcome", "hits"]
     assert d["r"]["outcome"] == rewards_of(eps, "outcome") and d["r"]["hits"] == rewards_of(eps, "hits")
     assert d["adv"]["outcome"]["turn"] == [[x * 2 for x in r] for r in rewards_of(eps, "outcome")]
     from turngym.training.advantages import grpo
@@ -257,13 +257,13 @@ def test_browser_renders_turns_chips_and_filters(browser, viewer_files):
         assert page.locator(f"section.episode[data-id='{ep.id}'] li.turn").count() == len(ep.turns)
     for name in ("outcome", "hits"):
         for ep, rewards in zip(eps, rewards_of(eps, name), strict=True):
-            chips = page.locator(f"section.episode[data-id='{ep.id}'] .chip:not(.adv)[data-wrapper='{name}']")
+            chips = page.locator(f"section.episode[data-id='{ep.id}'] .chip:not(.adv)[data-reward='{name}']")
             assert [float(v) for v in chips.evaluate_all("cs => cs.map(c => c.dataset.value)")] == rewards
             assert chips.first.inner_text() == f"{name} {rewards[0]:.3f}"
-    # the wrapper switch shows one wrapper's chips only
-    page.check("input[name='wrapper'][value='hits']")
-    assert page.locator(".chip[data-wrapper='outcome']").count() == 0
-    assert page.locator(".chip:not(.adv)[data-wrapper='hits']").count() == sum(len(e.turns) for e in eps)
+    # the reward switch shows one reward's chips only
+    page.check("input[name='reward'][value='hits']")
+    assert page.locator(".chip[data-reward='outcome']").count() == 0
+    assert page.locator(".chip:not(.adv)[data-reward='hits']").count() == sum(len(e.turns) for e in eps)
     # the hostile action is shown as text and never ran
     assert page.locator("section.episode[data-id='s1'] pre.action").first.inner_text() == HOSTILE
     assert page.evaluate("window.__pwned") is None

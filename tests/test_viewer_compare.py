@@ -1,5 +1,5 @@
-"""The viewer's comparison features in headless Chromium: per-wrapper colour scales, the group grid, run
-metrics, sorting and filtering by disagreement, deep links, two runs side by side, where a wrapper most
+"""The viewer's comparison features in headless Chromium: per-reward colour scales, the group grid, run
+metrics, sorting and filtering by disagreement, deep links, two runs side by side, where a reward most
 disagrees with the per-turn truth, and one item followed across training steps."""
 
 import pytest
@@ -54,15 +54,15 @@ def shown_ids(page):
     return page.locator("section.episode").evaluate_all("s => s.map(x => x.dataset.id)")
 
 
-def test_each_wrapper_has_its_own_colour_scale(browser, one_run):  # noqa: F811
+def test_each_reward_has_its_own_colour_scale(browser, one_run):  # noqa: F811
     eps, html = one_run
     page, problems = open_page(browser, html)
-    chip = page.locator("section.episode[data-id='g0#0'] .chip[data-wrapper='outcome']").nth(1)
+    chip = page.locator("section.episode[data-id='g0#0'] .chip[data-reward='outcome']").nth(1)
     assert chip.get_attribute("data-value") == "1"
     # 1.0 is the top of outcome's own 0-1 scale: full red, not washed out by siop's 8.18
     assert chip.evaluate("c => getComputedStyle(c).backgroundColor") == "rgb(178, 24, 43)"
     assert "±1.000" in chip.get_attribute("title")
-    siop = page.locator("section.episode[data-id='g0#0'] .chip[data-wrapper='siop']").first
+    siop = page.locator("section.episode[data-id='g0#0'] .chip[data-reward='siop']").first
     assert siop.evaluate("c => getComputedStyle(c).backgroundColor") != "rgb(178, 24, 43)"  # 0.1 of 8.18: pale
     legend = page.locator("#legend").inner_text()
     assert "outcome reward" in legend and "+8.180" in legend and "+1.000" in legend
@@ -74,7 +74,7 @@ def test_group_grid_run_metrics_and_deep_links(browser, one_run):  # noqa: F811
     page, problems = open_page(browser, html)
     assert page.locator("table.grid").count() == 0  # grids are built when opened
     page.locator("article.group[data-group='g0'] details.gridbox summary").click()
-    grid = page.locator("article.group[data-group='g0'] table.grid[data-wrapper='siop']")
+    grid = page.locator("article.group[data-group='g0'] table.grid[data-reward='siop']")
     grid.wait_for()  # built on the toggle event, after the click returns
     assert grid.locator("tr").count() == 1 + 2  # header + one row per episode
     assert grid.locator("a.cell").evaluate_all("cs => cs.map(c => Number(c.dataset.value))") == [0.1, 0.05, 0.1, 0.05]
@@ -83,7 +83,7 @@ def test_group_grid_run_metrics_and_deep_links(browser, one_run):  # noqa: F811
     lo, hi = m["ci95"]
     assert f"em {m['value']:.3f} [{lo:.3f}, {hi:.3f}] (n={m['n']})" in page.locator("#metrics").inner_text()
     # a grid cell links to its turn
-    outcome_grid = page.locator("article.group[data-group='g0'] table.grid[data-wrapper='outcome']")
+    outcome_grid = page.locator("article.group[data-group='g0'] table.grid[data-reward='outcome']")
     outcome_grid.locator("a.cell[data-ep='g0#1'][data-turn='1']").click()
     page.wait_for_selector("section.episode[data-id='g0#1'] li.turn[data-turn='1'].target")
     assert page.evaluate("location.hash") == "#ep=g0%231&t=1"
@@ -118,7 +118,7 @@ def test_sort_and_filter_by_disagreement_and_truth(browser, one_run):  # noqa: F
     page.wait_for_function("document.querySelector('article.group').dataset.group === 'g5'")
     # the truth panel lists siop's worst turn first, linked
     page.locator("#truth-panel summary").click()
-    first = page.locator("#truth-panel ol[data-wrapper='siop'] li").first
+    first = page.locator("#truth-panel ol[data-reward='siop'] li").first
     assert first.get_attribute("data-ep") == "g5#1" and first.get_attribute("data-turn") == "0"
     assert "truth ✓" in first.inner_text()
     first.locator("a").click()
@@ -150,7 +150,7 @@ def test_two_runs_side_by_side_on_the_same_items(browser, tmp_path):  # noqa: F8
     page.select_option("#f-sort", "runs")  # the item where the runs differ most comes first
     page.wait_for_function("document.querySelector('article.group.side h2').textContent === 'question 1?'")
     assert "outcome a 0.500 vs b 1.000" in cards.first.locator(".gmeta").inner_text()
-    chips = cards.first.locator(".col[data-run='1'] .chip[data-wrapper='outcome']")
+    chips = cards.first.locator(".col[data-run='1'] .chip[data-reward='outcome']")
     assert chips.evaluate_all("cs => cs.map(c => Number(c.dataset.value))") == [0.0, 1.0, 0.0, 1.0]  # b's own scores
     assert problems == []
 

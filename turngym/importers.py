@@ -1,12 +1,12 @@
 """Importing labelled trajectories: OpenAI-message transcripts with per-step human labels → turngym episodes.
 
-Why: credit tables score reward wrappers against a per-turn truth no reward saw. Human step labels
+Why: credit tables score rewards against a per-turn truth no reward saw. Human step labels
 (AgentProcessBench: +1 / 0 / −1 on every assistant step) are such a truth, but they come as chat
 transcripts, not episodes. This module turns each transcript into an :class:`~turngym.episode.Episode`
 of the matching env (HotpotQA → SearchQA-v0 in its native tool format, BFCL → BFCL-v0), with each
 assistant step one :class:`~turngym.episode.Turn` and its label in ``Turn.truth["human"]`` (source
 ``human``, the value as recorded), so ``turngym ablate --truth human --truth-map "+1:1,-1:0,0:skip"``
-scores every wrapper against it. Episodes are text only (no token ids).
+scores every reward against it. Episodes are text only (no token ids).
 
 A record (one JSON object per line, or a JSON array of them) holds:
 

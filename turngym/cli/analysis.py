@@ -13,7 +13,7 @@ COMMANDS = ("ablate", "report", "view")
 
 
 def add_parser(sub: Any) -> None:
-    ab = sub.add_parser("ablate", help="score saved groups with several reward wrappers and compare credit")
+    ab = sub.add_parser("ablate", help="score saved groups with several rewards and compare credit")
     ab.add_argument("--episodes", required=True, help="episodes JSONL (groups of k rollouts)")
     add_reward_args(ab, "outcome,ttrl,empo,siop,igpo")
     ab.add_argument("--scorer", default=None, help="support-scoring model for siop/igpo ('default', a directory, a hub id) "

@@ -72,7 +72,7 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
         return cmd_exact_creditbench(args)
     if args.oracle == "mc":
         return cmd_mc_creditbench(args)
-    from turngym.credit.ablate import make_wrappers
+    from turngym.credit.ablate import make_rewards
     from turngym.credit.creditbench import ENVS, BenchConfig, build, run_creditbench
     from turngym.credit.table import parse_estimators
     from turngym.progress import StageClock
@@ -92,14 +92,14 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
         build_s = time.perf_counter() - start
         clock.stage("loading the rewards' models…")
         episodes = [e for groups in built.values() for g in groups for e in g]
-        wrappers = make_wrappers(names, scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_episodes=episodes,
-                                 tokens="text")  # scripted episodes carry text, not a policy's ids
-        return run_creditbench(cfg, wrappers, args.out, n_boot=args.bootstrap, built=built, build_s=build_s,
+        rewards = make_rewards(names, scorer=args.scorer, scribe_llm=args.scribe_llm, scribe_episodes=episodes,
+                               tokens="text")  # scripted episodes carry text, not a policy's ids
+        return run_creditbench(cfg, rewards, args.out, n_boot=args.bootstrap, built=built, build_s=build_s,
                                progress=clock.stage)
 
     summary = attempt(bench, FileNotFoundError, ValueError, RuntimeError)
     for env_name, e in summary["envs"].items():
-        for name, w in e["wrappers"].items():
+        for name, w in e["rewards"].items():
             if "error" in w:
                 print(f"{env_name:9s} {name:8s} FAILED: {w['error']}")
                 continue
@@ -132,7 +132,7 @@ COMMANDS = ("creditbench", "main-job")
 
 
 def add_parser(sub: Any) -> None:
-    cb = sub.add_parser("creditbench", help="reward wrappers on episodes with planted per-turn truth (credit accuracy)")
+    cb = sub.add_parser("creditbench", help="rewards on episodes with planted per-turn truth (credit accuracy)")
     cb.add_argument("--out", required=True)
     cb.add_argument("--envs", default="searchqa,mathcode,bfcl", help="envs with planted truth, comma-separated")
     add_reward_args(cb, "outcome,ttrl,empo,funrl,siop,igpo", "; add scribe to judge with --scribe-llm")
@@ -154,7 +154,7 @@ def add_parser(sub: Any) -> None:
     cb.add_argument("--estimators", default="", help="score every reward under these estimators too (a,b,...), "
                     "besides its declared one")
     cb.add_argument("--oracle", choices=("planted", "exact", "mc"), default="planted",
-                    help="planted: reward wrappers on scripted episodes; exact: estimators' gradients on small MDPs; "
+                    help="planted: rewards on scripted episodes; exact: estimators' gradients on small MDPs; "
                          "mc: Monte-Carlo turn values of recorded episodes (--episodes) from branched continuations")
     cb.add_argument("--episodes", default=None, help="--oracle mc: the recorded episodes (JSONL, one env)")
     cb.add_argument("--rollouts", type=int, default=8, help="--oracle mc: continuations per prefix")

@@ -1,9 +1,9 @@
-"""``turngym ablate``: score the same saved groups with several reward wrappers and compare credit.
+"""``turngym ablate``: score the same saved groups with several rewards and compare credit.
 
-Reported per wrapper: per-turn credit maps (heatmap), rank correlation with every other
-wrapper over all turn rewards, within-group variance of episode totals, agreement of
+Reported per reward: per-turn credit maps (heatmap), rank correlation with every other
+reward over all turn rewards, within-group variance of episode totals, agreement of
 episode totals with the gold outcome, and **credit accuracy**: the Spearman correlation
-between the wrapper's per-turn rewards and the per-turn truth in ``Turn.truth`` (declared by
+between the reward's per-turn rewards and the per-turn truth in ``Turn.truth`` (declared by
 the env: SearchQA ``retrieval_hit``, MathCode ``feeds_answer``, Calculator ``tool_ok``, BFCL
 ``bfcl_turn_valid``; or written by an importer, e.g. human labels), over the turns that have
 one, and on advantages the credit table of :mod:`turngym.credit.table` (pooled and
@@ -51,11 +51,11 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
 def ablate(episodes: Sequence[Episode], rewards: dict[str, GroupReward], out_dir: str | Path | None = None,
            reliability: dict[str, Any] | None = None, truth: str | None = None, truth_map: str | None = None,
            estimators: Sequence[str] = (), progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """``rewards``: name → reward wrapper. Groups are the episodes' ``group`` ids. ``reliability``:
+    """``rewards``: name → reward. Groups are the episodes' ``group`` ids. ``reliability``:
     a judge-reliability result (``turngym.rewards.scribe.diagnostics.reliability``) to report too.
     ``truth`` / ``truth_map``: the truth key scored and its value map (:func:`turngym.episode.turn_labels`);
-    ``estimators``: scored besides each wrapper's declared one. ``progress``: told each wrapper × group
-    as it is scored (a model-scored wrapper takes seconds per group on a CPU)."""
+    ``estimators``: scored besides each reward's declared one. ``progress``: told each reward × group
+    as it is scored (a model-scored reward takes seconds per group on a CPU)."""
     mapping = TruthMap.parse(truth_map) if truth_map else None
     labels_of = {ep.id: turn_truth(ep, truth, mapping) for ep in episodes}  # bad truth is refused before scoring
     groups = group_episodes(episodes)
@@ -63,7 +63,7 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, GroupReward], out_dir
     needy = {n: w for n, w in rewards.items() if w.requires_gold}
     kept = [g for g in groups if all(_has_gold(e) for e in g)]
     kept_ids = {g.key for g in kept}
-    if not needy or len(kept) == len(groups):  # every wrapper is scored on every group
+    if not needy or len(kept) == len(groups):  # every reward is scored on every group
         needy, kept = {}, list(groups)
     per_turn, errors = _score(groups, {n: w for n, w in rewards.items() if n not in needy}, progress)
     summary = _summary(groups, per_turn, rewards, errors, labels_of, estimators)
@@ -105,7 +105,7 @@ def ablate(episodes: Sequence[Episode], rewards: dict[str, GroupReward], out_dir
         records = records_for(ordered, per_turn)
         write_scores(out / "scores.jsonl", records)
         render_viewer(ordered, out / "view.html", records, source="ablation")
-        (out / "ablation.md").write_text(_markdown(summary) + "\nBrowse each episode turn by turn with every wrapper's "
+        (out / "ablation.md").write_text(_markdown(summary) + "\nBrowse each episode turn by turn with every reward's "
                                          "per-turn rewards and advantages: [view.html](view.html) "
                                          "(rewards by episode id in `scores.jsonl`).\n")
     return summary
@@ -117,17 +117,17 @@ def _has_gold(ep: Episode) -> bool:
 
 def _score(groups: Sequence[EpisodeGroup], rewards: dict[str, GroupReward],
            progress: Callable[[str], None] | None = None) -> tuple[dict[str, list[list[float]]], dict[str, str]]:
-    """Per-turn rewards of each wrapper over the groups in order; a wrapper that raises is reported, not fatal."""
+    """Per-turn rewards of each reward over the groups in order; a reward that raises is reported, not fatal."""
     per_turn: dict[str, list[list[float]]] = {}
     errors: dict[str, str] = {}
-    for name, wrapper in rewards.items():
+    for name, reward in rewards.items():
         rows: list[list[float]] = []
         try:
             for i, g in enumerate(groups):
                 if progress is not None:
                     progress(f"{name}: group {i + 1}/{len(groups)}")
-                rows += wrapper.score_group(reward_view(g)).rewards
-        except Exception as exc:  # noqa: BLE001 - one failing wrapper must not sink the others
+                rows += reward.score_group(reward_view(g)).rewards
+        except Exception as exc:  # noqa: BLE001 - one failing reward must not sink the others
             errors[name] = f"{type(exc).__name__}: {exc}"
             continue
         per_turn[name] = rows
@@ -138,7 +138,7 @@ def _summary(groups: Sequence[EpisodeGroup], per_turn: dict[str, list[list[float
              errors: dict[str, str], labels_of: dict[str, list[int | None]], estimators: Sequence[str] = (),
              baselines: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Credit accuracy (raw and on advantages, beside the label-free baselines), agreement with the gold
-    outcome and variance per wrapper. ``baselines``: given when scoring a subset (gold-only wrappers), so
+    outcome and variance per reward. ``baselines``: given when scoring a subset (gold-only rewards), so
     every row is marked against the baselines of the whole set."""
     ordered = [ep for g in groups for ep in g]
     truths = [labels_of[e.id] for e in ordered]
@@ -175,7 +175,7 @@ def _summary(groups: Sequence[EpisodeGroup], per_turn: dict[str, list[list[float
 
 
 def _finite_spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """Spearman over the turns both wrappers scored (a gold-only wrapper leaves NaN on the others)."""
+    """Spearman over the turns both rewards scored (a gold-only reward leaves NaN on the others)."""
     pairs = [(x, y) for x, y in zip(a, b, strict=True) if math.isfinite(x) and math.isfinite(y)]
     return spearman([p[0] for p in pairs], [p[1] for p in pairs])
 
@@ -204,7 +204,7 @@ def _markdown(s: dict[str, Any]) -> str:
     truth = s.get("truth") or {}
     lines += ["", (f"Credit accuracy on advantages, truth `{truth.get('key', '–')}`"
                    + (f" mapped by `{truth['map']}`" if truth.get("map") else "")
-                   + ": every wrapper under its declared estimator (and each one asked for), then the label-free "
+                   + ": every reward under its declared estimator (and each one asked for), then the label-free "
                    "baselines on the same turns."), "", LEGEND, ""]
     rows, extra = [], {}
     for n, m in s["rewards"].items():
@@ -223,7 +223,7 @@ def _markdown(s: dict[str, Any]) -> str:
                        "and its rank correlations use the turns it scored.")]
     names = list(s["correlation"])
     if names:
-        lines += ["", "Rank correlation between wrappers' per-turn rewards:", "", "| | " + " | ".join(names) + " |",
+        lines += ["", "Rank correlation between rewards' per-turn rewards:", "", "| | " + " | ".join(names) + " |",
                   "|---" * (len(names) + 1) + "|"]
         lines += [f"| {a} | " + " | ".join(f(s["correlation"][a][b]) for b in names) + " |" for a in names]
     for n, m in s["rewards"].items():
@@ -261,7 +261,7 @@ def reliability_table(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-def make_wrappers(names: Sequence[str], scorer: Any = None, tokens: str = "ids", scribe_llm: Any = None,
+def make_rewards(names: Sequence[str], scorer: Any = None, tokens: str = "ids", scribe_llm: Any = None,
                   scribe_episodes: Sequence[Episode] = (), scribe_library: Any = None,
                   scribe_base_url: str | None = None) -> dict[str, GroupReward]:
     """Rewards by name, configured by what each declares (:class:`~turngym.rewards.base.GroupReward`).
@@ -314,17 +314,17 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
         keys = sorted({k for ep in report.episodes for t in ep.turns for k in t.truth})
         raise ValueError(f"no turn carries truth {truth!r}; the episodes carry {keys or 'no truth'}")
     scorer_spec, tokens = _scorer_spec(scorer)
-    wrappers = make_wrappers(names, scorer=scorer_spec, tokens=tokens, scribe_llm=scribe_llm,
-                             scribe_episodes=report.episodes, scribe_library=scribe_library,
-                             scribe_base_url=scribe_base_url)
+    rewards = make_rewards(names, scorer=scorer_spec, tokens=tokens, scribe_llm=scribe_llm,
+                           scribe_episodes=report.episodes, scribe_library=scribe_library,
+                           scribe_base_url=scribe_base_url)
     rel = None
     if reliability_repeats:
         from turngym.rewards.scribe.diagnostics import reliability
 
-        if "scribe" not in wrappers:
+        if "scribe" not in rewards:
             raise ValueError("the reliability table needs 'scribe' among the rewards")
-        rel = reliability(report.episodes, wrappers["scribe"], repeats=reliability_repeats)
-    return ablate(report.episodes, wrappers, out_dir, reliability=rel, truth=truth, truth_map=truth_map,
+        rel = reliability(report.episodes, rewards["scribe"], repeats=reliability_repeats)
+    return ablate(report.episodes, rewards, out_dir, reliability=rel, truth=truth, truth_map=truth_map,
                   estimators=estimators, progress=progress)
 
 

@@ -1,6 +1,6 @@
 """Credit accuracy: how well the credit a turn's tokens receive separates useful turns from useless ones.
 
-A wrapper's per-turn rewards become per-turn advantages through the estimator it is paired
+A reward's per-turn rewards become per-turn advantages through the estimator it is paired
 with in training (declared by the reward: its ``estimator``): episode-level rewards (outcome, TTRL, EMPO)
 go through GRPO, which broadcasts the episode's z-scored total to every turn;
 turn-level rewards (SIOP, SCRIBE, funrl) through the ``turn`` estimator (group z-score, then a
@@ -34,7 +34,7 @@ def turn_truth(ep: Episode, key: str | None = None, mapping: TruthMap | None = N
 
 
 def group_advantages(estimator: str, group_rewards: Sequence[Sequence[float]]) -> list[list[float]]:
-    """Per-turn advantages of one group under ``estimator`` (a wrapper's is its ``estimator`` attribute)."""
+    """Per-turn advantages of one group under ``estimator`` (a reward's is its ``estimator`` attribute)."""
     return get_estimator(estimator)(group_rewards)
 
 

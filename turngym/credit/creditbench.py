@@ -1,4 +1,4 @@
-"""``turngym creditbench``: reward wrappers scored on episodes whose per-turn value is planted.
+"""``turngym creditbench``: rewards scored on episodes whose per-turn value is planted.
 
 Scripted policies play groups of episodes through the real envs; each tool turn is useful
 (label 1) or useless (label 0) by construction, and the final answer depends on the
@@ -33,7 +33,7 @@ The planted label is written to ``Turn.truth["planted"]`` (source ``planted``); 
 episodes through :func:`turngym.truth.reward_view`, which holds no truth. ``BenchConfig.truth``
 scores against another key the episodes carry (e.g. SearchQA's ``retrieval_hit``).
 
-Every wrapper scores every group; its rewards become advantages through the estimator it is
+Every reward scores every group; its rewards become advantages through the estimator it is
 paired with in training (:mod:`turngym.credit.accuracy`) and through each of ``estimators``, and
 credit accuracy is measured on those advantages (pooled AUC label 1 vs 0, within-episode AUC,
 Spearman ρ, group-bootstrap intervals; :mod:`turngym.credit.table` adds the label-free
@@ -96,7 +96,7 @@ class BenchConfig:
     designs: tuple[str, ...] = ("random",)
     truth: str = TRUTH_KEY  # the truth key scored (the planted label, or an env's own, e.g. retrieval_hit)
     truth_map: str | None = None  # value -> label, e.g. "+1:1,-1:0,0:skip"; None: values must be binary
-    estimators: tuple[str, ...] = ()  # scored besides each wrapper's declared estimator
+    estimators: tuple[str, ...] = ()  # scored besides each reward's declared estimator
 
     def __post_init__(self) -> None:
         bad = [d for d in self.designs if d not in DESIGNS]
@@ -427,42 +427,42 @@ def labels_for(cfg: BenchConfig) -> Callable[[Episode], list[int | None]]:
     return lambda ep: turn_labels(ep, cfg.truth, mapping)
 
 
-def score_groups(groups: Sequence[Sequence[Episode]], wrappers: dict[str, Any],
+def score_groups(groups: Sequence[Sequence[Episode]], rewards: dict[str, Any],
                  labels_of: Callable[[Episode], list[int | None]] = planted_labels,
                  n_boot: int = 1000, seed: int = 0,
                  rewards_out: dict[str, list[list[list[float]]]] | None = None,
                  estimators: Sequence[str] = (), baselines: dict[str, dict[str, Any]] | None = None,
                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Credit accuracy of every wrapper on ``groups`` against ``labels_of`` (one env's groups), under its
+    """Credit accuracy of every reward on ``groups`` against ``labels_of`` (one env's groups), under its
     declared estimator and each of ``estimators``, each marked against the best label-free baseline
     (``baselines``, computed here when not given). Rewards see the episodes through ``reward_view``
-    (no truth). The per-turn rewards of each wrapper that scored go to ``rewards_out`` (by name, per group)."""
+    (no truth). The per-turn rewards of each reward that scored go to ``rewards_out`` (by name, per group)."""
     labels = [[labels_of(e) for e in g] for g in groups]
     if baselines is None:
         baselines = baseline_scores(groups, labels, n_boot, seed)
     best = best_baseline(baselines)
     out: dict[str, Any] = {}
-    for name, wrapper in wrappers.items():
+    for name, reward in rewards.items():
         start = time.perf_counter()
         try:
-            rewards = []
+            scores = []  # per group, per episode, per turn
             for i, g in enumerate(groups):
                 if progress is not None:
                     progress(f"{name}: group {i + 1}/{len(groups)}")
-                rewards.append(wrapper.score_group(reward_view(list(g))).rewards)
-        except Exception as exc:  # noqa: BLE001 - one failing wrapper must not sink the others
+                scores.append(reward.score_group(reward_view(list(g))).rewards)
+        except Exception as exc:  # noqa: BLE001 - one failing reward must not sink the others
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
             continue
         if rewards_out is not None:
-            rewards_out[name] = rewards
+            rewards_out[name] = scores
         by_est = {e: mark_against(sc, best) for e, sc in
-                  estimator_scores(rewards, labels, estimators_for(wrapper, estimators), n_boot, seed).items()}
-        advantages = [group_advantages(wrapper.estimator, r) for r in rewards]
-        totals = [[sum(ep) for ep in r] for r in rewards]
+                  estimator_scores(scores, labels, estimators_for(reward, estimators), n_boot, seed).items()}
+        advantages = [group_advantages(reward.estimator, r) for r in scores]
+        totals = [[sum(ep) for ep in r] for r in scores]
         variances = [float(np.var(t, ddof=1)) for t in totals if len(t) > 1]
         row: dict[str, Any] = {
-            "estimator": wrapper.estimator,
-            "advantage": by_est[wrapper.estimator],
+            "estimator": reward.estimator,
+            "advantage": by_est[reward.estimator],
             "by_estimator": by_est,
             "advantage_next_turn": credit_score([episode_pairs(a, lab, lag=1)
                                                  for a, lab in zip(advantages, labels, strict=True)],
@@ -470,20 +470,20 @@ def score_groups(groups: Sequence[Sequence[Episode]], wrappers: dict[str, Any],
             "group_reward_variance": float(np.mean(variances)) if variances else None,
             "score_s": round(time.perf_counter() - start, 2),
         }
-        raw_pairs = [episode_pairs(r, lab) for r, lab in zip(rewards, labels, strict=True)]
+        raw_pairs = [episode_pairs(r, lab) for r, lab in zip(scores, labels, strict=True)]
         if varies([[x for g in raw_pairs for ep in g for x, _ in ep]]):  # only where raw rewards vary on labelled turns
             row["raw"] = credit_score(raw_pairs, n_boot, seed).to_dict()
-            row["raw_next_turn"] = credit_score([episode_pairs(r, lab, lag=1) for r, lab in zip(rewards, labels, strict=True)],
+            row["raw_next_turn"] = credit_score([episode_pairs(r, lab, lag=1) for r, lab in zip(scores, labels, strict=True)],
                                                 n_boot, seed).to_dict()
         out[name] = row
     return out
 
 
-def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | Path | None = None,
+def run_creditbench(cfg: BenchConfig, rewards: dict[str, Any], out_dir: str | Path | None = None,
                     n_boot: int = 1000, built: dict[str, list[list[Episode]]] | None = None,
                     build_s: float | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Build (unless ``built`` is given, then ``build_s`` says how long that took) and score; ``progress``
-    is told each env × wrapper × group as it is scored."""
+    is told each env × reward × group as it is scored."""
     start = time.perf_counter()
     if built is None:
         built = build(cfg)
@@ -507,7 +507,7 @@ def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | P
             "items": [g[0].task.get("index") for g in groups],
             "outcome_rate": float(np.mean([_outcome(e) for g in groups for e in g])) if groups else None,
             "baselines": baselines, "best_label_free": best_baseline(baselines),
-            "wrappers": score_groups(groups, wrappers, labels_of, n_boot=n_boot, seed=cfg.seed, rewards_out=per_group,
+            "rewards": score_groups(groups, rewards, labels_of, n_boot=n_boot, seed=cfg.seed, rewards_out=per_group,
                                      progress=env_progress,
                                      estimators=cfg.estimators, baselines=baselines)}
         records += records_for([e for g in groups for e in g],
@@ -528,7 +528,7 @@ def run_creditbench(cfg: BenchConfig, wrappers: dict[str, Any], out_dir: str | P
         render_viewer([e for groups in built.values() for g in groups for e in g], out / "view.html", records,
                       source="episodes.jsonl")
         (out / "creditbench.md").write_text(markdown(summary) + "\nEvery planted episode turn by turn, with each "
-                                            "wrapper's per-turn rewards and advantages: [view.html](view.html)\n")
+                                            "reward's per-turn rewards and advantages: [view.html](view.html)\n")
     return summary
 
 
@@ -555,14 +555,14 @@ def markdown(s: dict[str, Any]) -> str:
               f"SearchQA on {c['searchqa_dataset']} over the {s['retriever']}, MathCode on "
               f"{c['mathcode_dataset']}, BFCL on {c['bfcl_category']}. Credit accuracy = AUC of label-1 vs label-0 turns "
               "(0.5 = no signal), pooled (headline) and within episodes, and Spearman ρ, 95% group-bootstrap intervals, "
-              "on the per-turn advantage of the wrapper's paired estimator (and of each estimator asked for); "
+              "on the per-turn advantage of the reward's paired estimator (and of each estimator asked for); "
               "'next turn' scores the turn after the labelled one with the label. Label-free baselines are rows of "
               "the same table."), "", LEGEND, ""]
     for env_name, e in s["envs"].items():
         lines += [f"## {env_name}", "", (f"{e['groups']} groups, {e['episodes']} episodes, {e['labelled_turns']} labelled "
                   f"turns ({e['useful_turns']} useful); gold-outcome rate {e['outcome_rate']:.2f}; items {e['items']}."), ""]
         rows, extra = [], {}
-        for name, w in e["wrappers"].items():
+        for name, w in e["rewards"].items():
             if "error" in w:
                 rows.append((name, "–", w))
                 continue

@@ -1,5 +1,5 @@
 """Monte-Carlo credit oracle (``turngym creditbench --oracle mc``): per-turn values of recorded episodes
-from branched continuations (:mod:`turngym.agents.branching`), and the credit of every reward wrapper ×
+from branched continuations (:mod:`turngym.agents.branching`), and the credit of every reward ×
 estimator and of the label-free baselines against them.
 
 Branches are written to ``branches.jsonl`` as they finish, so a run that stops resumes where it was;
@@ -53,10 +53,10 @@ def oracle_labels(values: dict[str, list[TurnValue]], episodes: Sequence[Episode
 # ------------------------------------------------------------------ credit against the oracle
 
 
-def credit_against_oracle(episodes: Sequence[Episode], values: dict[str, list[TurnValue]], wrappers: dict[str, Any],
+def credit_against_oracle(episodes: Sequence[Episode], values: dict[str, list[TurnValue]], rewards: dict[str, Any],
                           estimators: Sequence[str] = (), n_boot: int = 1000) -> dict[str, Any]:
     """The credit table (:mod:`turngym.credit.table`) with the oracle's clear signs as labels (|Â| > 2 se):
-    every wrapper under its declared estimator and ``estimators``, the label-free baselines, and per row the
+    every reward under its declared estimator and ``estimators``, the label-free baselines, and per row the
     Spearman ρ of the credit against Â itself and the share of clear turns whose sign the credit gets right."""
     from turngym.credit.accuracy import group_advantages, spearman
     from turngym.credit.table import baseline_scores, best_baseline, estimator_scores, estimators_for, mark_against
@@ -82,12 +82,12 @@ def credit_against_oracle(episodes: Sequence[Episode], values: dict[str, list[Tu
         score["spearman_vs_advantage"] = against_advantage(
             [baseline_values(e)[name] for g in groups for e in g])["spearman_vs_advantage"]
     rows = []
-    for name, wrapper in wrappers.items():
-        rewards = [wrapper.score_group(reward_view(g)).rewards for g in groups]  # rewards never see truth
-        for est, score in estimator_scores(rewards, labels, estimators_for(wrapper, estimators), n_boot).items():
+    for name, reward in rewards.items():
+        scores = [reward.score_group(reward_view(g)).rewards for g in groups]  # rewards never see truth
+        for est, score in estimator_scores(scores, labels, estimators_for(reward, estimators), n_boot).items():
             extra = {} if "error" in score else against_advantage(
-                [a for r in rewards for a in group_advantages(est, r)])
-            rows.append({"wrapper": name, "estimator": est, **mark_against(score, best), **extra})
+                [a for r in scores for a in group_advantages(est, r)])
+            rows.append({"reward": name, "estimator": est, **mark_against(score, best), **extra})
     return {"rows": rows, "baselines": baselines, "best_baseline": best}
 
 
@@ -100,8 +100,8 @@ def markdown(result: dict[str, Any], values: dict[str, list[TurnValue]], rollout
     def cell(x: float | None) -> str:
         return "–" if x is None else f"{x:.3f}"
 
-    rows = [(r["wrapper"], r["estimator"], r) for r in result["rows"]]
-    extra = {(r["wrapper"], r["estimator"]): [cell(r.get("spearman_vs_advantage")), cell(r.get("sign_agreement"))]
+    rows = [(r["reward"], r["estimator"], r) for r in result["rows"]]
+    extra = {(r["reward"], r["estimator"]): [cell(r.get("spearman_vs_advantage")), cell(r.get("sign_agreement"))]
              for r in result["rows"]}
     extra.update({("baseline", name): [cell(s.get("spearman_vs_advantage")), "–"]
                   for name, s in result["baselines"].items()})
@@ -170,8 +170,8 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
                        base_url: str | None = None, temperature: float | None = None, max_new_tokens: int | None = None,
                        concurrency: int = 8, seed: int = 0, scorer: str | None = None,
                        progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """``turngym creditbench --oracle mc``: the oracle on recorded episodes (one env), then every reward
-    wrapper × estimator and the label-free baselines against it. The model, env options and sampling (temperature,
+    """``turngym creditbench --oracle mc``: the oracle on recorded episodes (one env), then every
+    reward × estimator and the label-free baselines against it. The model, env options and sampling (temperature,
     tokens per turn) default to the episodes' run settings (:func:`recorded_settings`), so the env renders the prompts
     it recorded and the continuations value the policy that recorded them; without settings, temperature 1 and 256
     tokens, and the model must be given. A resumed ``out_dir`` must have the same settings (``mc_settings.json``)."""
@@ -180,7 +180,7 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
     import turngym  # noqa: F401 - registers the envs
     from turngym.agents.loading import load_policy
     from turngym.agents.policy import SamplingParams
-    from turngym.credit.ablate import make_wrappers
+    from turngym.credit.ablate import make_rewards
     from turngym.run.lock import check_settings, store_settings
 
     report = read_episodes(episodes_file)
@@ -221,8 +221,8 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
     cost = {"seconds": time.perf_counter() - start, "continuations": _branches_done(out) - before,
             **restore_cost(episodes, make_env)}
     cost["continuations_per_s"] = cost["continuations"] / cost["seconds"] if cost["seconds"] > 0 else None
-    wrappers = make_wrappers(list(rewards), scorer=scorer)
-    result = credit_against_oracle(episodes, values, wrappers, estimators)
+    built = make_rewards(list(rewards), scorer=scorer)
+    result = credit_against_oracle(episodes, values, built, estimators)
     summary = {"env": env_id, "env_kwargs": kwargs, "model": model, "rollouts": rollouts, "episodes": len(episodes),
                "sampling": settings["sampling"], "settings_from": str(source) if source else None,
                "cost": cost, **result}

@@ -1,17 +1,17 @@
-"""Credit tables: every wrapper × estimator beside label-free baselines, in one table.
+"""Credit tables: every reward × estimator beside label-free baselines, in one table.
 
 A pooled AUC mixes two questions: does the credit rank useful turns above useless ones
 *inside an episode* (turn-level credit), and do useless turns sit in episodes that score lower
 (between-episode correlation, which any episode-level reward gets for free)? A label-free
-"−(turns remaining)" already reaches a pooled AUC above many wrappers on real labels. So each
-table shows, per wrapper × estimator, the pooled AUC (the headline), the within-episode AUC and
+"−(turns remaining)" already reaches a pooled AUC above many rewards on real labels. So each
+table shows, per reward × estimator, the pooled AUC (the headline), the within-episode AUC and
 Spearman ρ, and as rows in the same table the label-free baselines:
 
 - ``position``: relative position t/(T−1) (0 for a one-turn episode);
 - ``remaining``: −(turns remaining), −(T−1−t);
 - ``outcome``: the episode's gold outcome on every turn (an ungraded outcome counts 0).
 
-A wrapper whose point estimate is not above the best baseline's in a column is marked there.
+A reward whose point estimate is not above the best baseline's in a column is marked there.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from turngym.episode import Episode
 
 BASELINES = {"position": "relative position t/(T−1)", "remaining": "−(turns remaining)",
              "outcome": "raw outcome broadcast"}
-COMPARED = ("auc", "within_auc")  # the columns a wrapper must beat the best baseline in
+COMPARED = ("auc", "within_auc")  # the columns a reward must beat the best baseline in
 MARK = "†"
 
 
@@ -43,16 +43,16 @@ def baseline_values(ep: Episode) -> dict[str, list[float]]:
 
 def baseline_scores(groups: Sequence[Sequence[Episode]], labels: Sequence[Sequence[Sequence[int | None]]],
                     n_boot: int = 1000, seed: int = 0) -> dict[str, dict[str, Any]]:
-    """Credit scores of every label-free baseline on the same groups and labels as the wrappers."""
+    """Credit scores of every label-free baseline on the same groups and labels as the rewards."""
     values = [[baseline_values(e) for e in g] for g in groups]
     return {name: credit_score([episode_pairs([v[name] for v in vg], lab) for vg, lab in zip(values, labels, strict=True)],
                                n_boot, seed).to_dict()
             for name in BASELINES}
 
 
-def estimators_for(wrapper: Any, extra: Sequence[str] = ()) -> list[str]:
-    """The wrapper's declared estimator first, then each of ``extra`` not already in."""
-    out = [wrapper.estimator]
+def estimators_for(reward: Any, extra: Sequence[str] = ()) -> list[str]:
+    """The reward's declared estimator first, then each of ``extra`` not already in."""
+    out = [reward.estimator]
     return out + [e for e in extra if e not in out]
 
 
@@ -111,15 +111,15 @@ def _cell(score: dict[str, Any] | None, key: str, digits: int = 3) -> str:
     return text
 
 
-HEADER = ("| wrapper | estimator | AUC (advantage) [95% CI] | within-episode AUC [95% CI] | ρ [95% CI] "
+HEADER = ("| reward | estimator | AUC (advantage) [95% CI] | within-episode AUC [95% CI] | ρ [95% CI] "
           "| labelled turns (useful) / within-episode pairs |")
 
 
 def table(rows: Sequence[tuple[str, str, dict[str, Any]]], baselines: dict[str, dict[str, Any]],
           extra_headers: Sequence[str] = (), extra: dict[tuple[str, str], Sequence[str]] | None = None,
           digits: int = 3) -> list[str]:
-    """Markdown lines: one row per (wrapper, estimator, score), then one per label-free baseline.
-    ``extra`` holds further cells per (wrapper, estimator), and per ``("baseline", name)``, under ``extra_headers``."""
+    """Markdown lines: one row per (reward, estimator, score), then one per label-free baseline.
+    ``extra`` holds further cells per (reward, estimator), and per ``("baseline", name)``, under ``extra_headers``."""
     extra = extra or {}
     head = HEADER + "".join(f" {h} |" for h in extra_headers)
     lines = [head, "|" + " --- |" * (6 + len(extra_headers))]

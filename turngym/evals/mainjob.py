@@ -2,7 +2,7 @@
 
 ``bash scripts/main.sh`` runs ``turngym main-job``. One process (not a warm worker) because
 every stage is in-process Python that takes a loaded model object: ``run_eval(policy=...)``,
-reward wrappers that take a scorer object, SCRIBE that takes a policy as judge. Loading once
+rewards that take a scorer object, SCRIBE that takes a policy as judge. Loading once
 saves a model load per stage and keeps peak memory at one copy of each model.
 
 Stages and what they share:
@@ -12,9 +12,9 @@ Stages and what they share:
 2. ``eval`` of the agent on every env (Calculator, MathCode/GSM8K, SearchQA/HotpotQA in the
    native tool format, one worked example, the first search call forced; BFCL simple_python), K samples per item
    at temperature > 0 so groups vary;
-3. ``ablate`` every reward wrapper on all of those episodes, credit accuracy from the envs'
+3. ``ablate`` every reward on all of those episodes, credit accuracy from the envs'
    per-turn truth, on the paired estimators' advantages;
-4. ``creditbench`` (planted per-turn truth) with the same wrappers and scorer;
+4. ``creditbench`` (planted per-turn truth) with the same rewards and scorer;
 5. one report linking everything, with the wall time split into model load, generation and scoring.
 """
 
@@ -86,7 +86,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str
     """``policy``: an already loaded agent (then ``cfg.model`` only names it); ``progress(name)``: how each
     env's eval reports its turns and episodes (turngym.run.pipeline.RunProgress)."""
     from turngym.agents.loading import load_policy, model_identity
-    from turngym.credit.ablate import ablate, make_wrappers
+    from turngym.credit.ablate import ablate, make_rewards
     from turngym.credit.creditbench import BenchConfig, run_creditbench
     from turngym.envs.reader import read_episodes
     from turngym.evals.harness import EvalSpec, run_eval
@@ -141,8 +141,8 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str
     times["cpu_s"]["load_scorer"] = round(time.process_time() - c0, 1)
     t0, c0 = time.perf_counter(), time.process_time()
     print(f"[main-job] reward ablation: {len(episodes)} episodes, rewards {', '.join(names)}", flush=True)
-    wrappers = make_wrappers(names, scorer=scorer, scribe_llm=policy if cfg.scribe else None, scribe_episodes=episodes)
-    ablation = ablate(episodes, wrappers, out / "ablation")
+    rewards = make_rewards(names, scorer=scorer, scribe_llm=policy if cfg.scribe else None, scribe_episodes=episodes)
+    ablation = ablate(episodes, rewards, out / "ablation")
     times["ablation_s"] = round(time.perf_counter() - t0, 1)
     times["cpu_s"]["ablation"] = round(time.process_time() - c0, 1)
     if scorer is not None:
@@ -151,8 +151,8 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str
     print(f"[main-job] creditbench: envs {', '.join(cfg.bench_envs)}, {cfg.bench_groups} groups x {cfg.bench_k}", flush=True)
     bench_cfg = BenchConfig(envs=cfg.bench_envs, groups=cfg.bench_groups, k=cfg.bench_k, seed=cfg.seed)
     # scripted episodes are text: the rewards that score support re-tokenise them
-    bench_wrappers = {**wrappers, **make_wrappers(support, scorer=scorer, tokens="text")}
-    bench = run_creditbench(bench_cfg, bench_wrappers, out / "creditbench")
+    bench_rewards = {**rewards, **make_rewards(support, scorer=scorer, tokens="text")}
+    bench = run_creditbench(bench_cfg, bench_rewards, out / "creditbench")
     times["creditbench_s"] = round(time.perf_counter() - t0, 1)
     times["cpu_s"]["creditbench"] = round(time.process_time() - c0, 1)
     if scorer is not None:
@@ -219,10 +219,10 @@ def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], abl
         beats = sc.get("beats_label_free") or {}
         return " / ".join(f(sc.get(k)) + (" †" if beats.get(k) is False else "") for k in ("auc", "within_auc"))
 
-    for n in next(iter(bench["envs"].values()))["wrappers"] if bench["envs"] else []:
+    for n in next(iter(bench["envs"].values()))["rewards"] if bench["envs"] else []:
         cells = []
         for e in bench["envs"].values():
-            w = e["wrappers"].get(n, {})
+            w = e["rewards"].get(n, {})
             cells.append("failed" if "error" in w else pair(w.get("advantage", {})))
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
     for b, label in (("position", "label-free: relative position"), ("remaining", "label-free: −(turns remaining)"),

@@ -100,7 +100,7 @@ class GroupReward:
         return {}
 
 
-# Name -> "module:attribute" of the wrapper's factory, imported when first built: building a light
+# Name -> "module:attribute" of the reward's factory, imported when first built: building a light
 # reward (``outcome``) imports no model code, and this module imports no reward.
 REWARDS = Registry("reward", {
     "outcome": "turngym.rewards.outcome:OutcomeReward",

@@ -1,4 +1,4 @@
-"""Weighted sums of reward wrappers, by configuration: SCRIBE's additivity experiment as one config.
+"""Weighted sums of rewards, by configuration: SCRIBE's additivity experiment as one config.
 
 ``r_t = sum_i w_i * r_{i,t}`` for every turn t, where ``r_i`` are the parts' per-turn
 rewards on the same group (each part keeps its own definition, outcome term included).
@@ -38,22 +38,22 @@ class CompositeReward(GroupReward):
         for spec in self.parts:
             spec = dict(spec)
             weight = float(spec.pop("weight", 1.0))
-            if "reward" in spec:  # an already-built wrapper (e.g. sharing one judge model)
-                wrapper = spec.pop("reward")
-                if not isinstance(wrapper, GroupReward):
-                    raise TypeError(f"a built part must be a GroupReward, got {type(wrapper).__name__}")
-                key = spec.pop("name", wrapper.name)
+            if "reward" in spec:  # an already-built reward (e.g. sharing one judge model)
+                part = spec.pop("reward")
+                if not isinstance(part, GroupReward):
+                    raise TypeError(f"a built part must be a GroupReward, got {type(part).__name__}")
+                key = spec.pop("name", part.name)
                 if spec:
                     raise ValueError(f"part {key!r}: a built reward takes no configuration, got {sorted(spec)}")
             else:
                 if "name" not in spec:
                     raise ValueError(f"each part needs a 'name' (or a built 'reward'), got {sorted(spec)}")
                 key = spec.pop("name")
-                wrapper = get_reward(key, **spec)
+                part = get_reward(key, **spec)
             unique, n = key, 2
             while unique in self.members:
                 unique, n = f"{key}#{n}", n + 1
-            self.members[unique] = wrapper
+            self.members[unique] = part
             self.weights[unique] = weight
         if not self.name or self.name == "composite":
             self.name = "+".join(self.members)

@@ -2,7 +2,7 @@
 
 ``Turn.reward`` is what ``env.step`` returned: the env's per-step reward (Digits-v0's digit share, the
 exact-oracle MDPs' process rewards) plus, on the step that ends an episode, the task's score. This
-wrapper hands exactly those to the estimator, so a run can train on the env's dense signal without a
+reward hands exactly those to the estimator, so a run can train on the env's dense signal without a
 learned or judged reward.
 """
 

@@ -86,7 +86,7 @@ class _PotentialMachinery(GroupReward, abstract=True):
         return self.scorer == "policy"
 
     def bind_scorer(self, scorer: Any) -> None:
-        """Use this scorer object (e.g. the live policy, or one model shared by several wrappers)."""
+        """Use this scorer object (e.g. the live policy, or one model shared by several rewards)."""
         self._scorer = scorer
         self._tok_cache = {}
 

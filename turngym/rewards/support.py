@@ -21,7 +21,7 @@ attending to its own point's prefix through a tree-shaped attention mask (slidin
 layers get a windowed copy of the mask). ``method="naive"`` runs one full forward per
 (point, reference): the baseline, and the reference the tree path is tested against.
 ``prefix_cache_tokens`` > 0 keeps the longest prefix's keys/values and final hidden states
-(up to that many tokens, least recently used dropped first), so wrappers that score the same
+(up to that many tokens, least recently used dropped first), so rewards that score the same
 episode with one scorer (SIOP and IGPO both end at τ_T) run that forward once.
 """
 

@@ -392,7 +392,7 @@ def vine(rewards: Rewards, gamma: float = 1.0, eps: float = 1e-6,
     """VinePPO's advantage: Â_t = Q̂(s_t, a_t) − V̂(s_t) from branched continuations of each turn
     (:mod:`turngym.agents.branching`), given as ``mc`` (the shape of ``rewards``); a turn without a value
     (its replay differed from the record) gets 0. The estimate is of the env's own return, not of
-    ``rewards``: the reward wrapper is not used. ``gamma``/``eps`` are accepted for the common signature."""
+    ``rewards``: the reward is not used. ``gamma``/``eps`` are accepted for the common signature."""
     check_finite(rewards)
     if mc is None:
         raise ValueError("vine needs Monte-Carlo advantages (mc=...): the trainer branches every episode "

@@ -11,7 +11,7 @@ which appends to one folder (``<output_dir>/rollouts`` by default):
   (``turngym.training.scores``): ``turngym view episodes.jsonl --scores scores.jsonl``;
 - ``step-NNNNNN/results.json``: that step's outcome and behaviour metrics in the eval results
   format, so ``turngym report rollouts/step-*`` compares steps; ``turngym ablate`` scores the
-  episodes file with other reward wrappers like any other.
+  episodes file with other rewards like any other.
 """
 
 from __future__ import annotations

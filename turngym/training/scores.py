@@ -1,6 +1,6 @@
 """Per-turn scores of saved episodes: the file ``turngym ablate`` writes and ``turngym view --scores`` reads.
 
-Format (JSONL, ``scores.jsonl``): one object per line, one line per (episode, reward wrapper)::
+Format (JSONL, ``scores.jsonl``): one object per line, one line per (episode, reward)::
 
     {"episode_id": "q3#0", "reward": "siop", "turn_rewards": [0.12, -0.05, 0.9],
      "advantages": {"turn": [1.1, 0.4, 0.8]},     # optional: estimator name -> one value per turn
@@ -98,7 +98,7 @@ def read_scores(path: str | Path) -> list[ScoreRecord]:
 def records_for(episodes: Sequence[Episode], per_turn: dict[str, list[list[float]]]) -> list[ScoreRecord]:
     """Records for rewards given in episode order, with the group advantages of every registered estimator
     that rewards alone determine (``EstimatorSpec.from_rewards_alone``). Episodes whose rewards are NaN (a
-    wrapper that did not score their group, as a gold-only one) get no record for that wrapper."""
+    reward that did not score their group, as a gold-only one) get no record for that reward."""
     groups: dict[str, list[int]] = {}
     for i, ep in enumerate(episodes):
         groups.setdefault(ep.group or ep.id, []).append(i)

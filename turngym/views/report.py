@@ -250,7 +250,7 @@ def credit_heatmap(rewards: dict[str, list[list[float]]], out: Path, max_rows: i
 
 
 def credit_figure(rewards: dict[str, list[list[float]]], max_rows: int = 32) -> Any:
-    """Per-turn credit maps: one panel per reward wrapper (rows: episodes, columns: turns, both numbered
+    """Per-turn credit maps: one panel per reward (rows: episodes, columns: turns, both numbered
     from 1, whole-number ticks), all on one diverging scale centred on 0 with one labelled colour bar.
     Only the first ``max_rows`` episodes fit; the figure title says so when there are more."""
     import numpy as np

@@ -152,7 +152,6 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
                   for j, t in enumerate(ep.turns)],
         })
     vocab, tok_note = _vocab(episodes)
-    wrappers = list(rewards)
     estimators = sorted({e for w in advantages.values() for e in w})
     partial = {e: why for e in estimators if (why := beyond_rewards(e))}
     notes = list(notes) + [f"{e} advantages here come from the rewards alone: {why}" for e, why in partial.items()]
@@ -166,7 +165,7 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
         "run_metrics": run_metrics(episodes, run_of, rewards, 2 if compare is not None else 1),
         "source": source, "turngym": __version__, "notes": notes, "partial_estimators": sorted(partial),
         "models": sorted({model_name(str(ep.meta["model"])) for ep in episodes if ep.meta.get("model")}),
-        "wrappers": wrappers, "estimators": estimators,
+        "rewards": list(rewards), "estimators": estimators,
         "scale": _limit(v for w in rewards.values() for r in w if r for v in r),
         "adv_scale": _limit(v for w in advantages.values() for e in w.values() for r in e if r for v in r),
         "tokenizer": tok_note, "vocab": vocab,
@@ -197,7 +196,7 @@ def _query_key(ep: Episode) -> str:
 
 def run_metrics(episodes: Sequence[Episode], run_of: Sequence[int], rewards: dict[str, list[list[float] | None]],
                 n_runs: int) -> list[dict[str, Any]]:
-    """Per run: the eval metrics (with their intervals), turns per episode, each wrapper's mean turn reward,
+    """Per run: the eval metrics (with their intervals), turns per episode, each reward's mean turn reward,
     and per training step (saved rollouts) the outcome and turn reward means."""
     from turngym.grading.metrics import outcome_metrics
 
@@ -206,11 +205,11 @@ def run_metrics(episodes: Sequence[Episode], run_of: Sequence[int], rewards: dic
         members = [i for i, r in enumerate(run_of) if r == run]
         eps = [episodes[i] for i in members]
         k = max((len(v) for v in _by(eps, lambda e: e.group or e.id).values()), default=1)
-        wrappers = {}
+        means = {}
         for w, rows in rewards.items():
             vals = [x for i in members if rows[i] for x in rows[i] if math.isfinite(x)]
             if vals:
-                wrappers[w] = {"mean": sum(vals) / len(vals), "turns": len(vals)}
+                means[w] = {"mean": sum(vals) / len(vals), "turns": len(vals)}
         steps = []
         by_step = _by([e for e in eps if isinstance(e.meta.get("train"), dict)], lambda e: e.meta["train"].get("step"))
         for step, s_eps in sorted(by_step.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
@@ -220,7 +219,7 @@ def run_metrics(episodes: Sequence[Episode], run_of: Sequence[int], rewards: dic
                           "turn_reward": sum(r) / len(r) if r else None})
         out.append({"episodes": len(eps), "metrics": outcome_metrics(eps, k) if eps else {},
                     "turns_per_episode": sum(len(e.turns) for e in eps) / max(1, len(eps)),
-                    "wrappers": wrappers, "steps": steps})
+                    "rewards": means, "steps": steps})
     return out
 
 
@@ -253,7 +252,7 @@ def _truth_shown(ep: Episode) -> list[float | None]:
 
 
 def _scores(episodes: Sequence[Episode], index: dict[str, int], records: Sequence[ScoreRecord]):
-    """Per wrapper, one per-turn reward list per episode (None: not scored), and advantages per estimator."""
+    """Per reward, one per-turn reward list per episode (None: not scored), and advantages per estimator."""
     from turngym.training.advantages import advantages_per_group
 
     rewards: dict[str, list[list[float] | None]] = {}

@@ -4,5 +4,5 @@
 windows), ``embed`` and ``cluster`` (skill grouping), ``library`` (two-level prototypes: skill
 families and skills, build, JSON), ``steps`` (hierarchical routing, rubric and open-ended judging),
 ``scoring`` (step values and per-turn aggregation, shared with ``prm``), ``reward`` (the ``scribe``
-reward wrapper), ``diagnostics`` (judge reliability), ``dynamics`` (training-dynamics measures).
+reward), ``diagnostics`` (judge reliability), ``dynamics`` (training-dynamics measures).
 """

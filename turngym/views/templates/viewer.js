@@ -4,7 +4,7 @@
   const D = JSON.parse(document.getElementById("data").textContent);
   const PAGE_GROUPS = 20;
   const OBS_SHOWN = 4000; // characters of an observation shown before "show all"
-  const state = { env: "", ds: "", oc: "", cl: "", q: "", wrapper: "", est: D.estimators[0] || "", page: 0,
+  const state = { env: "", ds: "", oc: "", cl: "", q: "", reward: "", est: D.estimators[0] || "", page: 0,
     sort: "", dmin: 0, qk: -1, view: "groups", target: null };
   const SIDE = D.runs.length === 2; // a second run to compare item by item
   let haystacks = null; // lower-cased searchable text per episode, built on the first search
@@ -59,15 +59,15 @@
   }
   function uniq(key) { return [...new Set(D.eps.map((e) => e[key]))].sort(); }
 
-  // per episode: how far its wrappers disagree on one turn (normalised rewards, 0..2), and how far the
-  // wrappers (or the chosen one) disagree with the turn's truth label (0..1)
+  // per episode: how far its rewards disagree on one turn (normalised rewards, 0..2), and how far the
+  // rewards (or the chosen one) disagree with the turn's truth label (0..1)
   const hasTruth = D.eps.some((e) => e.t.some((t) => t.gt === 0 || t.gt === 1));
   function truthGap(w, v, gt) { const n = norm(w, v); return gt ? (1 - n) / 2 : (1 + n) / 2; }
   const dis = D.eps.map((e, i) => {
     let best = 0;
     for (let j = 0; j < e.t.length; j++) {
       let lo = Infinity, hi = -Infinity;
-      for (const w of D.wrappers) {
+      for (const w of D.rewards) {
         const r = D.r[w][i];
         if (!r || typeof r[j] !== "number") continue;
         const n = norm(w, r[j]);
@@ -81,7 +81,7 @@
   function truthDis(i) {
     const e = D.eps[i];
     let best = -1;
-    for (const w of state.wrapper ? [state.wrapper] : D.wrappers) {
+    for (const w of state.reward ? [state.reward] : D.rewards) {
       const r = D.r[w][i];
       if (!r) continue;
       e.t.forEach((t, j) => { if ((t.gt === 0 || t.gt === 1) && typeof r[j] === "number") best = Math.max(best, truthGap(w, r[j], t.gt)); });
@@ -101,7 +101,7 @@
     D.run_metrics.forEach((m, r) => {
       const parts = Object.entries(m.metrics || {}).filter(([, v]) => v && typeof v.value === "number").map(([k, v]) => `${k} ${mfmt(v)}`);
       parts.push(`turns/episode ${m.turns_per_episode.toFixed(2)}`);
-      for (const [w, s] of Object.entries(m.wrappers || {})) parts.push(`mean ${w} turn reward ${fmt(s.mean)}`);
+      for (const [w, s] of Object.entries(m.rewards || {})) parts.push(`mean ${w} turn reward ${fmt(s.mean)}`);
       const row = el("div", { class: "run-metrics", "data-run": String(r) }, el("b", { text: `${D.runs[r]}: ` }), `${m.episodes} episodes · ` + parts.join(" · "));
       box.append(row);
       if (m.steps && m.steps.length) {
@@ -114,16 +114,16 @@
     });
   }
   function truthPanel() {
-    if (!hasTruth || !D.wrappers.length) return;
-    const box = el("details", { id: "truth-panel" }, el("summary", { text: "where each wrapper most disagrees with the per-turn truth (top 10 turns)" }));
-    for (const w of D.wrappers) {
+    if (!hasTruth || !D.rewards.length) return;
+    const box = el("details", { id: "truth-panel" }, el("summary", { text: "where each reward most disagrees with the per-turn truth (top 10 turns)" }));
+    for (const w of D.rewards) {
       const rows = [];
       D.eps.forEach((e, i) => {
         const r = D.r[w][i];
         if (r) e.t.forEach((t, j) => { if ((t.gt === 0 || t.gt === 1) && typeof r[j] === "number") rows.push([truthGap(w, r[j], t.gt), i, j, r[j], t.gt]); });
       });
       rows.sort((a, b) => b[0] - a[0] || a[1] - b[1] || a[2] - b[2]);
-      const ol = el("ol", { class: "truth-list", "data-wrapper": w });
+      const ol = el("ol", { class: "truth-list", "data-reward": w });
       for (const [gap, i, j, v, gt] of rows.slice(0, 10)) {
         ol.append(el("li", { "data-ep": D.eps[i].id, "data-turn": String(j) }, el("a", { href: link(i, j), text: `${D.eps[i].oid} turn ${j + 1}` }),
           ` ${w} ${fmt(v)} but truth ${gt ? "✓" : "✗"} (gap ${gap.toFixed(2)})`));
@@ -138,7 +138,7 @@
     const nTurns = D.eps.reduce((s, e) => s + e.t.length, 0);
     $("summary").textContent = `${D.groups.length} groups · ${D.eps.length} episodes · ${nTurns} turns` +
       (D.models.length ? ` · model ${D.models.join(", ")}` : "") +
-      (D.wrappers.length ? ` · rewards: ${D.wrappers.join(", ")}` : " · no reward scores loaded") + ` · turngym ${D.turngym}`;
+      (D.rewards.length ? ` · rewards: ${D.rewards.join(", ")}` : " · no reward scores loaded") + ` · turngym ${D.turngym}`;
     for (const n of D.notes.concat([D.tokenizer.note])) $("notes").append(el("div", { text: n }));
     fillSelect($("f-env"), uniq("env"), "all");
     fillSelect($("f-ds"), uniq("ds"), "all");
@@ -147,13 +147,13 @@
     option($("f-cl"), "largest", "largest cluster (A)");
     option($("f-cl"), "other", "other clusters");
     option($("f-cl"), "none", "no answer");
-    const sw = $("wrapper-switch");
-    if (D.wrappers.length) {
+    const sw = $("reward-switch");
+    if (D.rewards.length) {
       sw.append(el("span", { text: "reward: " }));
-      for (const w of [""].concat(D.wrappers)) {
-        const input = el("input", { type: "radio", name: "wrapper", value: w });
+      for (const w of [""].concat(D.rewards)) {
+        const input = el("input", { type: "radio", name: "reward", value: w });
         if (w === "") input.checked = true;
-        input.addEventListener("change", () => { state.wrapper = w; render(); });
+        input.addEventListener("change", () => { state.reward = w; render(); });
         sw.append(el("label", {}, input, " " + (w || "all")));
       }
     }
@@ -163,14 +163,14 @@
       $("f-est").value = state.est;
     } else $("est-label").classList.add("hidden");
     const legend = $("legend");
-    for (const w of D.wrappers) legend.append(scaleLegend(`${w} reward (its own scale)`, wscale(w)));
-    if (D.estimators.length) legend.append(el("span", { text: "advantages (dashed chips): each wrapper and estimator on its own scale, raw value on hover" }));
+    for (const w of D.rewards) legend.append(scaleLegend(`${w} reward (its own scale)`, wscale(w)));
+    if (D.estimators.length) legend.append(el("span", { text: "advantages (dashed chips): each reward and estimator on its own scale, raw value on hover" }));
     option($("f-sort"), "", "file order");
-    if (D.wrappers.length > 1) option($("f-sort"), "dis", "wrappers disagree most");
-    if (D.wrappers.length && hasTruth) option($("f-sort"), "truth", "disagree most with truth");
+    if (D.rewards.length > 1) option($("f-sort"), "dis", "rewards disagree most");
+    if (D.rewards.length && hasTruth) option($("f-sort"), "truth", "disagree most with truth");
     if (D.eps.some((e) => e.step !== null && e.step !== undefined)) option($("f-sort"), "step", "training step");
     if (SIDE) option($("f-sort"), "runs", "runs differ most");
-    if (D.wrappers.length < 2) $("dmin-label").classList.add("hidden");
+    if (D.rewards.length < 2) $("dmin-label").classList.add("hidden");
     if (SIDE) {
       option($("f-view"), "groups", "groups");
       option($("f-view"), "side", `side by side: ${D.runs[0]} | ${D.runs[1]}`);
@@ -260,17 +260,17 @@
 
   function chipsFor(i, j) {
     const out = [];
-    const ws = state.wrapper ? [state.wrapper] : D.wrappers;
+    const ws = state.reward ? [state.reward] : D.rewards;
     for (const w of ws) {
       const r = D.r[w] && D.r[w][i];
       if (!r) continue;
       const v = r[j], c = colour(v, wscale(w));
-      out.push(el("span", { class: "chip", "data-wrapper": w, "data-value": String(v), title: `${w} reward on turn ${j + 1}: ${v} (colour: ${w}'s own scale ±${fmt(wscale(w))})`,
+      out.push(el("span", { class: "chip", "data-reward": w, "data-value": String(v), title: `${w} reward on turn ${j + 1}: ${v} (colour: ${w}'s own scale ±${fmt(wscale(w))})`,
         style: `background:${c.bg};color:${c.fg}`, text: `${w} ${fmt(v)}` }));
       const adv = state.est && D.adv[w] && D.adv[w][state.est] && D.adv[w][state.est][i];
       if (adv) {
         const a = adv[j], ca = colour(a, ascale(w, state.est));
-        out.push(el("span", { class: "chip adv", "data-wrapper": w, "data-estimator": state.est, "data-value": String(a),
+        out.push(el("span", { class: "chip adv", "data-reward": w, "data-estimator": state.est, "data-value": String(a),
           title: `${state.est} advantage of ${w} on turn ${j + 1}: ${a}`, style: `background:${ca.bg};color:${ca.fg}`, text: `A ${fmt(a)}` }));
       }
     }
@@ -341,9 +341,9 @@
     if (e.cl) head.append(el("span", { class: "badge", title: "answer cluster within the group (A: largest)", text: `cluster ${e.cl}` }));
     if (SIDE) head.append(el("span", { class: "badge run", text: D.runs[e.run] }));
     if (e.step !== null && e.step !== undefined) head.append(el("span", { class: "badge step", text: `step ${e.step}` }));
-    if (D.wrappers.length > 1) head.append(el("span", { class: "badge dis", title: "largest gap between wrappers' normalised rewards on one turn (0: agree, 2: opposite ends)", text: `disagreement ${dis[i].toFixed(2)}` }));
+    if (D.rewards.length > 1) head.append(el("span", { class: "badge dis", title: "largest gap between the normalised rewards of the rewards scored, on one turn (0: agree, 2: opposite ends)", text: `disagreement ${dis[i].toFixed(2)}` }));
     if (e.trunc) head.append(el("span", { class: "badge", text: `truncated${e.why ? ": " + e.why : ""}` }));
-    for (const w of state.wrapper ? [state.wrapper] : D.wrappers) {
+    for (const w of state.reward ? [state.reward] : D.rewards) {
       const r = D.r[w] && D.r[w][i];
       if (r) head.append(el("span", { class: "total", title: `${w}: sum of per-turn rewards`, text: `Σ${w} ${fmt(r.reduce((a, b) => a + b, 0))}` }));
     }
@@ -377,21 +377,21 @@
     const card = el("article", { class: "group", "data-group": g.id }, heading(g.q),
       el("div", { class: "gmeta", text: `group ${g.id} · ${D.eps[g.eps[0]].env} · ${D.eps[g.eps[0]].ds || "no dataset"}` +
         (g.gold ? ` · gold ${g.gold}` : "") + ` · ${eps.length} of ${g.eps.length} episodes shown` }));
-    if ((state.wrapper ? [state.wrapper] : D.wrappers).some((w) => eps.some((i) => D.r[w][i]))) {
+    if ((state.reward ? [state.reward] : D.rewards).some((w) => eps.some((i) => D.r[w][i]))) {
       // built when opened: a page of open grids made every filter re-render ~1.5x slower at 10,000 episodes
-      const d = el("details", { class: "gridbox" }, el("summary", { text: "grid: episodes × turns per wrapper" }));
+      const d = el("details", { class: "gridbox" }, el("summary", { text: "grid: episodes × turns per reward" }));
       d.addEventListener("toggle", () => { if (d.open && !d.querySelector(".ggrid")) d.append(groupGrid(eps)); });
       card.append(d);
     }
     for (const i of eps) card.append(renderEpisode(i));
     return card;
   }
-  // episodes x turns, one small table per wrapper shown, each on its own colour scale; a cell links to its turn.
+  // episodes x turns, one small table per reward shown, each on its own colour scale; a cell links to its turn.
   // Built as one HTML string (escaped): a group can hold hundreds of cells.
   const ESC = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" };
   function esc(x) { return String(x).replace(/[&<>"]/g, (c) => ESC[c]); }
   function groupGrid(eps) {
-    const ws = (state.wrapper ? [state.wrapper] : D.wrappers).filter((w) => eps.some((i) => D.r[w][i]));
+    const ws = (state.reward ? [state.reward] : D.rewards).filter((w) => eps.some((i) => D.r[w][i]));
     if (!ws.length) return null;
     const width = Math.max(...eps.map((i) => D.eps[i].t.length));
     let h = "", head = "<tr><th></th>";
@@ -399,7 +399,7 @@
     head += "</tr>";
     for (const w of ws) {
       const lim = wscale(w);
-      h += `<table class="grid" data-wrapper="${esc(w)}"><caption>${esc(w)} (±${fmt(lim)})</caption>${head}`;
+      h += `<table class="grid" data-reward="${esc(w)}"><caption>${esc(w)} (±${fmt(lim)})</caption>${head}`;
       for (const i of eps) {
         const e = D.eps[i], r = D.r[w][i], k = e.oid.lastIndexOf("#");
         h += `<tr><th title="${esc(e.oid)}">${esc(k >= 0 ? e.oid.slice(k) : e.oid)}</th>`;
