@@ -701,6 +701,7 @@ def _serve(rule):
 
 def _write_episodes(path, n_groups=3):
     from turngym.episode import EpisodeWriter
+    from turngym.truth import TruthValue
 
     with EpisodeWriter(path) as w:
         for g in range(n_groups):
@@ -709,8 +710,8 @@ def _write_episodes(path, n_groups=3):
                                            "Step 2 [sum]: WRONG STEP here" if k else "Step 2 [sum]: c <= 44"],
                              correct=k == 0)
                 ep.group = f"g{g}"
-                ep.turns[0].metrics["retrieval_hit"] = True
-                ep.turns[1].metrics["retrieval_hit"] = k == 0
+                ep.turns[0].truth["retrieval_hit"] = TruthValue(True, "env")  # where today's SearchQA records it
+                ep.turns[1].truth["retrieval_hit"] = TruthValue(k == 0, "env")
                 w.write(ep)
 
 

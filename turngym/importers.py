@@ -248,6 +248,8 @@ def _episode(record: dict[str, Any], tgt: Target, fields: Fields, source: str, f
         raise TrajectoryError(f"field {fields.answers!r} (the gold answers) is missing or empty")
     labels = _labels(_get(record, fields.labels), assistant_at, fields.labels)
 
+    # a turngym turn is one assistant message and everything after it up to the next one (tool results, user
+    # replies): that is what the env would have answered, so it becomes the turn's observation
     turns, user_turn = [], 0
     for k, i in enumerate(assistant_at):
         where = f"{fields.messages}[{i}]"
@@ -261,7 +263,7 @@ def _episode(record: dict[str, Any], tgt: Target, fields: Fields, source: str, f
                     parse_error=parse_error, metrics=metrics,
                     observation="\n".join(_text(m.get("content")) for m in after) if after else None,
                     observation_role=after[0]["role"] if after else None)
-        if labels.get(i) is not None:
+        if labels.get(i) is not None:  # human step labels go to the truth namespace, which no reward sees
             turn.truth[LABEL_KEY] = TruthValue(labels[i], "human")
         turns.append(turn)
     task: dict[str, Any] = {"id": str(rid), "question": question}
@@ -275,6 +277,7 @@ def _episode(record: dict[str, Any], tgt: Target, fields: Fields, source: str, f
     if fields.final_label and _get(record, fields.final_label) is not None:
         imported["final_label"] = _get(record, fields.final_label)
     tools = record.get("tools") if isinstance(record.get("tools"), list) else None
+    # group by question: trajectories of one question are the K rollouts a group-relative reward compares
     ep = Episode(id=f"{source}:{rid}", env_id=tgt.env_id, task=task, prompt=prompt, turns=turns, group=question,
                  meta={"imported": imported}, tools=tools, reward_needs=tgt.reward_needs)
     tgt.finish(ep, record)

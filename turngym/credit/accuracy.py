@@ -109,12 +109,16 @@ def credit_score(groups: Sequence[Sequence[Pairs]], n_boot: int = 1000, seed: in
     flat = [p for g in groups for ep in g for p in ep]
     xs, ys = [p[0] for p in flat], [p[1] for p in flat]
     point_auc, point_rho = auc(xs, ys), spearman(xs, ys)
+    # within-episode AUC pools (wins, pairs) counts, not per-episode AUCs: an episode with one labelled pair must
+    # weigh one pair, not as much as an episode with twenty
     counts = [[within_counts(ep) for ep in g] for g in groups]
     g_wins = [sum(c[0] for c in g) for g in counts]
     g_pairs = [sum(c[1] for c in g) for g in counts]
     n_within = sum(g_pairs)
     point_within = sum(g_wins) / n_within if n_within else None
     auc_ci = rho_ci = within_ci = None
+    # the group is the unit of resampling: its K episodes share a query (and, for group-normalised credit, a baseline),
+    # so turns are not independent and a per-turn bootstrap would give intervals that are too narrow
     nonempty = [i for i, g in enumerate(groups) if any(g)]
     if len(nonempty) > 1 and (point_auc is not None or point_rho is not None or point_within is not None):
         rng = np.random.default_rng(seed)
@@ -124,6 +128,8 @@ def credit_score(groups: Sequence[Sequence[Pairs]], n_boot: int = 1000, seed: in
             pick = rng.integers(0, len(nonempty), len(nonempty))
             bx = [x for i in pick for x in per_group[i][0]]
             by = [y for i in pick for y in per_group[i][1]]
+            # a resample with one label class has no AUC: it is left out (not counted as 0.5), so the interval
+            # describes the resamples where the statistic exists
             if point_auc is not None and (a := auc(bx, by)) is not None:
                 aucs.append(a)
             if point_rho is not None and (r := spearman(bx, by)) is not None:

@@ -128,6 +128,8 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
     for i, ep in enumerate(episodes):
         groups.setdefault(ep.group or ep.id, []).append(i)
     clusters = _clusters(episodes, groups)
+    # the K episodes of a group (and every group of a dataset) share their prompt: each distinct prompt is stored once
+    # and episodes point at it by number, which keeps a 10,000-episode page to tens of MB instead of hundreds
     prompts: dict[str, int] = {}
     prompt_ids: dict[tuple[int, ...], int] = {}
     queries: dict[str, int] = {}
@@ -159,6 +161,7 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
         "title": f"turngym episodes · {source}" if source else "turngym episodes",
         "runs": [source or "this run"] + ([compare.name] if compare is not None else []),
         "queries": list(queries),
+        # each reward on its own colour scale: SIOP's log-ratios (up to ~8) would wash out a 0-1 reward on a shared one
         "wscale": {w: _limit(v for r in rows_ if r for v in r) for w, rows_ in rewards.items()},
         "ascale": {w: {e: _limit(v for r in rows_ if r for v in r) for e, rows_ in ests.items()}
                    for w, ests in advantages.items()},
