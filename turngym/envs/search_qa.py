@@ -1,4 +1,5 @@
-"""SearchQA-v0: retrieval-augmented QA with the Search-R1 protocol over a BM25 Lucene index.
+"""SearchQA-v0: retrieval-augmented QA with the Search-R1 protocol over a BM25 Lucene index (the default), a
+dense FAISS index (``retriever="dense:PATH"``, as Search-R1 trains) or both (``"hybrid:BM25_PATH,DENSE_PATH"``).
 
 ``<search>q</search>`` returns ``<information>Doc 1(Title: ...) ...</information>`` with the
 top-k passages; ``<answer>a</answer>`` ends the episode (the last answer tag counts);
