@@ -35,6 +35,7 @@ import mmap
 import os
 import shutil
 import time
+from array import array
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -257,23 +258,27 @@ def _lucene_count(bm25: Any) -> int | None:
 
 
 def _write_docs(passages: Iterable[dict[str, str]], dedupe: bool, docs_path: Path) -> tuple[int, str]:
-    """The passages as ``docs.jsonl`` (and its offsets); returns (count, sha256 of the file)."""
+    """The passages as ``docs.jsonl``, its offsets and the ``docid`` list, streamed (a 21M-passage corpus never
+    sits in memory); returns (count, sha256 of docs.jsonl)."""
     from turngym.corpora.corpus import collection_docs
 
-    sha, offsets, at = hashlib.sha256(), [0], 0
-    tmp = docs_path.with_name(docs_path.name + ".tmp")
+    sha, offsets, at = hashlib.sha256(), array("q", [0]), 0
+    tmp, ids_tmp = docs_path.with_name(docs_path.name + ".tmp"), docs_path.with_name("docid.tmp")
     try:
-        with tmp.open("wb") as fh:
+        with tmp.open("wb") as fh, ids_tmp.open("w", encoding="utf-8") as ids:
             for doc in collection_docs(passages, dedupe):
                 line = (json.dumps(doc, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
                 fh.write(line)
+                ids.write(str(doc["id"]).replace("\n", " ") + "\n")
                 sha.update(line)
                 at += len(line)
                 offsets.append(at)
-        np.save(docs_path.with_name("docs.offsets.npy"), np.asarray(offsets, dtype=np.int64))
+        np.save(docs_path.with_name("docs.offsets.npy"), np.frombuffer(offsets, dtype=np.int64))
+        os.replace(ids_tmp, docs_path.with_name("docid"))
         os.replace(tmp, docs_path)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        ids_tmp.unlink(missing_ok=True)
         raise
     return len(offsets) - 1, sha.hexdigest()
 
@@ -375,11 +380,6 @@ def build_dense_index(passages: Iterable[dict[str, str]], out_dir: str | os.Path
             raise RetrieverError(f"shard {i} of the build in {work} is unreadable; run the build again to redo it")
         index.add(vecs)
     faiss.write_index(index, str(work / "index"))
-    ids = []
-    with open(work / "docs.jsonl", "rb") as fh:
-        for line in fh:
-            ids.append(str(json.loads(line)["id"]))
-    (work / "docid").write_text("".join(i.replace("\n", " ") + "\n" for i in ids), encoding="utf-8")
     manifest = {
         "format": FORMAT, "encoder": spec.identity(), "licence": spec.licence, "dim": dim, "metric": "inner_product",
         "normalized": spec.normalize, "index_type": kind, "count": n, "corpus_sha256": corpus_sha,
