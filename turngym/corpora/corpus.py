@@ -65,28 +65,37 @@ def _key(p: dict[str, str]) -> int:
     return int.from_bytes(hashlib.blake2b(norm.encode("utf-8"), digest_size=8).digest(), "little")
 
 
+def collection_docs(passages: Iterable[dict[str, str]], dedupe: bool = True) -> Iterator[dict[str, str]]:
+    """Passages as stored documents ``{"id", "contents", "title", "text"}``: empty texts skipped, repeats
+    dropped when ``dedupe``, ids from the passage or its number. The BM25 and dense builders both number
+    passages here, so the two indexes of one corpus share ids (what hybrid search fuses on)."""
+    seen: set[int] = set()
+    n = 0
+    for p in passages:
+        if not p["text"]:
+            continue
+        if dedupe:
+            key = _key(p)
+            if key in seen:
+                continue
+            seen.add(key)
+        yield {"id": p.get("id") or str(n), "contents": f"\"{p['title']}\"\n{p['text']}",
+               "title": p["title"], "text": p["text"]}
+        n += 1
+
+
 def write_collection(passages: Iterable[dict[str, str]], out_dir: str | os.PathLike, dedupe: bool = True,
                      shard_size: int = 1_000_000, progress: bool = False) -> int:
     """Write passages as JsonCollection shards in ``out_dir``; returns the passage count."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    seen: set[int] = set()
     n, fh = 0, None
     try:
-        for p in tqdm(passages, disable=not progress, unit="psg", desc="passages"):
-            if not p["text"]:
-                continue
-            if dedupe:
-                key = _key(p)
-                if key in seen:
-                    continue
-                seen.add(key)
+        for doc in collection_docs(tqdm(passages, disable=not progress, unit="psg", desc="passages"), dedupe):
             if n % shard_size == 0:
                 if fh:
                     fh.close()
                 fh = (out / f"docs{n // shard_size:05d}.jsonl").open("w", encoding="utf-8")
-            doc = {"id": p.get("id") or str(n), "contents": f"\"{p['title']}\"\n{p['text']}",
-                   "title": p["title"], "text": p["text"]}
             fh.write(json.dumps(doc, ensure_ascii=False) + "\n")
             n += 1
     finally:
@@ -95,8 +104,9 @@ def write_collection(passages: Iterable[dict[str, str]], out_dir: str | os.PathL
     return n
 
 
-def read_user_passages(path: str | os.PathLike) -> Iterator[dict[str, str]]:
-    """User JSONL passages: ``{"id", "contents"}`` (DPR wiki-18 / FlashRAG) or ``{"id", "title", "text"}``."""
+def read_user_passages(path: str | os.PathLike, refuse_empty: bool = False) -> Iterator[dict[str, str]]:
+    """User JSONL passages: ``{"id", "contents"}`` (DPR wiki-18 / FlashRAG) or ``{"id", "title", "text"}``.
+    ``refuse_empty``: a passage with no text is a ValueError naming its line (else the builder skips it)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"passage file not found: {path}")
@@ -116,6 +126,8 @@ def read_user_passages(path: str | os.PathLike) -> Iterator[dict[str, str]]:
                 p = _passage(title, text) if text else _passage("", contents.partition("\n")[0])
             else:
                 raise ValueError(f"{path}:{n}: a passage needs 'contents' or 'title' and 'text'")
+            if refuse_empty and not p["text"]:
+                raise ValueError(f"{path}:{n}: empty passage (no text to encode)")
             p["id"] = str(row.get("id", n))
             yield p
 

@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from turngym.corpora.lucene import SURROGATE, Hit, LuceneRetriever, RetrieverError, parse_raw
+from turngym.registry import Registry
 
 MAX_QUERIES_PER_REQUEST = 4096
 MAX_TOPK = 1000
@@ -82,16 +85,72 @@ class RemoteRetriever:
             raise RetrieverError(f"retrieval server {health} answered HTTP {resp.status_code}")
 
 
-def make_retriever(spec: Any) -> Any:
-    """None → the default index; ``http(s)://`` → a server; a path → a local index; else the object."""
-    if spec is None or spec == "default":
+def open_bm25(path: str) -> LuceneRetriever:
+    if path == "default":
         from turngym.corpora.corpus import default_index_dir
 
         return LuceneRetriever(default_index_dir())
+    return LuceneRetriever(path)
+
+
+def open_dense(path: str) -> Any:
+    from turngym.corpora.dense import DenseRetriever, default_dense_index_dir
+
+    return DenseRetriever(default_dense_index_dir() if path == "default" else path)
+
+
+def open_hybrid(bm25_path: str, dense_path: str) -> Any:
+    from turngym.corpora.dense import HybridRetriever
+
+    return HybridRetriever(open_bm25(bm25_path), open_dense(dense_path))
+
+
+# ``retriever=`` kinds: "bm25:PATH", "dense:PATH", "hybrid:BM25_PATH,DENSE_PATH" (PATH "default": the embedded corpus)
+RETRIEVER_KINDS = Registry("retriever kind", {"bm25": open_bm25, "dense": open_dense, "hybrid": open_hybrid})
+KIND_NEEDS = {"bm25": ("BM25 search over a local Lucene index (SearchQA-v0's default retriever)",),
+              "dense": ("dense retrieval (a FAISS index and a text encoder)",),
+              "hybrid": ("BM25 search over a local Lucene index (SearchQA-v0's default retriever)",
+                         "dense retrieval (a FAISS index and a text encoder)")}
+
+
+def parse_retriever(spec: str) -> tuple[str, list[str]]:
+    """(kind, paths) of a local ``retriever=`` string. A bare path is a dense index when it holds a dense
+    manifest, else a Lucene index; "default" is BM25 over the embedded corpus."""
+    kind, sep, rest = spec.partition(":")
+    if sep and kind in RETRIEVER_KINDS:
+        paths = [p.strip() for p in rest.split(",")] if kind == "hybrid" else [rest.strip()]
+        if len(paths) != (2 if kind == "hybrid" else 1) or not all(paths):
+            raise ValueError(f"retriever {spec!r}: write 'bm25:PATH', 'dense:PATH' or 'hybrid:BM25_PATH,DENSE_PATH'")
+        return kind, paths
+    if sep and kind.isidentifier() and kind not in RETRIEVER_KINDS and not Path(spec).exists():
+        raise ValueError(f"unknown retriever kind {kind!r} in {spec!r}; choose one of {sorted(RETRIEVER_KINDS)}")
+    from turngym.corpora.dense import is_dense_index
+
+    return ("dense" if spec != "default" and is_dense_index(spec) else "bm25"), [spec]
+
+
+def require_retriever(spec: Any) -> None:
+    """Say now, by name, which optional install a local ``retriever=`` needs (not at the first search)."""
+    if spec is not None and not isinstance(spec, str):
+        return
+    if isinstance(spec, str) and spec.startswith(("http://", "https://")):
+        return
+    from turngym.extras import require
+
+    for part in KIND_NEEDS[parse_retriever(spec or "default")[0]]:
+        require(part)
+
+
+def make_retriever(spec: Any) -> Any:
+    """None → the default index; ``http(s)://`` → a server; ``bm25:``/``dense:``/``hybrid:`` or a path → a
+    local index (see ``parse_retriever``); else the object itself."""
+    if spec is None:
+        spec = "default"
     if isinstance(spec, str) and spec.startswith(("http://", "https://")):
         return RemoteRetriever(spec)
     if isinstance(spec, str):
-        return LuceneRetriever(spec)
+        kind, paths = parse_retriever(spec)
+        return RETRIEVER_KINDS.load(kind)(*paths)
     return spec
 
 
@@ -211,7 +270,8 @@ class RetrievalApp:
             return self._json(400, {"error": f"cannot read the request: {type(exc).__name__}"}, close=True)
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + self.request_timeout_s
-        per_chunk = max(1, CHUNK_HITS // topk)
+        per_chunk = max(1, CHUNK_HITS // topk)  # a dense retriever's cost is encoding: it caps queries per chunk too
+        per_chunk = min(per_chunk, getattr(self.retriever, "chunk_queries", per_chunk))
         rows: list[bytes] = []
         try:
             for start in range(0, len(queries), per_chunk):  # one chunk at a time: others queue in between
@@ -297,13 +357,15 @@ def _listen(host: str, port: int, backlog: int) -> socket.socket:
 
 
 class RetrievalServer:
-    """``/retrieve`` for one Lucene index on uvicorn; ``port=0`` picks a free port.
+    """``/retrieve`` for one index on uvicorn; ``port=0`` picks a free port. ``index_dir``: a Lucene index
+    directory (searched with ``k1``, ``b``), or any local ``retriever=`` string (``dense:PATH``,
+    ``hybrid:BM25_PATH,DENSE_PATH``), or a retriever object.
 
     ``serve_forever()`` blocks (Ctrl-C stops it); ``start()`` serves from a background thread
     and returns once it accepts connections; ``shutdown()`` stops either.
     """
 
-    def __init__(self, index_dir: str, host: str = "127.0.0.1", port: int = 8000, threads: int = 2,
+    def __init__(self, index_dir: Any, host: str = "127.0.0.1", port: int = 8000, threads: int = 2,
                  k1: float = 0.9, b: float = 0.4, max_hits: int = MAX_HITS_PER_REQUEST,
                  idle_timeout_s: float = 5.0, header_timeout_s: float = 10.0, body_timeout_s: float = 10.0,
                  request_timeout_s: float = 120.0, backlog: int = 2048):
@@ -312,7 +374,11 @@ class RetrievalServer:
         require("the retrieval service")
         import uvicorn
 
-        self.retriever = LuceneRetriever(index_dir, k1=k1, b=b)
+        spec = str(index_dir) if isinstance(index_dir, os.PathLike) else index_dir
+        if isinstance(spec, str) and spec != "default" and parse_retriever(spec) == ("bm25", [spec]):
+            self.retriever = LuceneRetriever(spec, k1=k1, b=b)  # a bare Lucene directory: with these k1, b
+        else:
+            self.retriever = make_retriever(spec)
         self.app = RetrievalApp(self.retriever, threads=threads, max_hits=max_hits, body_timeout_s=body_timeout_s,
                                 request_timeout_s=request_timeout_s)
         self._sock = _listen(host, port, backlog)

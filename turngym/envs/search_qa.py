@@ -1,4 +1,5 @@
-"""SearchQA-v0: retrieval-augmented QA with the Search-R1 protocol over a BM25 Lucene index.
+"""SearchQA-v0: retrieval-augmented QA with the Search-R1 protocol over a BM25 Lucene index (the default), a
+dense FAISS index (``retriever="dense:PATH"``, as Search-R1 trains) or both (``"hybrid:BM25_PATH,DENSE_PATH"``).
 
 ``<search>q</search>`` returns ``<information>Doc 1(Title: ...) ...</information>`` with the
 top-k passages; ``<answer>a</answer>`` ends the episode (the last answer tag counts);
@@ -192,10 +193,9 @@ class SearchQAEnv(TextEnv):
         self.prompt_style, self.topk, self.max_query_chars = prompt_style, int(topk), int(max_query_chars)
         self._retriever_spec = retriever
         self._retriever: Any = None
-        if retriever is None or (isinstance(retriever, str) and not retriever.startswith(("http://", "https://"))):
-            from turngym.extras import require  # a local index needs the search extra: said now, not at the first search
+        from turngym.corpora.service import require_retriever
 
-            require("BM25 search over a local Lucene index (SearchQA-v0's default retriever)")
+        require_retriever(retriever)  # a local index needs its extra (search, dense): said now, not at the first search
 
     @property
     def manifest(self):
