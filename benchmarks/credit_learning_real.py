@@ -355,6 +355,10 @@ def run_all(arms: Sequence[Arm], seeds: Sequence[int], cfg: TrainConfig, workers
     """Seed-major over ``workers`` single-threaded processes; each curve appended to ``sink`` as it ends."""
     import multiprocessing as mp
 
+    # spawned workers unpickle this module's and credit_learning_lm's functions by name: both importable there too
+    # (the children inherit sys.path), also when this file was loaded by path (tests)
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     jobs = [(a, s, cfg) for s in seeds for a in arms]
     start = time.perf_counter()
     out = []
