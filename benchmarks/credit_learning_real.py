@@ -2,7 +2,7 @@
 
 ``benchmarks/credit_learning_lm.py`` trains the tiny random-init LM on the exact-oracle MDPs; this trains it with
 ``TurnGRPOTrainer`` on the real ``turngym/SearchQA-v0`` (HotpotQA, the default Lucene BM25 index, Search-R1 tags),
-with the reward wrappers ``outcome``, SIOP at its official cut (``before_observation``), SIOP ``after_observation``
+with the rewards ``outcome``, SIOP at its official cut (``before_observation``), SIOP ``after_observation``
 and IGPO, each with its declared estimator and an unbiased one (``turn_loo``).
 
 The design (creditbench's planted SearchQA items, ``turngym.credit.creditbench.searchqa_items``): one HotpotQA item
@@ -58,7 +58,7 @@ STEM = "credit_learning_real"
 
 @dataclass(frozen=True)
 class Arm:
-    """A reward wrapper (registry name and options) and the estimator it trains with."""
+    """A reward (registry name and options) and the estimator it trains with."""
 
     reward: str
     options: tuple[tuple[str, Any], ...]
