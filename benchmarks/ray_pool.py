@@ -101,7 +101,7 @@ def kill_run(url: str, episodes: int, kills: int) -> dict[str, int]:
     import signal
 
     from turngym.agents.openai_compat import OpenAICompatPolicy
-    from turngym.agents.policy import SamplingParams
+    from turngym.agents.policy import PolicyBase, SamplingParams
     from turngym.agents.runner import RolloutRunner
     from turngym.envs.reader import read_episodes
     from turngym.integrations.ray_pool import RayEnvPool
@@ -112,11 +112,11 @@ def kill_run(url: str, episodes: int, kills: int) -> dict[str, int]:
     ticks = episodes // 16 * len(SCRIPT)  # the static runner's generate calls: every episode has 2 turns
     marks = {2 * (ticks * (i + 1) // (2 * (kills + 1))) for i in range(kills)}  # even: the second turn's call
 
-    class KillingPolicy:
+    class KillingPolicy(PolicyBase):
         """The real OpenAI-compatible policy; before chosen generate calls (the live episodes have played their
         first turn) a live worker's process is SIGKILLed."""
 
-        name, calls = "fake", 0
+        name, tokenizer, calls = "fake", None, 0
 
         def generate(self, requests, sampling):
             self.calls += 1

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from turngym.agents.policy import PolicyBase
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -128,7 +130,7 @@ def lucene_index(tmp_path_factory):
 
 
 @dataclass
-class FakeScriptedPolicy:
+class FakeScriptedPolicy(PolicyBase):
     """A fake policy for unit tests: replies with scripted texts, tokenised canonically."""
 
     tokenizer: object

@@ -7,6 +7,7 @@ import gymnasium
 import pytest
 
 import turngym  # noqa: F401
+from turngym.agents.policy import PolicyBase
 from turngym.envs.base import ActionResult
 from turngym.envs.calculator import CalculatorEnv
 from turngym.envs.reader import read_episodes
@@ -173,7 +174,7 @@ class FakeEchoCalculator(CalculatorEnv):
         return result
 
 
-class FakeSurrogatePolicy:
+class FakeSurrogatePolicy(PolicyBase):
     """A fake policy (test only) like a server whose JSON reply held a lone surrogate escape."""
 
     name = "fake-surrogate"

@@ -8,19 +8,19 @@ import sys
 
 import pytest
 
-from turngym.agents.policy import Generation
+from turngym.agents.policy import Generation, PolicyBase
 from turngym.agents.runner import RolloutRunner
 from turngym.envs.calculator import CalculatorEnv
 from turngym.envs.reader import read_episodes
 
 SLOW_RUN = r"""
 import sys, time
-from turngym.agents.policy import Generation
+from turngym.agents.policy import Generation, PolicyBase
 from turngym.agents.runner import RolloutRunner
 from turngym.envs.calculator import CalculatorEnv
 
-class FakeSlowPolicy:  # a fake (test only): answers every turn after a pause
-    name = "fake-slow"
+class FakeSlowPolicy(PolicyBase):  # a fake (test only): answers every turn after a pause
+    name, tokenizer = "fake-slow", None
     def generate(self, requests, sampling):
         time.sleep(0.05)
         return [Generation(text="<answer>1</answer>") for _ in requests]
@@ -33,10 +33,10 @@ RolloutRunner(FakeSlowPolicy(), CalculatorEnv, concurrency=2, write_batch=1000, 
 """
 
 
-class FakePolicy:
+class FakePolicy(PolicyBase):
     """A fake (test only): answers every turn at once; raises on a chosen call."""
 
-    name = "fake"
+    name, tokenizer = "fake", None
 
     def __init__(self, fail_at=None):
         self.calls, self.fail_at = 0, fail_at

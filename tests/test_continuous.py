@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from turngym.agents.hf import TailStopStrings
-from turngym.agents.policy import GenerationRequest, SamplingParams
+from turngym.agents.policy import GenerationRequest, PolicyBase, SamplingParams
 from turngym.agents.runner import RolloutRunner
 from turngym.envs.base import ActionResult
 from turngym.envs.calculator import CalculatorEnv
@@ -35,8 +35,10 @@ def _comparable(ep):
     return d, logprobs
 
 
-class Recorder:
+class Recorder(PolicyBase):
     """Wraps a policy's ``stream``: records every request's ids as the model saw them."""
+
+    supports_stream = True
 
     def __init__(self, policy):
         self.policy, self.seen, self.forwards = policy, [], 0
@@ -85,7 +87,7 @@ def test_continuous_episodes_equal_the_static_ones_for_greedy_decoding(tiny_chat
 
 
 def test_greedy_samples_of_a_group_are_generated_once(tiny_chat_policy):
-    class Counting:
+    class Counting(PolicyBase):
         def __init__(self, policy):
             self.policy, self.requests = policy, 0
             self.name, self.tokenizer, self.max_context = policy.name, policy.tokenizer, policy.max_context

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from turngym.agents.policy import Generation
+from turngym.agents.policy import Generation, PolicyBase
 from turngym.oracles.mdp import solve
 
 ROOT = Path(__file__).parents[1]
@@ -32,7 +32,7 @@ def setting(lm, name):
 
 
 @dataclass
-class ScriptedPolicy:
+class ScriptedPolicy(PolicyBase):
     """Plays a fixed action sequence and records the prompt ids the rollout runner asks it to continue."""
 
     tokenizer: object

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from turngym.agents.policy import Generation
+from turngym.agents.policy import Generation, PolicyBase
 
 ROOT = Path(__file__).parents[1]
 
@@ -36,7 +36,7 @@ def loaded(real):
 
 
 @dataclass
-class ScriptedPolicy:
+class ScriptedPolicy(PolicyBase):
     """Plays one reply name per turn (as its one token) and records the prompts the runner asks it to continue."""
 
     tokenizer: object

@@ -84,3 +84,35 @@ def test_safe_arith_rejects_code():
     for bad in ["__import__('os')", "2**10", "a+1", "[1]"]:
         with pytest.raises(ValueError):
             safe_arith(bad)
+
+
+# what an env author implements or overrides, and what a user calls: TextEnv's whole public surface
+AUTHOR_HOOKS = {"num_items", "get_item", "make_prompt", "act", "grade", "make_tools", "reply_prefill", "on_reset",
+                "on_close_episode", "check_ready", "action_error", "failed_outcome", "normalise_task", "anchor_state",
+                "declared_needs", "set_truth"}
+USER_API = {"reset", "step", "render", "close", "end_episode"}
+DECLARATIONS = {"metadata", "env_name", "dataset_name", "observation_role", "stop", "prefills", "manifest",
+                "prompt_styles", "reward_needs", "truth_keys", "outcome_metric", "gold_keys"}
+
+
+def test_text_env_exposes_only_what_authors_write_and_users_call():
+    from turngym.envs.base import TextEnv
+
+    own = {name: value for name, value in vars(TextEnv).items() if not name.startswith("_")}
+    methods = {n for n, v in own.items() if callable(v) or isinstance(v, classmethod)}
+    assert methods == AUTHOR_HOOKS | USER_API
+    assert set(own) - methods == DECLARATIONS
+    assert {n for n in vars(TextEnv()) if not n.startswith("_")} == {"max_turns", "render_mode", "observation_space",
+                                                                     "action_space", "episode"}
+
+
+def test_outcome_reward_and_public_task_are_functions_of_the_declarations():
+    from turngym.envs.base import outcome_reward, public_task
+
+    env = CalculatorEnv(max_turns=2)
+    env.reset(options={"index": 3})
+    gold = env.episode.task["answers"][0]
+    _, reward, terminated, _, _ = env.step(f"<answer>{gold}</answer>")
+    assert terminated and reward == outcome_reward(env.episode.outcome, env.outcome_metric) == 1.0
+    assert outcome_reward({"correct": True}, None) == 0.0  # an env whose step rewards already are the task
+    assert public_task({"question": "q", "answers": ["1"], "index": 0}, env.gold_keys) == {"question": "q", "index": 0}

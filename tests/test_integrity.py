@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 import turngym
+from turngym.envs.base import outcome_reward
 from turngym.envs.math_code import MathCodeEnv
 from turngym.grading.math_answers import GraderPool, grade_answer, unbounded_reason
 from turngym.sandbox import SandboxLimits, SandboxPool
@@ -391,10 +392,10 @@ def test_searchqa_reward_is_its_exact_match():
     from turngym.envs.search_qa import SearchQAEnv
 
     assert SearchQAEnv.outcome_metric == "em"
-    env = SearchQAEnv.__new__(SearchQAEnv)
-    assert env.outcome_reward({"em": 1.0, "f1": 1.0}) == 1.0
-    assert env.outcome_reward({"em": 0.0, "f1": 0.5}) == 0.0
-    assert env.outcome_reward({"em": 1.0, "graded": False}) == 0.0
+    metric = SearchQAEnv.outcome_metric
+    assert outcome_reward({"em": 1.0, "f1": 1.0}, metric) == 1.0
+    assert outcome_reward({"em": 0.0, "f1": 0.5}, metric) == 0.0
+    assert outcome_reward({"em": 1.0, "graded": False}, metric) == 0.0
 
 
 # ------------------------------------------------------------------ cells cannot break the next cell

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from turngym.agents.branching import turn_values
-from turngym.agents.policy import Generation, SamplingParams
+from turngym.agents.policy import Generation, PolicyBase, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
 from turngym.credit.mc_oracle import oracle_labels, run_mc_oracle
+from turngym.envs.base import restore
 from turngym.envs.calculator import CalculatorEnv
 from turngym.envs.credit_mdps import VariableHorizonEnv
 from turngym.envs.math_code import MathCodeEnv
@@ -32,7 +33,7 @@ def play(env, actions, seed=0, **options):
 def test_calculator_restore_replays_the_recorded_turns(after):
     ep = play(CalculatorEnv(max_turns=4), ["<calc>3*4</calc>", "<calc>12+1</calc>", "<answer>13</answer>"], index=2)
     env = CalculatorEnv(max_turns=4)
-    assert env.restore(ep, after) == []
+    assert restore(env, ep, after) == []
     assert [t.action for t in env.episode.turns] == [t.action for t in ep.turns[:after]]
     assert [t.observation for t in env.episode.turns] == [t.observation for t in ep.turns[:after]]
     assert env.episode.done == (after == 3)
@@ -44,12 +45,12 @@ def test_mathcode_restore_rebuilds_the_interpreter_state_and_flags_a_changed_out
     try:
         ep = play(env, cells, index=0)
         fresh = MathCodeEnv(dataset="gsm8k", max_turns=4)
-        assert fresh.restore(ep, 2) == []  # turn 1's output (43) needs the variable set in turn 0
+        assert restore(fresh, ep, 2) == []  # turn 1's output (43) needs the variable set in turn 0
         assert "43" in fresh.episode.turns[1].observation
         _, _, _, _, info = fresh.step("\\boxed{43}")
         forged = copy.deepcopy(ep)
         forged.turns[1].observation = forged.turns[1].observation.replace("43", "44")
-        assert fresh.restore(forged, 2) == [1]  # flagged, not trusted
+        assert restore(fresh, forged, 2) == [1]  # flagged, not trusted
         fresh.close()
     finally:
         env.close()
@@ -58,7 +59,7 @@ def test_mathcode_restore_rebuilds_the_interpreter_state_and_flags_a_changed_out
 def test_restore_refuses_an_env_that_renders_another_prompt():
     ep = play(MathCodeEnv(dataset="gsm8k", max_turns=2, prompt_style="chat"), ["\\boxed{1}"], index=0)
     with pytest.raises(ValueError, match="another prompt"):
-        MathCodeEnv(dataset="gsm8k", max_turns=2, prompt_style="base").restore(ep, 1)
+        restore(MathCodeEnv(dataset="gsm8k", max_turns=2, prompt_style="base"), ep, 1)
 
 
 def test_bfcl_restore_calls_fresh_backends():
@@ -67,7 +68,7 @@ def test_bfcl_restore_calls_fresh_backends():
     env = BFCLEnv(category="multi_turn_base")
     ep = play(env, ["[ls()]", "[cd(folder='document')]", "[ls()]"], index=0)
     fresh = BFCLEnv(category="multi_turn_base")
-    assert fresh.restore(ep, 3) == []
+    assert restore(fresh, ep, 3) == []
     assert fresh.episode.turns[2].observation == ep.turns[2].observation  # the cd took effect on a fresh backend
 
 
@@ -81,7 +82,7 @@ def test_search_qa_restore(lucene_index):
     ep = play(env, ["<search>capital of France</search>", "<answer>Paris</answer>"],
               task={"question": "q?", "answers": ["Paris"]})
     fresh = SearchQAEnv(dataset="nq", retriever=retriever, max_turns=3)
-    assert fresh.restore(ep, 1) == [] and "Paris is the capital" in fresh.episode.turns[0].observation
+    assert restore(fresh, ep, 1) == [] and "Paris is the capital" in fresh.episode.turns[0].observation
 
 
 # ------------------------------------------------------------------ branching through the runner
@@ -103,7 +104,7 @@ def test_branches_reuse_the_recorded_token_ids(tiny_chat_policy):
 
 # ------------------------------------------------------------------ the oracle against exact values
 
-class ScriptedCalculator:
+class ScriptedCalculator(PolicyBase):
     """A fake policy (test only): computes 6*7 with the tool, then answers 42; deterministic."""
 
     name = "scripted"
@@ -136,7 +137,7 @@ def test_mc_values_of_a_deterministic_policy_are_exact(tmp_path):
     assert len((tmp_path / "branches.jsonl").read_text().splitlines()) == 3 * 3
 
 
-class TabularPolicy:
+class TabularPolicy(PolicyBase):
     """A fake policy (test only): samples the MDP action from a tabular softmax given the state the
     observation names, so its exact values are known by dynamic programming."""
 

@@ -17,7 +17,7 @@ import uvicorn  # noqa: E402
 from openenv.core import GenericEnvClient  # noqa: E402
 
 import turngym  # noqa: E402,F401 - registers the envs
-from turngym.agents.policy import Generation, SamplingParams  # noqa: E402
+from turngym.agents.policy import Generation, PolicyBase, SamplingParams  # noqa: E402
 from turngym.agents.runner import RolloutRunner  # noqa: E402
 from turngym.integrations.openenv import (  # noqa: E402
     OpenEnvTextEnv,
@@ -160,12 +160,13 @@ def test_unknown_env_is_refused_before_serving():
 
 
 @dataclasses.dataclass
-class FakeScriptedTextPolicy:
+class FakeScriptedTextPolicy(PolicyBase):
     """A fake chat policy for this test: reply ``n`` is ``script[n]``, n = the script's replies already in
     the transcript (in order; observations may be appended to them)."""
 
     script: list
     name: str = "fake-scripted-text"
+    tokenizer: object = None
 
     def generate(self, requests, sampling):
         out = []

@@ -16,7 +16,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from turngym.agents.policy import SamplingParams  # noqa: E402
+from turngym.agents.policy import PolicyBase, SamplingParams  # noqa: E402
 from turngym.agents.runner import RolloutRunner  # noqa: E402
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
 from turngym.envs.calculator import CalculatorEnv  # noqa: E402
@@ -82,14 +82,14 @@ def test_never_more_live_episodes_than_slots(tiny_chat_policy):
         pool()  # a released slot is handed out again
 
 
-class KillingPolicy:
+class KillingPolicy(PolicyBase):
     """Wraps a real policy; before chosen generate calls it SIGKILLs a pool worker's process (mid-episode:
     the episodes on that worker have turns played and are waiting for their next action)."""
 
     def __init__(self, policy, pool, kill_at):
         self.policy, self.pool, self.kill_at, self.calls, self.killed = policy, pool, set(kill_at), 0, []
         self.tokenizer, self.name = policy.tokenizer, policy.name
-        self.max_context = getattr(policy, "max_context", None)
+        self.max_context = policy.max_context
 
     def generate(self, requests, sampling):
         self.calls += 1

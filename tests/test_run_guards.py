@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from turngym.agents.policy import PolicyBase
 from turngym.agents.tiny import tiny_model_dir
 from turngym.cli import main
 from turngym.envs.reader import read_episodes
@@ -31,7 +32,7 @@ run_eval(EvalSpec(env_id="turngym/Calculator-v0", env_kwargs={"max_turns": 2}, l
 SPEC = dict(env_id="turngym/Calculator-v0", env_kwargs={"max_turns": 2}, limit=10, k=1, concurrency=2, max_new_tokens=8)
 
 
-class NoModel:
+class NoModel(PolicyBase):
     """A fake policy (test only) that fails the test if any episode is played."""
 
     name = "no-model"

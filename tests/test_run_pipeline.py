@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from turngym.agents.policy import PolicyBase
 from turngym.cli import main
 from turngym.envs import ENTRY_POINTS
 from turngym.envs.reader import read_episodes
@@ -20,7 +21,7 @@ from turngym.envs.reader import read_episodes
 COMMANDS = ("play", "rollout", "eval")
 
 
-class FakeTextPolicy:
+class FakeTextPolicy(PolicyBase):
     """A fake policy (test only, text backend, no tokenizer): answers every request from its last message.
 
     For a calculator question it computes the answer for every other item (so runs have both outcomes);

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from turngym.agents.policy import GenerationRequest, SamplingParams
+from turngym.agents.policy import GenerationRequest, PolicyBase, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
 from turngym.agents.tiny import tiny_model_dir
 from turngym.envs.calculator import CalculatorEnv
@@ -83,7 +83,7 @@ def test_stop_strings_cut_the_action(tiny_chat_policy):
 
 
 def test_context_limit_truncates_and_keeps_the_episode(tiny_chat_policy, tmp_path):
-    class Small:
+    class Small(PolicyBase):
         name, tokenizer, max_context = "small", tiny_chat_policy.tokenizer, 60
 
         def generate(self, reqs, sampling):

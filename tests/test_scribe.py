@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from turngym.agents.policy import Generation
+from turngym.agents.policy import Generation, PolicyBase
 from turngym.episode import Episode, Turn
 from turngym.rewards import get_reward
 from turngym.rewards.scribe.cluster import cluster_skills
@@ -37,7 +37,7 @@ from turngym.rewards.scribe.steps import EmbeddingRouter, LLMRouter, judge_promp
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class FakeRulePolicy:
+class FakeRulePolicy(PolicyBase):
     """A fake LLM backend for unit tests: ``rule(prompt, n, sampling)`` gives the reply text."""
 
     tokenizer = None
@@ -467,7 +467,7 @@ def test_composite_rewards_add_weighted_parts(planted_library, embedder):
 # ------------------------------------------------------------------ reliability
 
 
-class FakeNoisyJudge:
+class FakeNoisyJudge(PolicyBase):
     """A fake judge with known noise: with sampling on, each score is the true one (3, or 1 for a
     WRONG step) with probability 1 - p, else uniform over 0-3; greedy calls always give the true one."""
 

@@ -5,7 +5,7 @@ exactly on action ids."""
 import pytest
 
 from conftest import FakeScriptedPolicy
-from turngym.agents.policy import SamplingParams
+from turngym.agents.policy import PolicyBase, SamplingParams
 from turngym.agents.runner import RolloutRunner
 from turngym.agents.tokenization import ConversationTokenizer
 from turngym.envs.calculator import CalculatorEnv
@@ -26,7 +26,7 @@ class ChatCalculator(CalculatorEnv):
     observation_role = "user"
 
 
-class Spy:
+class Spy(PolicyBase):
     """Records the exact ids every generate call conditioned on."""
 
     def __init__(self, policy):

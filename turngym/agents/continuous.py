@@ -18,19 +18,14 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers import DynamicCache, TopPLogitsWarper
 
-from turngym.agents.policy import Generation, GenerationRequest, PolicyError, SamplingParams
-
-# deliver(key, generation) -> the same key's next request, or None when it is done
-Deliver = Callable[[Hashable, Generation], GenerationRequest | None]
-# feed(free_slots) -> up to that many new (key, request) pairs; [] when none wait
-Feed = Callable[[int], list[tuple[Hashable, GenerationRequest]]]
+from turngym.agents.policy import Deliver, Feed, Generation, GenerationRequest, PolicyError, SamplingParams
 
 
 @dataclass

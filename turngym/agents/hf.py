@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from turngym.agents.continuous import ContinuousBatcher, Deliver, Feed
-from turngym.agents.policy import Generation, GenerationRequest, PolicyError, SamplingParams
+from turngym.agents.continuous import ContinuousBatcher
+from turngym.agents.policy import Deliver, Feed, Generation, GenerationRequest, PolicyBase, PolicyError, SamplingParams
 
 
 class _LogprobRecorder(LogitsProcessor):
@@ -78,13 +78,16 @@ class _TailStopCriterion(StoppingCriteria):
 
 
 @dataclass
-class HFPolicy:
-    """A transformers causal LM as a :class:`~turngym.agents.policy.Policy`."""
+class HFPolicy(PolicyBase):
+    """A transformers causal LM as a :class:`~turngym.agents.policy.Policy`: streams (continuous batching) and
+    scores (its ``model`` is in this process)."""
 
     model: Any
     tokenizer: Any
     name: str = "hf"
     max_context: int | None = None
+    supports_stream: ClassVar[bool] = True
+    supports_score: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if self.max_context is None:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from tenacity import (
@@ -41,7 +41,7 @@ from tenacity import (
 )
 
 from turngym.agents.options import PROMPT_FORMATS, SERVERS  # noqa: F401 - declared where the parsers read them
-from turngym.agents.policy import Generation, GenerationRequest, PolicyError, SamplingParams, trim_at_stop
+from turngym.agents.policy import Generation, GenerationRequest, PolicyBase, PolicyError, SamplingParams, trim_at_stop
 from turngym.envs.base import as_encodable_text
 from turngym.envs.parsing import parse_hermes_tool_calls
 
@@ -53,7 +53,11 @@ class _Transient(Exception):
 
 
 @dataclass
-class OpenAICompatPolicy:
+class OpenAICompatPolicy(PolicyBase):
+    """A served model as a :class:`~turngym.agents.policy.Policy`: streams (many requests in flight), no
+    in-process weights to score with."""
+
+    supports_stream: ClassVar[bool] = True
     model: str
     base_url: str
     api_key: str | None = None

@@ -1,16 +1,22 @@
-"""The Policy protocol: batched generation with stop strings, returning text, ids and logprobs.
+"""The Policy contract: batched generation with stop strings, returning text, ids and logprobs.
 
 Backends differ in what they can condition on. Token-level backends (local transformers,
 vLLM's completions endpoint) take ``prompt_ids`` and return the sampled ids, which is
 what the token invariant needs for training. Chat-only APIs take ``messages`` and may
 return no ids; episodes from them are fine for evaluation but not for training.
+
+What a policy offers beyond ``generate`` is declared, never probed: :class:`Policy` names every
+member a caller may read, and :class:`PolicyBase` gives the optional ones their defaults, so a
+backend states its capabilities (``supports_stream``, ``supports_score``) as class attributes and
+the runner, the Monte-Carlo oracle and the LLM judge read them. ``turngym.agents.checker.check_policy``
+refuses a policy whose declaration and members disagree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 
 @dataclass
@@ -56,15 +62,66 @@ class PolicyError(RuntimeError):
     """A backend failed in a way the caller should report (server down, bad model)."""
 
 
+# feed(free_slots) -> up to that many new (key, request) pairs; [] when none wait
+Feed = Callable[[int], list[tuple[Hashable, GenerationRequest]]]
+# deliver(key, generation) -> the same key's next request, or None when that key is done
+Deliver = Callable[[Hashable, Generation], GenerationRequest | None]
+
+
 @runtime_checkable
 class Policy(Protocol):
+    """Every member a caller may read on a policy; :class:`PolicyBase` supplies the optional ones.
+
+    Required: ``name`` (recorded in every episode), ``tokenizer`` (a transformers tokenizer; None for a
+    text-only backend, which then gets ``messages`` or ``prompt_text`` requests instead of token ids) and
+    ``generate``. Declared, with defaults: ``max_context`` (the context window the runner keeps each
+    episode within; None: no limit known), ``prompt_format`` (without a tokenizer: ``"chat"`` messages
+    or ``"text"``, a base model's plain transcript), and the capabilities:
+
+    * ``supports_stream``: :meth:`stream` runs the runner's continuous decode loop
+      (``batching="continuous"``); without it the method refuses;
+    * ``supports_score``: the weights are in this process, as ``model`` (a transformers causal LM) next to
+      ``tokenizer``, so a caller can score given text by the model's own log-probabilities (the LLM
+      judge's constrained choice).
+    """
+
     name: str
-    tokenizer: Any  # a transformers tokenizer, or None for text-only backends
+    tokenizer: Any
     max_context: int | None
+    prompt_format: str
+    supports_stream: bool
+    supports_score: bool
 
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
         """Continue every request in one batched call; results in request order."""
         ...
+
+    def stream(self, feed: Feed, deliver: Deliver, sampling: SamplingParams, max_rows: int) -> Any:
+        """Decode up to ``max_rows`` requests at once, ``deliver`` each reply as it ends and take the next
+        request in its place, until ``feed`` and every delivered key give no more."""
+        ...
+
+
+class PolicyBase:
+    """The defaults of the optional :class:`Policy` members; a backend subclasses it and overrides what it offers.
+
+    A subclass sets ``name`` and ``tokenizer`` (instance fields or class attributes) and implements
+    :meth:`generate`; one that implements :meth:`stream` sets ``supports_stream = True``, one whose
+    ``model`` attribute is an in-process transformers model sets ``supports_score = True``.
+    """
+
+    name: str
+    tokenizer: Any
+    max_context: int | None = None
+    prompt_format: str = "chat"
+    supports_stream: ClassVar[bool] = False
+    supports_score: ClassVar[bool] = False
+
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
+        raise NotImplementedError(f"{type(self).__name__} implements no generate()")
+
+    def stream(self, feed: Feed, deliver: Deliver, sampling: SamplingParams, max_rows: int) -> Any:
+        raise PolicyError(f"{type(self).__name__} declares no stream (supports_stream=False): use batching='static'")
 
 
 def trim_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:

@@ -3,9 +3,10 @@
 Each live episode keeps the exact token ids the model has seen. Two ways to batch:
 ``static`` (every backend): every tick all live episodes are continued in one
 ``policy.generate`` call, their envs are stepped with the returned text, and observation
-ids are appended. ``continuous`` (backends with a ``stream`` method, the local transformers
-policy): one decode loop; an episode's env is stepped as soon as its turn ends and its next
-turn, or the next waiting episode, takes the slot while the other rows keep decoding.
+ids are appended. ``continuous`` (backends that declare ``supports_stream``: the local
+transformers policy, OpenAI-compatible servers): one decode loop; an episode's env is stepped
+as soon as its turn ends and its next turn, or the next waiting episode, takes the slot while
+the other rows keep decoding.
 With greedy decoding (temperature 0) identical requests (the k samples of a group) are
 generated once and the result copied. Finished episodes are appended to a JSONL file in
 batches (flushed once full or ``flush_s`` old, and on exit, error and SIGTERM); a rerun skips
@@ -26,6 +27,7 @@ from typing import Any
 
 from turngym._version import __version__ as _VERSION
 from turngym.agents.batched_writes import sink
+from turngym.agents.checker import check_policy
 from turngym.agents.options import BATCHING
 from turngym.agents.policy import Generation, GenerationRequest, Policy, PolicyError, SamplingParams
 from turngym.agents.tokenization import ChatTemplateError, ConversationTokenizer, plain_prompt, tokenizer_fingerprint
@@ -44,7 +46,7 @@ class RolloutTask:
     slot: str | None = None  # tells apart two groups of the same task in one run
     first_k: int = 0  # number of the first rollout: a group split over processes numbers each share on
     # a branch: continue from the state after the first ``after`` turns of this recorded episode
-    # (``TextEnv.restore``), its token ids reused, rather than play the task from its start
+    # (``turngym.envs.base.restore``), its token ids reused, rather than play the task from its start
     branch: Episode | None = field(default=None, compare=False, repr=False)
     after: int = 0
 
@@ -102,10 +104,12 @@ class RolloutRunner:
             self.concurrency = min(self.concurrency, int(slots))
         if self.batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
-        if self.batching == "continuous" and not hasattr(self.policy, "stream"):
-            raise ValueError(f"batching='continuous' needs a policy with a stream() method (the local transformers "
-                             f"policy); {type(self.policy).__name__} has none: use batching='static'")
-        tok = getattr(self.policy, "tokenizer", None)
+        check_policy(self.policy)  # the declaration is what the runner reads below: refuse one that lies
+        if self.batching == "continuous" and not self.policy.supports_stream:
+            raise ValueError(f"batching='continuous' needs a policy that streams (supports_stream: the local "
+                             f"transformers policy, OpenAI-compatible servers); {type(self.policy).__name__} does "
+                             f"not: use batching='static'")
+        tok = self.policy.tokenizer
         self.tokens = ConversationTokenizer(tok, self.use_chat_template) if tok is not None else None
         self.tokenizer_id = tokenizer_fingerprint(tok) if tok is not None else None  # recorded with the ids
         self._free_envs: list[Any] = self.env_pool if self.env_pool is not None else []
@@ -238,7 +242,7 @@ class RolloutRunner:
         budget = self._budget(slot)
         if budget is None or budget > 0:
             return False
-        max_ctx = getattr(self.policy, "max_context", None)
+        max_ctx = self.policy.max_context
         full = max_ctx is not None and len(slot.ids) >= max_ctx
         slot.env.unwrapped.end_episode("context_length" if full else "episode_token_budget")
         return True
@@ -251,7 +255,7 @@ class RolloutRunner:
             raise PolicyError(
                 f"{env_id} starts the agent's reply with a forced prefix (reply_prefill, e.g. SearchQA-v0's "
                 f"force_first_search=True), which needs a backend that continues token ids; "
-                f"{type(self.policy).__name__} {getattr(self.policy, 'name', '')!r} has no tokenizer (a chat API "
+                f"{type(self.policy).__name__} {self.policy.name!r} has no tokenizer (a chat API "
                 f"cannot be made to continue a started reply): unset the option, or use a local model or an "
                 f"OpenAI-compatible server given a tokenizer")
         for task in tasks:
@@ -310,7 +314,7 @@ class RolloutRunner:
         return _Slot(env=env, episode=ep, ids=ids, started=time.perf_counter())
 
     def _run_meta(self, task: RolloutTask, k: int) -> dict[str, Any]:
-        return {"model": getattr(self.policy, "name", "?"), "k": k, "turngym": _VERSION, "task_key": task.key()}
+        return {"model": self.policy.name, "k": k, "turngym": _VERSION, "task_key": task.key()}
 
     def _start_branch(self, task: RolloutTask, k: int, group: str) -> _Slot:
         """A slot in the state after ``task.after`` turns of ``task.branch``: the env restored by replay, the
@@ -335,7 +339,7 @@ class RolloutRunner:
     def _budget(self, slot: _Slot) -> int | None:
         """Tokens this episode may still generate (context window and episode budget), or None."""
         caps = []
-        max_ctx = getattr(self.policy, "max_context", None)
+        max_ctx = self.policy.max_context
         if slot.ids is not None and max_ctx:
             caps.append(max_ctx - len(slot.ids))
         if slot.ids is not None and self.max_episode_tokens is not None:
@@ -349,7 +353,7 @@ class RolloutRunner:
             cap = self._budget(slot)
             if slot.ids is not None:
                 reqs.append(GenerationRequest(prompt_ids=slot.ids, max_new_tokens=cap))
-            elif getattr(self.policy, "prompt_format", "chat") == "text":
+            elif self.policy.prompt_format == "text":
                 reqs.append(GenerationRequest(prompt_text=self._plain_text(slot)))
             else:
                 reqs.append(GenerationRequest(messages=self._messages(slot), tools=slot.episode.tools))

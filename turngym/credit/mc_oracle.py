@@ -16,25 +16,25 @@ from pathlib import Path
 from typing import Any
 
 from turngym.agents.branching import TurnValue, branch_tasks, turn_values
+from turngym.agents.policy import Policy, SamplingParams
 from turngym.agents.runner import RolloutRunner
+from turngym.envs.base import restore
 from turngym.envs.reader import read_episodes
 from turngym.episode import Episode
 
 
-def run_mc_oracle(episodes: Sequence[Episode], policy: Any, env_factory: Callable[[], Any], out_dir: str | Path,
+def run_mc_oracle(episodes: Sequence[Episode], policy: Policy, env_factory: Callable[[], Any], out_dir: str | Path,
                   rollouts: int = 8, sampling: Any = None, concurrency: int = 8, seed: int = 0,
                   progress: Callable[[int, int], None] | None = None) -> dict[str, list[TurnValue]]:
     """Branch every episode after each of its prefixes ``rollouts`` times (resumable), then compute the values;
     writes ``branches.jsonl`` and ``values.jsonl`` under ``out_dir``."""
-    from turngym.agents.policy import SamplingParams
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if rollouts < 2:
         raise ValueError("the Monte-Carlo oracle needs at least 2 rollouts per prefix (for a standard error)")
     runner = RolloutRunner(policy, env_factory, sampling or SamplingParams(temperature=1.0), k=rollouts,
                            concurrency=concurrency, seed=seed, run_tag="mc",
-                           batching="continuous" if hasattr(policy, "stream") else "static")
+                           batching="continuous" if policy.supports_stream else "static")
     runner.run(branch_tasks(episodes, rollouts), out / "branches.jsonl", progress=progress)
     branches = read_episodes(out / "branches.jsonl").episodes
     values = turn_values(episodes, branches)
@@ -128,7 +128,7 @@ def restore_cost(episodes: Sequence[Episode], env_factory: Callable[[], Any]) ->
         for ep in episodes:
             for turns, into in ((len(ep.turns) // 2, half), (len(ep.turns), whole)):
                 t0 = time.perf_counter()
-                env.unwrapped.restore(ep, turns)
+                restore(env, ep, turns)
                 into.append(time.perf_counter() - t0)
     finally:
         env.close()
@@ -179,7 +179,6 @@ def run_mc_creditbench(episodes_file: str | Path, out_dir: str | Path, model: st
 
     import turngym  # noqa: F401 - registers the envs
     from turngym.agents.loading import load_policy
-    from turngym.agents.policy import SamplingParams
     from turngym.credit.ablate import make_rewards
     from turngym.run.lock import check_settings, store_settings
 

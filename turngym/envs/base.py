@@ -114,9 +114,20 @@ def _check_serialisable(result: ActionResult) -> None:
 class TextEnv(gym.Env):
     """Base class for text environments with turn recording.
 
-    Subclasses implement :meth:`num_items`, :meth:`get_item`, :meth:`make_prompt`,
-    :meth:`act` and :meth:`grade`, and declare ``reward_needs`` (what rewards need to know about
-    its episodes; copied into every episode). ``observation_role`` says how the runner feeds an
+    Its public surface is what an env author writes and what a user calls, nothing else:
+
+    * an author implements :meth:`num_items`, :meth:`get_item`, :meth:`make_prompt`, :meth:`act` and
+      :meth:`grade`, declares the class attributes below (``reward_needs`` at least: what rewards need to
+      know about its episodes, copied into every episode), may override the hooks (:meth:`make_tools`,
+      :meth:`reply_prefill`, :meth:`on_reset`, :meth:`on_close_episode`, :meth:`check_ready`,
+      :meth:`action_error`, :meth:`failed_outcome`, :meth:`normalise_task`, :meth:`anchor_state`,
+      :meth:`declared_needs`) and calls :meth:`set_truth` from ``grade``;
+    * a user calls Gymnasium's :meth:`reset`, :meth:`step`, :meth:`render`, :meth:`close`, and
+      :meth:`end_episode` to end an episode from outside; ``episode`` is the record so far.
+
+    What works on any env from outside lives in this module as functions: :func:`restore` (replay a
+    recorded episode's prefix), :func:`outcome_reward` (the task's Gymnasium reward of an outcome),
+    :func:`public_task` (a task without its labels). ``observation_role`` says how the runner feeds an
     observation back: ``None`` appends it to the assistant's text (Search-R1, ToRL),
     ``"user"`` / ``"tool"`` sends it as a new chat message.
     """
@@ -151,7 +162,6 @@ class TextEnv(gym.Env):
         self.observation_space = UnicodeText()
         self.action_space = UnicodeText()
         self.episode: Episode | None = None
-        self._task: dict[str, Any] = {}
 
     # -------------------------------------------------------------- subclass API
 
@@ -252,7 +262,6 @@ class TextEnv(gym.Env):
             else:
                 index = int(self.np_random.integers(0, n))
             task = self.get_item(int(index))
-        self._task = task
         prompt = [{**m, "content": as_encodable_text(m["content"])} if isinstance(m.get("content"), str) else m
                   for m in self.make_prompt(task)]
         tools = self.make_tools(task)
@@ -327,15 +336,10 @@ class TextEnv(gym.Env):
             turn.observation = None
             ep.terminated, ep.truncated = terminated, truncated
             ep.outcome = self._safe_grade(ep)
-            turn.reward += self.outcome_reward(ep.outcome)
+            turn.reward += outcome_reward(ep.outcome, self.outcome_metric)
             self.on_close_episode()
         obs = "" if turn.observation is None else turn.observation
         return obs, turn.reward, terminated, truncated, self._info()
-
-    def restore(self, episode: Episode, turns: int, seed: int | None = None, episode_id: str | None = None,
-                group: str | None = None) -> list[int]:
-        """Put this env in the state after the first ``turns`` turns of a recorded episode (see :func:`restore`)."""
-        return restore(self, episode, turns, seed, episode_id, group)
 
     def end_episode(self, reason: str) -> None:
         """End the episode from outside (e.g. the model's context is full): truncated, graded.
@@ -358,19 +362,6 @@ class TextEnv(gym.Env):
         shown = episode.prompt if t == 0 else episode.turns[t - 1].observation
         return hashlib.sha1(json.dumps(shown, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
 
-    def outcome_reward(self, outcome: dict[str, Any]) -> float:
-        """The Gymnasium reward for the task: ``outcome[outcome_metric]`` as a number (correct → 1.0),
-        0.0 where the env declares none or no verdict was reached (``outcome["graded"]`` is False,
-        which ``info["outcome"]`` shows)."""
-        if self.outcome_metric is None or outcome.get("graded") is False:
-            return 0.0
-        value = outcome.get(self.outcome_metric, 0.0)
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            return 0.0
-        return value if math.isfinite(value) else 0.0
-
     def _safe_grade(self, ep: Episode) -> dict[str, Any]:
         """``grade``, or the env's failing verdict plus the error if grading raised on this output."""
         try:
@@ -381,10 +372,6 @@ class TextEnv(gym.Env):
             log.warning("%s: grading raised %s; recorded as grading_error", self.env_name, type(exc).__name__,
                         exc_info=True)
             return {**self.failed_outcome(exc), "grading_error": describe_error(exc)}
-
-    def public_task(self, task: dict[str, Any]) -> dict[str, Any]:
-        """The task as agents see it in ``info``: without the labels (``gold_keys``)."""
-        return {k: copy.deepcopy(v) for k, v in task.items() if k not in self.gold_keys}
 
     def close(self) -> None:
         if self.episode is not None and not self.episode.done:
@@ -399,13 +386,33 @@ class TextEnv(gym.Env):
     def _info(self) -> dict[str, Any]:
         ep = self.episode
         assert ep is not None
-        info: dict[str, Any] = {"episode_id": ep.id, "task": self.public_task(ep.task), "turn_count": len(ep.turns)}
+        info: dict[str, Any] = {"episode_id": ep.id, "task": public_task(ep.task, self.gold_keys), "turn_count": len(ep.turns)}
         if ep.turns:
             info["turn"] = ep.turns[-1].info_dict()
         if ep.done:
             info["outcome"] = copy.deepcopy(ep.outcome)
             info["final_answer"] = ep.final_answer
         return info
+
+
+def outcome_reward(outcome: dict[str, Any], metric: str | None) -> float:
+    """The Gymnasium reward for the task: ``outcome[metric]`` (an env's ``outcome_metric``) as a number
+    (correct → 1.0), 0.0 where the env declares none or no verdict was reached (``outcome["graded"]`` is
+    False, which ``info["outcome"]`` shows). ``step`` adds it on the step that ends an episode; a caller that
+    ends one with ``end_episode`` reads the same reward here."""
+    if metric is None or outcome.get("graded") is False:
+        return 0.0
+    value = outcome.get(metric, 0.0)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return value if math.isfinite(value) else 0.0
+
+
+def public_task(task: dict[str, Any], gold_keys: Sequence[str]) -> dict[str, Any]:
+    """The task as agents see it (``info["task"]``): without the labels an env declares in ``gold_keys``."""
+    return {k: copy.deepcopy(v) for k, v in task.items() if k not in gold_keys}
 
 
 def restore(env: Any, episode: Episode, turns: int, seed: int | None = None, episode_id: str | None = None,

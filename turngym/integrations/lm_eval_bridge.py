@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from turngym.agents.policy import Generation, GenerationRequest, SamplingParams, trim_at_stop
+from turngym.agents.policy import Generation, GenerationRequest, PolicyBase, SamplingParams, trim_at_stop
 from turngym.agents.tokenization import plain_prompt
 from turngym.envs.bfcl.categories import CONVERSATION_CATEGORIES
 
@@ -200,11 +200,10 @@ def process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]
     return {"em": float(outcome.get("em", 0.0)), "f1": float(outcome.get("f1", 0.0))}
 
 
-class LMEvalPolicy:
+class LMEvalPolicy(PolicyBase):
     """A turngym Policy over an lm-eval LM's ``generate_until`` (text in, text out, no ids)."""
 
     tokenizer = None
-    max_context = None
 
     def __init__(self, lm: Any, name: str = "lm-eval"):
         self.lm, self.name = lm, name

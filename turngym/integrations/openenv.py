@@ -30,7 +30,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from pydantic import Field
 
-from turngym.envs.base import ActionResult, TextEnv
+from turngym.envs.base import ActionResult, TextEnv, outcome_reward, public_task
 from turngym.episode import Episode, RewardNeeds, Turn
 from turngym.integrations.envs import full_env_id, make_turngym_env  # noqa: F401 - re-exported
 
@@ -102,7 +102,7 @@ class TurngymEnvironment(Environment[TurnAction, TurnObservation, TurnState]):
             raw.end_episode(action.end)
             return TurnObservation(text="", stop=list(raw.stop), observation_role=raw.observation_role, terminated=False,
                                    truncated=True, info={"outcome": raw.episode.outcome}, done=True,
-                                   reward=float(raw.outcome_reward(raw.episode.outcome)))
+                                   reward=outcome_reward(raw.episode.outcome, raw.outcome_metric))
         text, reward, terminated, truncated, info = self.env.step(action.text)
         self._steps += 1
         raw = self.env.unwrapped
@@ -117,7 +117,7 @@ class TurngymEnvironment(Environment[TurnAction, TurnObservation, TurnState]):
         if ep is not None:
             record = ep.to_dict()
             if not ep.done:  # the labels stay on the server until the episode is graded
-                record["task"] = self.env.unwrapped.public_task(ep.task)
+                record["task"] = public_task(ep.task, self.env.unwrapped.gold_keys)
         return TurnState(episode_id=None if ep is None else ep.id, step_count=self._steps, env_id=self.env_id,
                          dataset_name=str(getattr(self.env.unwrapped, "dataset_name", "") or ""), episode=record)
 

@@ -21,6 +21,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from turngym.envs.base import outcome_reward
 from turngym.episode import Episode, reward_view
 from turngym.integrations.envs import full_env_id, make_turngym_env
 
@@ -66,7 +67,7 @@ class TurngymToolEnv:
         if not self._reported and self.on_episode is not None:
             self.on_episode(ep)
         self._reported = True
-        return float(self.raw.outcome_reward(ep.outcome))
+        return outcome_reward(ep.outcome, self.raw.outcome_metric)
 
     def _require_episode(self) -> Episode:
         if self.episode is None:

@@ -20,6 +20,7 @@ from turngym.run.lock import RunError, validate_run_args
 from turngym.sandbox.base import SandboxError
 
 if TYPE_CHECKING:
+    from turngym.agents.policy import Policy
     from turngym.agents.runner import RolloutRunner, RolloutTask
     from turngym.envs.base import TextEnv
     from turngym.episode import Episode
@@ -235,9 +236,9 @@ def make_env(env: str, kwargs: dict[str, Any]) -> Any:
         raise PipelineError(f"cannot make {env}: {exc}") from None
 
 
-def prompt_style(policy: Any) -> str:
+def prompt_style(policy: Policy) -> str:
     """``chat`` for a policy whose tokenizer has a chat template (or a text-only backend), else ``base``."""
-    tok = getattr(policy, "tokenizer", None)
+    tok = policy.tokenizer
     return "chat" if tok is None or getattr(tok, "chat_template", None) else "base"
 
 

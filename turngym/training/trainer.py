@@ -30,7 +30,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from turngym.agents.branching import branch_tasks, turn_values
 from turngym.agents.hf import cut_generation
-from turngym.agents.policy import Generation, GenerationRequest, SamplingParams
+from turngym.agents.policy import Generation, GenerationRequest, PolicyBase, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
 from turngym.episode import Episode, EpisodeGroup, group_episodes, reward_view
 from turngym.rewards.base import GroupReward, outcome_score
@@ -72,8 +72,8 @@ def task_dataset(indices: Sequence[int]) -> Any:
 
 
 @dataclass
-class TRLGenerationPolicy:
-    """Generates each turn through ``GRPOTrainer._generate_single_turn`` (vLLM or transformers)."""
+class TRLGenerationPolicy(PolicyBase):
+    """Generates each turn through ``GRPOTrainer._generate_single_turn`` (vLLM or transformers); static batching only."""
 
     trainer: Any
     name: str = "trl"

@@ -17,13 +17,10 @@ from typing import Any
 import torch
 
 
-def is_local(policy: Any) -> bool:
-    return getattr(policy, "model", None) is not None and getattr(policy, "tokenizer", None) is not None
-
-
 @torch.inference_mode()
 def option_logprobs(policy: Any, prompt_text: str, options: Sequence[str], add_special_tokens: bool = True) -> list[float]:
-    """log p(option | prompt) for each option text, in one padded forward pass."""
+    """log p(option | prompt) for each option text, in one padded forward pass (a policy that declares
+    ``supports_score``: its ``model`` and ``tokenizer`` are in this process)."""
     tok, model = policy.tokenizer, policy.model
     base = tok(prompt_text, add_special_tokens=add_special_tokens)["input_ids"]
     seqs = [tok(prompt_text + o, add_special_tokens=add_special_tokens)["input_ids"] for o in options]

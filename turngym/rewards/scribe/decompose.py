@@ -34,12 +34,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turngym.envs.base import as_encodable_text
 from turngym.episode import Episode
 from turngym.rewards.scribe.library import SkillItem
 from turngym.rewards.scribe.prompts import DECOMPOSE_SCHEMA, decompose_prompt
+
+if TYPE_CHECKING:
+    from turngym.rewards.scribe.llm import JSONLLM
 
 CHARS_PER_TOKEN_ESTIMATE = 4
 
@@ -74,8 +77,9 @@ class TokenCounter:
         return f"{text[:keep]}\n[... {len(text) - 2 * keep} characters omitted ...]\n{text[-keep:]}"
 
 
-def counter_for(llm: Any) -> TokenCounter:
-    return TokenCounter(getattr(getattr(llm, "policy", None), "tokenizer", None))
+def counter_for(llm: JSONLLM) -> TokenCounter:
+    """Token counts in the judge's own tokenizer (characters / 4 for a text-only backend)."""
+    return TokenCounter(llm.policy.tokenizer)
 
 
 @dataclass(frozen=True)

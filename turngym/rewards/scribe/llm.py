@@ -30,9 +30,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from turngym.agents.policy import GenerationRequest, SamplingParams
+from turngym.agents.checker import check_policy
+from turngym.agents.policy import GenerationRequest, Policy, SamplingParams
 from turngym.envs.base import as_encodable_text
-from turngym.rewards.scribe.constrain import is_local, pick_option
+from turngym.rewards.scribe.constrain import pick_option
 
 Schema = dict[str, Any]
 
@@ -202,7 +203,7 @@ class LLMStats:
 class JSONLLM:
     """Schema-checked JSON replies from a policy, cached and concurrency-limited."""
 
-    policy: Any
+    policy: Policy
     max_new_tokens: int = 384
     temperature: float = 0.0
     max_concurrency: int = 8
@@ -216,6 +217,7 @@ class JSONLLM:
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
+        check_policy(self.policy)  # supports_score decides below how replies are made: refuse a declaration that lies
         self._cache: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(self.max_concurrency)
@@ -230,7 +232,7 @@ class JSONLLM:
 
     @property
     def name(self) -> str:
-        return str(getattr(self.policy, "name", "llm"))
+        return self.policy.name
 
     def key(self, prompt: str, schema: Schema) -> str:
         blob = json.dumps([self.name, self.temperature, self.max_new_tokens, prompt, schema], sort_keys=True)
@@ -313,7 +315,7 @@ class JSONLLM:
         front of the reply. Served models get the prompt as a user message."""
         sampling = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                   stop=("}\n\n", "```\n"))
-        if not is_local(self.policy):
+        if not self.policy.supports_score:
             reqs = [GenerationRequest(messages=[{"role": "user", "content": p}],
                                       json_schema=s if self.guided_json else None) for p, s in zip(prompts, schemas, strict=True)]
             with self._slots:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from turngym.agents.policy import Policy
 from turngym.episode import Episode
 from turngym.rewards.base import GroupReward, GroupScores, outcome_score
 from turngym.rewards.scribe.decompose import decompose
@@ -51,7 +52,7 @@ def make_llm(llm: Any, base_url: str | None = None, **kwargs: Any) -> JSONLLM:
 
             policy = load_hf_policy(llm, dtype="float32" if llm != "default" else "auto", device=None)
         return JSONLLM(policy, **kwargs)
-    if hasattr(llm, "generate"):
+    if isinstance(llm, Policy):
         return JSONLLM(llm, **kwargs)
     raise TypeError(f"llm must be a JSONLLM, a policy or a model name, got {type(llm).__name__}")
 
