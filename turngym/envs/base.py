@@ -8,7 +8,6 @@ agents, the rollout runner and gymnasium's checker.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -25,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from turngym.episode import Episode, RewardNeeds, Turn
+from turngym.episode import Episode, RewardNeeds, Turn, json_copy
 from turngym.truth import TruthValue, check_declared
 
 MAX_TEXT_LENGTH = 1_000_000
@@ -268,7 +267,7 @@ class TextEnv(gym.Env):
         self.episode = Episode(
             id=str(options.get("episode_id", f"{self.env_name}:{task.get('dataset', '')}:{task.get('index', 'adhoc')}")),
             env_id=self.env_name,
-            task=copy.deepcopy(task),
+            task=json_copy(task),
             prompt=prompt,
             tools=tools,
             seed=seed,
@@ -390,7 +389,7 @@ class TextEnv(gym.Env):
         if ep.turns:
             info["turn"] = ep.turns[-1].info_dict()
         if ep.done:
-            info["outcome"] = copy.deepcopy(ep.outcome)
+            info["outcome"] = json_copy(ep.outcome)
             info["final_answer"] = ep.final_answer
         return info
 
@@ -412,7 +411,7 @@ def outcome_reward(outcome: dict[str, Any], metric: str | None) -> float:
 
 def public_task(task: dict[str, Any], gold_keys: Sequence[str]) -> dict[str, Any]:
     """The task as agents see it (``info["task"]``): without the labels an env declares in ``gold_keys``."""
-    return {k: copy.deepcopy(v) for k, v in task.items() if k not in gold_keys}
+    return {k: json_copy(v) for k, v in task.items() if k not in gold_keys}
 
 
 def restore(env: Any, episode: Episode, turns: int, seed: int | None = None, episode_id: str | None = None,
