@@ -3,6 +3,7 @@
 - batch search throughput through turngym's retriever vs raw Anserini SimpleSearcher.batch_search
   with the same threads (goal >= 0.9x), interleaved repeats, by wall time and by process CPU time
   (steadier on a shared machine);
+- a search turn: ``SearchQA.step`` vs a bare ``LuceneRetriever.search`` of the same query (goal >= 0.8x);
 - service throughput: queries per second through `/retrieve` from concurrent loopback clients.
 Usage: python benchmarks/retrieval.py [--queries 2000] [--threads 2] [--repeats 5] [--index DIR] [--fetch auto]
        [--distinct-hits]
@@ -41,6 +42,49 @@ def distinct_hit_queries(retriever: LuceneRetriever, n: int, threads: int) -> li
             if len(chosen) == n:
                 break
     return chosen
+
+
+def step_vs_search(retriever: LuceneRetriever, queries: list[str], repeats: int) -> float:
+    """Per search turn: ``SearchQA.step`` on a search action (the search, the passages formatted, the gold check,
+    the turn recorded) against the bare ``retriever.search`` of the same query; only the calls are timed (an
+    episode of 3 searches is reset between, untimed), arms interleaved in a fresh order each repeat."""
+    from turngym.envs.search_qa import SearchQAEnv
+
+    env = SearchQAEnv(dataset="nq", max_turns=4, retriever=retriever)  # the same open index in both arms
+    clock = time.perf_counter
+
+    def bare() -> float:
+        total = 0.0
+        for q in queries:
+            t = clock()
+            retriever.search(q, env.topk)
+            total += clock() - t
+        return total
+
+    def step() -> float:
+        total = 0.0
+        for i, q in enumerate(queries):
+            if i % 3 == 0:
+                env.reset(options={"index": i % env.num_items()})
+            t = clock()
+            env.step(f"<search>{q}</search>")
+            total += clock() - t
+        return total
+
+    arms = {"bare": bare, "step": step}
+    times: dict[str, list[float]] = {name: [] for name in arms}
+    for fn in arms.values():  # warm-up
+        fn()
+    order = random.Random(1)
+    for _ in range(max(repeats, 5)):
+        names = list(arms)
+        order.shuffle(names)
+        for name in names:
+            times[name].append(arms[name]())
+    b, st = statistics.median(times["bare"]), statistics.median(times["step"])
+    print(f"search turn, {len(queries)} NQ queries, top-{env.topk}: bare search {b / len(queries) * 1e3:.3f} ms, "
+          f"SearchQA.step {st / len(queries) * 1e3:.3f} ms; SearchQA.step vs bare search: {b / st:.2f}x")
+    return b / st
 
 
 def main() -> None:
@@ -116,6 +160,8 @@ def main() -> None:
     c_ours, c_bare = statistics.median(cpu["ours"]), statistics.median(cpu["bare"])
     print(f"by process CPU time: turngym {c_ours * 1e3:.0f} ms, raw {c_bare * 1e3:.0f} ms per batch, "
           f"ratio {c_bare / c_ours:.2f}x; per repeat: " + ", ".join(f"{r:.2f}" for r in per_cpu))
+
+    step_vs_search(retriever, queries[:300], args.repeats)
 
     server = RetrievalServer(str(tmp / "index"), port=0, threads=args.threads)
     threading.Thread(target=server.serve_forever, daemon=True).start()

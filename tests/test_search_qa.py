@@ -145,6 +145,45 @@ def test_em_f1_match_squad_v11(pred, golds, em, f1):
     assert normalize_answer("  The  Quick, brown-fox. ") == "quick brownfox"
 
 
+def _squad_normalize(s):
+    """SQuAD v1.1's evaluation script, as written there: the reference the fast normaliser must equal."""
+    import re
+    import string
+
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def test_the_answer_normaliser_and_the_gold_check_equal_squads_definition():
+    """normalize_answer drops punctuation with one character class and contains_normalized rules answers out
+    before normalising a passage fully: both must give SQuAD's answer on every string, passages included."""
+    import itertools
+    import random
+
+    from turngym.envs.search_qa import contains_answer
+
+    rng = random.Random(0)
+    alphabet = "abethn .,'’-_é\u0130\tA"  # articles, punctuation kept and dropped, non-ASCII, a case that lowers oddly
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(3000)]
+    texts += [p["title"] + "\n" + p["text"] for p in itertools.islice(default_passages(), 1000)]
+    golds = [[str(a) for a in it["answers"]] for it in load_dataset("nq").items[:1000]]
+    golds += [["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))] for _ in range(1000)]
+    pairs = list(zip(texts, itertools.cycle(golds)))
+    # passages that do hold a gold answer, in the surroundings a passage gives it (punctuation, articles, case)
+    pairs += [(f"{rng.choice(['The', 'In', '—'])} {a[0].upper()}{rng.choice(['.', ',', ' the', '’s'])} end", a)
+              for a in golds[:1000]]
+    hits = 0
+    for text, answers in pairs:
+        assert normalize_answer(text) == _squad_normalize(text)
+        hay = f" {_squad_normalize(text)} "
+        expected = any(n and f" {n} " in hay for n in map(_squad_normalize, answers))
+        assert contains_answer(text, answers) == expected, (text, answers)
+        hits += expected
+    assert hits > 100  # the check found answers, not only ruled them out
+
+
 def test_qa_datasets_and_default_corpus():
     sizes = {"nq": 3610, "triviaqa": 200, "popqa": 1000, "hotpotqa": 7405, "2wikimultihopqa": 12576,
              "musique": 2417, "bamboogle": 125}

@@ -40,7 +40,7 @@ from turngym.corpora.lucene import Hit, RetrieverError
 from turngym.envs.base import ActionResult, TextEnv
 from turngym.envs.parsing import MAX_INPUT_CHARS, parse_hermes_tool_calls, tag_spans
 from turngym.episode import RewardNeeds
-from turngym.grading.qa import exact_match, f1_score, normalize_answer
+from turngym.grading.qa import contains_normalized, exact_match, f1_score, normalize_answer
 
 SEARCH_R1_TEMPLATE = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
@@ -143,8 +143,10 @@ def format_passages(hits: list[Hit]) -> str:
 
 
 def contains_answer(text: str, answers: list[str]) -> bool:
-    hay = f" {normalize_answer(text)} "
-    return any(n and f" {n} " in hay for n in (normalize_answer(a) for a in answers))
+    """Whether a gold answer, normalised, is a run of whole words of the normalised ``text`` (Search-R1's test)."""
+    return contains_normalized(text, [normalize_answer(a) for a in answers])
+
+
 
 
 class SearchQAEnv(TextEnv):
@@ -324,12 +326,12 @@ class SearchQAEnv(TextEnv):
                                 metrics={"action": "search", "search_ok": False, "retrieval_error": str(exc)},
                                 truth={"retrieval_hit": False},
                                 tool_ms=(time.perf_counter() - start) * 1000.0)
-        golds = [str(a) for a in self.episode.task.get("answers", [])]
+        golds = [normalize_answer(str(a)) for a in self.episode.task.get("answers", [])]
         return ActionResult(
             observation=f"\n\n<information>{self._cut(format_passages(hits).strip())}</information>\n\n",
             tool_calls=[call],
             metrics={"action": "search", "search_ok": True, "n_docs": len(hits), "doc_ids": [h.docid for h in hits]},
-            truth={"retrieval_hit": any(contains_answer(h.contents, golds) for h in hits)},
+            truth={"retrieval_hit": any(contains_normalized(h.contents, golds) for h in hits)},
             tool_ms=(time.perf_counter() - start) * 1000.0,
         )
 

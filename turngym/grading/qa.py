@@ -7,15 +7,31 @@ import string
 from collections import Counter
 from collections.abc import Iterable
 
-_PUNCT = set(string.punctuation)
+_PUNCT = re.compile("[" + re.escape(string.punctuation) + "]")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
 def normalize_answer(s: str) -> str:
-    """Lower case, drop punctuation and the articles a/an/the, collapse white space (SQuAD v1.1)."""
-    s = s.lower()
-    s = "".join(ch for ch in s if ch not in _PUNCT)
-    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    """Lower case, drop punctuation and the articles a/an/the, collapse white space (SQuAD v1.1).
+
+    SQuAD's per-character loop over the same punctuation set, as one compiled character class: every
+    search turn normalises its passages for the gold check, and the loop was a quarter of ``SearchQA.step``."""
+    s = _ARTICLES.sub(" ", _PUNCT.sub("", s.lower()))
     return " ".join(s.split())
+
+
+def contains_normalized(text: str, normalized_answers: Iterable[str]) -> bool:
+    """Whether some (already normalised, non-empty) answer is a run of whole words of ``normalize_answer(text)``.
+
+    Every word of such an answer is a substring of ``text`` lower-cased without punctuation, so an answer
+    with a word missing there is ruled out before the articles and spaces are normalised: on a search turn
+    most passages hold no gold answer, and the full normalisation of each was most of ``SearchQA.step``."""
+    bare = _PUNCT.sub("", text.lower())
+    candidates = [n for n in normalized_answers if n and all(w in bare for w in n.split())]
+    if not candidates:
+        return False
+    hay = f" {' '.join(_ARTICLES.sub(' ', bare).split())} "
+    return any(f" {n} " in hay for n in candidates)
 
 
 def exact_match(prediction: str | None, golds: Iterable[str]) -> float:
