@@ -70,6 +70,21 @@ def _assert_next_cell_works(s) -> None:
     assert r.ok and r.stdout == "next 42\n", r.render()
 
 
+def test_an_interpreter_started_by_a_path_with_dotdot_through_a_host_folder_still_runs_cells(tmp_path):
+    """``../.venv/bin/python`` from a subfolder: the kernel resolves ".." through folders the sandbox's view does
+    not hold, so the sandbox must be handed the interpreter's absolute path (before: bwrap's execvp failed and no
+    pool could start)."""
+    _require_bubblewrap()
+    exe = os.path.abspath(sys.executable)
+    dotted = os.path.relpath(exe, tmp_path)  # relative: Python makes sys.executable cwd + this, ".." kept
+    assert dotted.startswith("..") and os.path.samefile(tmp_path / dotted, exe)
+    code = ("from turngym.sandbox import SandboxPool\n"
+            "p = SandboxPool(size=1, isolation='auto')\n"
+            "with p.session() as s:\n    print(s.run('print(6 * 7)').stdout, end='')\np.close()\n")
+    out = subprocess.run([dotted, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout == "42\n", out.stderr[-2000:]
+
+
 def test_links_and_fifos_to_a_host_folder_do_not_reach_it(pool, host_dir):
     before = _snapshot(host_dir)
     with pool.session() as s:

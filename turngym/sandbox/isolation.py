@@ -80,6 +80,10 @@ class InterpreterView:
     hidden: tuple[str, ...]
 
 
+# this interpreter as a sandbox runs it: absolute and without "..", which the kernel resolves through every folder
+# named before it, folders the sandbox's view may not hold (``../.venv/bin/python`` run from a subfolder failed)
+PYTHON = os.path.abspath(sys.executable)
+
 _VIEW_PROBE = """\
 import importlib.util, json, os, sys
 spec = importlib.util.find_spec("turngym")
@@ -91,7 +95,7 @@ print(json.dumps({"paths": [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.ba
 
 
 @functools.cache
-def interpreter_view(python: str = sys.executable) -> InterpreterView:
+def interpreter_view(python: str = PYTHON) -> InterpreterView:
     out = subprocess.run([python, "-I", "-c", _VIEW_PROBE], capture_output=True, text=True, check=True, timeout=60)
     found = json.loads(out.stdout)
     paths = [p for p in found["paths"] if p and os.path.isdir(p)]
@@ -171,7 +175,7 @@ def seccomp_fd() -> int | None:
     return fd
 
 
-def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None, python: str = sys.executable,
+def bwrap_command(bwrap: str, disk_bytes: int, seccomp: int | None = None, python: str = PYTHON,
                   staged: dict[str, str] | None = None) -> list[str]:
     """The ``bwrap`` prefix for one worker of interpreter ``python``: namespaces, a read-only
     system, private tmpfs mounts, the turngym package hidden, and the seccomp filter read from
@@ -216,7 +220,7 @@ def bwrap_probe(bwrap: str) -> str | None:
     try:
         prefix, staged = identity_prefix(claim.uid if claim else None)
         code = "import os,time; print(os.getuid(), flush=True); time.sleep(30)"
-        cmd = prefix + bwrap_command(bwrap, 1 << 20, fd, staged=staged) + [sys.executable, "-I", "-c", code]
+        cmd = prefix + bwrap_command(bwrap, 1 << 20, fd, staged=staged) + [PYTHON, "-I", "-c", code]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
                                 pass_fds=() if fd is None else (fd,), start_new_session=True)
     except (OSError, RuntimeError) as exc:
@@ -224,16 +228,17 @@ def bwrap_probe(bwrap: str) -> str | None:
     finally:
         if fd is not None:
             os.close(fd)
+    err = ""
     try:
         line = proc.stdout.readline().strip() if proc.stdout else ""
         # the sandbox's own processes, seen from the host: none may be root
         uids = {p.uids().real for p in _tree(proc.pid)}
     finally:
-        _kill_tree(proc)
+        err = _kill_tree(proc)
         if claim is not None:
             claim.release()
     if line != str(SANDBOX_UID):
-        return ((proc.stderr.read() if proc.stderr else "").strip() or f"exit status {proc.returncode}").splitlines()[-1]
+        return (err.strip() or f"exit status {proc.returncode}").splitlines()[-1]
     if 0 in uids or not uids:
         return "the sandbox would run as host uid 0 (refused: a sandbox never runs as host root)"
     return None
@@ -247,16 +252,20 @@ def _tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
+def _kill_tree(proc: subprocess.Popen) -> str:
+    """Kill the probe and everything under it, then return what it wrote to stderr (read once the tree is dead,
+    so the read cannot block; the caller's reason when the probe failed) and close its pipes."""
     for p in _tree(proc.pid):
         try:
             p.kill()
         except psutil.Error:
             pass
     proc.wait()
+    err = proc.stderr.read() if proc.stderr is not None else ""
     for f in (proc.stdout, proc.stderr):
         if f is not None:
             f.close()
+    return err
 
 
 # ---------------------------------------------------------------- identity (started by root)
@@ -298,7 +307,7 @@ def hidden_from_others(path: str) -> bool:
     return False
 
 
-def identity_prefix(uid: int | None, python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
+def identity_prefix(uid: int | None, python: str = PYTHON) -> tuple[list[str], dict[str, str]]:
     """The command that starts bwrap as host uid ``uid`` (None: as whoever runs this, never root),
     and the staged source of each interpreter tree that uid could not reach.
 

@@ -144,7 +144,7 @@ class _Worker:
         os.set_blocking(self._cmd_w, False)  # a stopped supervisor must not stall the host (see _send)
         self._res_r, res_w = os.pipe()
         # -c: the worker's folder must not be on sys.path (it would shadow user imports)
-        args = [sys.executable, "-I", "-B", "-c", _worker_source(), str(cmd_r), str(res_w), json.dumps(cfg)]
+        args = [iso.PYTHON, "-I", "-B", "-c", _worker_source(), str(cmd_r), str(res_w), json.dumps(cfg)]
         cwd = self.workdir
         pass_fds = [cmd_r, res_w]
         if sandboxed:
