@@ -2,8 +2,10 @@
 (5 scoring points: τ_0..τ_4) x 3 references in the official pseudo-answer, scored with the
 tree scorer (the longest prefix once, then every (point, reference) continuation in one
 forward under a tree-shaped attention mask) vs one full forward per (point, reference).
-Goal >= 4x (issue 13) / >= 5x (issue 17), same scores within 1e-4. The two arms are timed
-interleaved in one process (medians). Also reported: the scores of a bf16 scorer against
+Goal >= 4x (issue 13) / >= 5x (issue 17), same scores within 1e-4. A third arm is the baseline a user
+would write with a KV cache (``kv-crop``: the longest prefix once, then per (point, reference) its cache
+cropped to the point and one forward of the continuation); goal: tree >= 3x kv-crop with scores equal
+within 1e-5 nats. The arms are timed interleaved in one process (medians). Also reported: the scores of a bf16 scorer against
 the fp32 ones (the scorer ``dtype`` option), and peak memory of each arm in a fresh
 subprocess (resident memory sampled while it runs, above the level before it).
 
@@ -63,6 +65,50 @@ def run_arm(model, tokenizer, method: str, groups, conts) -> tuple[float, list]:
     return time.perf_counter() - start, scores
 
 
+def kv_crop_scores(model, points, conts) -> list[list[float]]:
+    """Mean log-probabilities of each reference after each point, the KV-cache way: the longest point is run
+    once with its cache kept; each (point, reference) then gets that cache cut to the point (slices, no copy: a
+    forward appends new tensors and leaves the prefix's intact) and one forward of the continuation. The point's
+    last id is fed again, so its logits (which predict the reference's first token) come from this forward."""
+    import inspect
+
+    import torch
+    from transformers import DynamicCache
+
+    arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # renamed in 5.x
+    device = next(model.parameters()).device
+    full = DynamicCache()  # full layers, sliding ones included: the masks apply each layer's window
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([list(points[-1])], device=device), use_cache=True, logits_to_keep=1,
+              **{arg: full})
+        layers = [(layer.keys, layer.values) for layer in full.layers]
+        out = []
+        for point in points:
+            n = len(point) - 1
+            row = []
+            for c in conts:
+                cache = DynamicCache(ddp_cache_data=[(k[:, :, :n], v[:, :, :n]) for k, v in layers])
+                ids = [point[-1], *c.ids[: c.end]]
+                logits = model(input_ids=torch.tensor([ids], device=device),
+                               position_ids=torch.arange(n, n + len(ids), device=device)[None], use_cache=True,
+                               logits_to_keep=c.end - c.start + 1, **{arg: cache}).logits[0, :-1]
+                lp = torch.log_softmax(logits.float(), dim=-1)
+                targets = torch.tensor(c.ids[c.start:c.end], device=device)
+                row.append(float(lp[torch.arange(len(targets), device=device), targets].mean()))
+            out.append(row)
+    return out
+
+
+def run_kv_crop(model, groups, conts) -> tuple[float, list]:
+    was_training = model.training
+    model.eval()
+    start = time.perf_counter()
+    scores = [kv_crop_scores(model, points, conts) for points in groups]
+    elapsed = time.perf_counter() - start
+    model.train(was_training)
+    return elapsed, scores
+
+
 def _abs_diffs(a, b) -> list[float]:
     """|x - y| over groups, rows and values of two equally shaped score tables."""
     return [abs(x - y) for ga, gb in zip(a, b, strict=True) for ra, rb in zip(ga, gb, strict=True)
@@ -117,21 +163,28 @@ def main() -> None:
     policy = load(args.model)
     groups, conts = workload(policy.tokenizer, k=args.k)
     run_arm(policy.model, policy.tokenizer, "tree", groups[:1], conts)  # warm-up
-    tree_t, naive_t = [], []
-    for repeat in range(args.repeats):  # interleaved so machine noise hits both arms
+    run_kv_crop(policy.model, groups[:1], conts)
+    tree_t, naive_t, crop_t = [], [], []
+    for repeat in range(args.repeats):  # interleaved so machine noise hits every arm
         t, tree_scores = run_arm(policy.model, policy.tokenizer, "tree", groups, conts)
         tree_t.append(t)
         print(f"run {repeat + 1}/{args.repeats}: tree {t:.3f} s", end="", flush=True)
+        t, crop_scores = run_kv_crop(policy.model, groups, conts)
+        crop_t.append(t)
+        print(f", kv-crop {t:.3f} s", end="", flush=True)
         t, naive_scores = run_arm(policy.model, policy.tokenizer, "naive", groups, conts)
         naive_t.append(t)
         print(f", one forward per (point, ref) {t:.3f} s", flush=True)
-    c, n = statistics.median(tree_t), statistics.median(naive_t)
+    c, n, k = statistics.median(tree_t), statistics.median(naive_t), statistics.median(crop_t)
     lens = [len(p) for p in groups[0]]
     print(f"model={args.model}: K={len(groups)} episodes x {len(groups[0])} scoring points (τ_0..τ_T, "
           f"{lens[0]}..{lens[-1]} tokens) x {len(conts)} references, official pseudo-answer, fp32")
     print(f"tree (prefix once + one masked forward): {c:.3f} s   one forward per (point, ref): {n:.3f} s   "
           f"speed-up {n / c:.2f}x (medians of {args.repeats})", flush=True)
-    print(f"max |score difference| tree vs naive (fp32): {max_diff(tree_scores, naive_scores):.2e} nats", flush=True)
+    print(f"tree vs kv-crop: {k / c:.2f}x (kv-crop {k:.3f} s)", flush=True)
+    print(f"max |score difference| tree vs naive (fp32): {max_diff(tree_scores, naive_scores):.2e} nats; "
+          f"tree vs kv-crop {max_diff(tree_scores, crop_scores):.2e}; kv-crop vs naive "
+          f"{max_diff(crop_scores, naive_scores):.2e}", flush=True)
     bf16 = load(args.model, dtype="bfloat16")
     _, bf16_tree = run_arm(bf16.model, bf16.tokenizer, "tree", groups, conts)
     print(f"dtype=bfloat16 (tree) vs float32 (naive): max |score difference| {max_diff(bf16_tree, naive_scores):.3f} nats, "

@@ -248,6 +248,27 @@ def test_siop_through_a_server_scorer_spec_equals_the_local_scorer_on_the_fake(t
         make_scorer({"base_url": "http://x"})
 
 
+@pytest.mark.parametrize("pseudo", [PseudoAnswer(), PseudoAnswer(prefix="", suffix="", end_of_turn=False)])
+def test_tree_scoring_reads_the_continuations_common_opening_once_and_equals_naive(tiny_chat_policy, episodes, pseudo):
+    """The continuations' common first ids are one segment per point: with the official pseudo-answer (a long
+    common opening), with none (references only; one reference the start of another), the scores equal plain
+    forwards, and the branch forward reads the opening once per point, not once per reference."""
+    tok = tiny_chat_policy.tokenizer
+    ep = max(episodes, key=lambda e: len(e.turns))
+    points = scoring_points(ep, tok)
+    conts = [continuation(tok, pseudo, r, end_of_turn_text(tok)) for r in ["Paris", "Paris city", "Lyon"]]
+    tree = HFSupportScorer(tiny_chat_policy.model, tok)
+    naive = HFSupportScorer(tiny_chat_policy.model, tok, method="naive")
+    for ra, rb in zip(tree.mean_logprobs(points, conts), naive.mean_logprobs(points, conts), strict=True):
+        assert ra == pytest.approx(rb, abs=1e-5)
+    inputs = [c.ids[:c.end - 1] for c in conts]
+    shared = next(i for i in range(min(map(len, inputs)) + 1)
+                  if i == min(map(len, inputs)) or len({ids[i] for ids in inputs}) > 1)
+    branch = tree.stats["tokens"] - len(points[-1])
+    assert branch == len(points) * (shared + sum(len(ids) - shared for ids in inputs))
+    assert (shared > 5) == (pseudo.prefix != "")
+
+
 def test_tree_scoring_with_sliding_window_layers_equals_naive(tiny_chat_policy):
     """Gemma-3-style models (sliding-window layers): the windowed tree mask equals plain forwards."""
     import torch

@@ -321,20 +321,33 @@ class HFSupportScorer:
         main = list(points[-1])
         n_main = len(main)
         # branch inputs: for (p, c), c.ids[:end-1] at positions len(p) ...; token c.ids[k] is
-        # predicted by the output at position len(p) + k - 1 (the point's last token when k = 0)
-        tokens, pos, segs = [], [], []
+        # predicted by the output at position len(p) + k - 1 (the point's last token when k = 0).
+        # The continuations' common first ids (the pseudo-answer's opening, the same for every reference)
+        # are one shared segment per point that every continuation of that point attends to: read once,
+        # not once per reference (they were most of the branch forward's tokens)
+        inputs = [c.ids[:c.end - 1] for c in conts]
+        shared = 0
+        while all(len(ids) > shared for ids in inputs) and len({ids[shared] for ids in inputs}) == 1:
+            shared += 1
+        tokens, pos = [], []
+        segs = []  # (point length, shared segment start, own segment start, own segment length) per (p, c)
         for pt in points:
             lp = len(pt)
-            for c in conts:
-                n_in = c.end - 1
-                segs.append((len(tokens), n_in, lp))
-                tokens += c.ids[:n_in]
-                pos += range(lp, lp + n_in)
+            s0 = len(tokens)
+            tokens += inputs[0][:shared]
+            pos += range(lp, lp + shared)
+            for ids in inputs:
+                segs.append((lp, s0, len(tokens), len(ids) - shared))
+                tokens += ids[shared:]
+                pos += range(lp + shared, lp + len(ids))
         n_b = len(tokens)
         want = []  # (source, index, target): source 0 = main forward, 1 = branch forward
-        for (start, _, lp), c in zip(segs, [c for _ in points for c in conts], strict=True):
+        for (lp, s0, own, _), c in zip(segs, [c for _ in points for c in conts], strict=True):
             for k in range(c.start, c.end):
-                want.append((0, lp - 1, c.ids[k]) if k == 0 else (1, start + k - 1, c.ids[k]))
+                if k == 0:
+                    want.append((0, lp - 1, c.ids[k]))
+                else:
+                    want.append((1, s0 + k - 1 if k - 1 < shared else own + k - 1 - shared, c.ids[k]))
         main_idx = sorted({i for s, i, _ in want if s == 0})
         cache, hidden = self._prefix_forward(main, device)
         logp: dict[tuple[int, int], Any] = {}
@@ -345,10 +358,15 @@ class HFSupportScorer:
         if n_b:
             pos_b = torch.tensor(pos, device=device)
             allowed = torch.zeros((n_b, n_main + n_b), dtype=torch.bool, device=device)
-            for start, n_in, lp in segs:
-                allowed[start:start + n_in, :lp] = True
-                allowed[start:start + n_in, n_main + start:n_main + start + n_in] = torch.tril(
-                    torch.ones((n_in, n_in), dtype=torch.bool, device=device))
+            causal = torch.tril(torch.ones((max(shared, 1), max(shared, 1)), dtype=torch.bool, device=device))
+            for lp, s0, own, n_own in segs:
+                if own == s0 + shared:  # the point's first continuation: set its shared segment's rows once
+                    allowed[s0:s0 + shared, :lp] = True
+                    allowed[s0:s0 + shared, n_main + s0:n_main + s0 + shared] = causal[:shared, :shared]
+                allowed[own:own + n_own, :lp] = True
+                allowed[own:own + n_own, n_main + s0:n_main + s0 + shared] = True
+                allowed[own:own + n_own, n_main + own:n_main + own + n_own] = torch.tril(
+                    torch.ones((n_own, n_own), dtype=torch.bool, device=device))
             pos_k = torch.cat([torch.arange(n_main, device=device), pos_b])
             if "sliding_attention" in kinds:
                 mask: Any = {"full_attention": self._mask(allowed, pos_b, pos_k, None),
