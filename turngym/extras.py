@@ -42,6 +42,7 @@ EXTRAS: dict[str, Extra] = {e.name: e for e in (
 # extras left out of `all`, and why (pip cannot install them beside the rest)
 NOT_IN_ALL: dict[str, str] = {
     "verifiers-v1": "verifiers 0.4 pins mcp==2.0.0; the openenv extra (openenv 0.10, through fastmcp 3) needs mcp<2",
+    "bench": "a benchmark's yardstick (a warm Jupyter kernel for benchmarks/sandbox_latency.py), not a turngym feature",
 }
 
 # part (as the message names it) -> the extra it needs
