@@ -42,7 +42,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -312,19 +312,17 @@ def load_lm(setting: OracleSetting, cfg: TrainConfig) -> tuple[Any, Any, Any, Hi
     return env, model, tok, history_tree(env, tok)
 
 
-def train_curve(setting: OracleSetting, arm: str, seed: int, cfg: TrainConfig) -> Curve:
-    """Train one seed for ``cfg.steps`` optimizer steps; exact J after each."""
+def train_exact(model, tok, tree, *, env_factory, reward, dataset, estimator: str, seed: int, steps: int,
+                group: int, lr: float, max_episode_tokens: int) -> tuple[Any, list[float], list[float]]:
+    """Train ``model`` under TurnGRPOTrainer for ``steps`` optimizer steps, the LM's exact J (and its legal mass)
+    on ``tree`` before training and after every step; returns the trainer, the J curve and the mass curve.
+    The loop the oracle settings and the real-env arm (credit_learning_real.py) both run."""
     import tempfile
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig
 
-    from turngym.rewards import get_reward
-    from turngym.training.trainer import task_dataset
-
-    wall, cpu = time.perf_counter(), time.process_time()
-    _, model, tok, tree = load_lm(setting, cfg)
     first = exact_j(model, tree)
     js, mass = [first.j], [first.legal_mass]
     holder: dict[str, Any] = {}
@@ -336,19 +334,31 @@ def train_curve(setting: OracleSetting, arm: str, seed: int, cfg: TrainConfig) -
             mass.append(e.legal_mass)
             holder["trainer"].exact = (state.global_step, e)
 
-    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="lmcurve-"), per_device_train_batch_size=cfg.group,
-                      num_generations=cfg.group, max_completion_length=8, max_steps=cfg.steps, logging_steps=1,
-                      report_to="none", use_cpu=True, learning_rate=cfg.lr, save_strategy="no", seed=seed,
+    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="lmcurve-"), per_device_train_batch_size=group,
+                      num_generations=group, max_completion_length=8, max_steps=steps, logging_steps=1,
+                      report_to="none", use_cpu=True, learning_rate=lr, save_strategy="no", seed=seed,
                       temperature=1.0, beta=0.0, disable_tqdm=True, lr_scheduler_type="constant",
                       gradient_checkpointing=False)
-    cls = lm_trainer_class()
-    tr = cls(model=model, processing_class=tok, env_factory=lambda: make_env(setting), reward=get_reward("env"),
-             args=args, train_dataset=task_dataset([0] * cfg.group), estimator=arm, max_episode_tokens=1024,
-             stop=(), callbacks=[ExactJCallback()])
+    tr = lm_trainer_class()(model=model, processing_class=tok, env_factory=env_factory, reward=reward, args=args,
+                            train_dataset=dataset, estimator=estimator, max_episode_tokens=max_episode_tokens,
+                            stop=(), callbacks=[ExactJCallback()])
     tr.remove_callback(PrinterCallback)  # no per-step log dicts on stdout
     tr.tree, tr.rng, tr.exact = tree, np.random.default_rng(seed), (0, first)
     holder["trainer"] = tr
     tr.train()
+    return tr, js, mass
+
+
+def train_curve(setting: OracleSetting, arm: str, seed: int, cfg: TrainConfig) -> Curve:
+    """Train one seed for ``cfg.steps`` optimizer steps; exact J after each."""
+    from turngym.rewards import get_reward
+    from turngym.training.trainer import task_dataset
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    _, model, tok, tree = load_lm(setting, cfg)
+    _, js, mass = train_exact(model, tok, tree, env_factory=lambda: make_env(setting), reward=get_reward("env"),
+                              dataset=task_dataset([0] * cfg.group), estimator=arm, seed=seed, steps=cfg.steps,
+                              group=cfg.group, lr=cfg.lr, max_episode_tokens=1024)
     return Curve(setting.name, arm, seed, js, mass, time.perf_counter() - wall, time.process_time() - cpu)
 
 
@@ -368,25 +378,32 @@ def _job(job: tuple[OracleSetting, str, int, TrainConfig]) -> Curve:
     return train_curve(*job)
 
 
-def run_all(settings: Sequence[OracleSetting], arms: Sequence[str], seeds: Sequence[int], cfg: TrainConfig,
-            workers: int, sink: Path | None = None) -> list[Curve]:
-    """Every (setting, arm, seed), over ``workers`` single-threaded processes; seed-major, so a run cut short
-    still has whole seeds; each curve is appended to ``sink`` (JSON lines) as it finishes."""
+def run_jobs(job: Callable[[Any], Any], jobs: Sequence[Any], workers: int, sink: Path | None,
+             line: Callable[[Any, float], str]) -> list:
+    """``job`` over ``jobs`` on ``workers`` spawned single-threaded processes; each result (a dataclass) appended
+    to ``sink`` (JSON lines) as it finishes and announced by ``line(result, seconds since the start)``."""
     import multiprocessing as mp
 
-    jobs = [(s, a, seed, cfg) for seed in seeds for s in settings for a in arms]
     start = time.perf_counter()
     out = []
     with mp.get_context("spawn").Pool(workers, initializer=_worker_init) as pool:
-        for c in pool.imap_unordered(_job, jobs):
+        for c in pool.imap_unordered(job, jobs):
             out.append(c)
             if sink is not None:
                 with sink.open("a") as fh:
                     fh.write(json.dumps(asdict(c)) + "\n")
-            print(f"[{time.perf_counter() - start:6.0f} s] {c.setting:>22} {c.arm:>8} seed {c.seed:>2}: "
-                  f"J {c.j[0]:.3f} -> {c.j[-1]:.3f} (legal mass {c.legal_mass[-1]:.3f}; {c.wall_s:.1f} s wall)",
-                  flush=True)
+            print(line(c, time.perf_counter() - start), flush=True)
     return out
+
+
+def run_all(settings: Sequence[OracleSetting], arms: Sequence[str], seeds: Sequence[int], cfg: TrainConfig,
+            workers: int, sink: Path | None = None) -> list[Curve]:
+    """Every (setting, arm, seed), over ``workers`` single-threaded processes; seed-major, so a run cut short
+    still has whole seeds; each curve is appended to ``sink`` (JSON lines) as it finishes."""
+    jobs = [(s, a, seed, cfg) for seed in seeds for s in settings for a in arms]
+    return run_jobs(_job, jobs, workers, sink, lambda c, t: (
+        f"[{t:6.0f} s] {c.setting:>22} {c.arm:>8} seed {c.seed:>2}: J {c.j[0]:.3f} -> {c.j[-1]:.3f} "
+        f"(legal mass {c.legal_mass[-1]:.3f}; {c.wall_s:.1f} s wall)"))
 
 
 # ------------------------------------------------------------------ summaries and outputs

@@ -42,7 +42,6 @@ import copy
 import csv
 import importlib.util
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -305,41 +304,15 @@ class Curve:
 
 
 def train_curve(arm: Arm, seed: int, cfg: TrainConfig) -> Curve:
-    import tempfile
-
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from transformers import PrinterCallback, TrainerCallback
-    from trl import GRPOConfig
-
     from turngym.training.trainer import task_dataset
 
     lm = lm_module()
     wall, cpu = time.perf_counter(), time.process_time()
     model, tok, item, tree, _ = load_lm(cfg)
-    first = lm.exact_j(model, tree)
-    js, mass = [first.j], [first.legal_mass]
-    holder: dict[str, Any] = {}
-
-    class ExactJCallback(TrainerCallback):
-        def on_step_end(self, args, state, control, model=None, **kw):
-            e = lm.exact_j(model, tree)
-            js.append(e.j)
-            mass.append(e.legal_mass)
-            holder["trainer"].exact = (state.global_step, e)
-
-    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="realcurve-"), per_device_train_batch_size=cfg.group,
-                      num_generations=cfg.group, max_completion_length=8, max_steps=cfg.steps, logging_steps=1,
-                      report_to="none", use_cpu=True, learning_rate=cfg.lr, save_strategy="no", seed=seed,
-                      temperature=1.0, beta=0.0, disable_tqdm=True, lr_scheduler_type="constant",
-                      gradient_checkpointing=False)
-    cls = lm.lm_trainer_class()
-    tr = cls(model=model, processing_class=tok, env_factory=lambda: make_env(cfg.env),
-             reward=make_reward(arm, model, tok), args=args, train_dataset=task_dataset([item.index] * cfg.group),
-             estimator=arm.estimator, max_episode_tokens=4096, stop=(), callbacks=[ExactJCallback()])
-    tr.remove_callback(PrinterCallback)
-    tr.tree, tr.rng, tr.exact = tree, np.random.default_rng(seed), (0, first)
-    holder["trainer"] = tr
-    tr.train()
+    tr, js, mass = lm.train_exact(model, tok, tree, env_factory=lambda: make_env(cfg.env),
+                                  reward=make_reward(arm, model, tok), dataset=task_dataset([item.index] * cfg.group),
+                                  estimator=arm.estimator, seed=seed, steps=cfg.steps, group=cfg.group, lr=cfg.lr,
+                                  max_episode_tokens=4096)
     logs = [h for h in tr.state.log_history if "turngym/turns_per_episode" in h]
     return Curve(arm.name, seed, js, mass, time.perf_counter() - wall, time.process_time() - cpu, cfg.steps,
                  [float(h["turngym/turns_per_episode"]) for h in logs],
@@ -353,24 +326,14 @@ def _job(job: tuple[Arm, int, TrainConfig]) -> Curve:
 def run_all(arms: Sequence[Arm], seeds: Sequence[int], cfg: TrainConfig, workers: int,
             sink: Path | None = None) -> list[Curve]:
     """Seed-major over ``workers`` single-threaded processes; each curve appended to ``sink`` as it ends."""
-    import multiprocessing as mp
-
     # spawned workers unpickle this module's and credit_learning_lm's functions by name: both importable there too
     # (the children inherit sys.path), also when this file was loaded by path (tests)
     if str(ROOT / "benchmarks") not in sys.path:
         sys.path.insert(0, str(ROOT / "benchmarks"))
     jobs = [(a, s, cfg) for s in seeds for a in arms]
-    start = time.perf_counter()
-    out = []
-    with mp.get_context("spawn").Pool(workers, initializer=lm_module()._worker_init) as pool:
-        for c in pool.imap_unordered(_job, jobs):
-            out.append(c)
-            if sink is not None:
-                with sink.open("a") as fh:
-                    fh.write(json.dumps(asdict(c)) + "\n")
-            print(f"[{time.perf_counter() - start:6.0f} s] {c.arm:>24} seed {c.seed:>2}: success {c.j[0]:.3f} -> "
-                  f"{c.j[-1]:.3f} ({c.wall_s:.0f} s wall, {c.cpu_s:.0f} s CPU)", flush=True)
-    return out
+    return lm_module().run_jobs(_job, jobs, workers, sink, lambda c, t: (
+        f"[{t:6.0f} s] {c.arm:>24} seed {c.seed:>2}: success {c.j[0]:.3f} -> {c.j[-1]:.3f} "
+        f"({c.wall_s:.0f} s wall, {c.cpu_s:.0f} s CPU)"))
 
 
 # ------------------------------------------------------------------ summaries

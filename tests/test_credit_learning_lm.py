@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import load_benchmark
 from turngym.agents.policy import Generation, PolicyBase
 from turngym.oracles.mdp import solve
 
@@ -20,11 +19,7 @@ ROOT = Path(__file__).parents[1]
 
 @pytest.fixture(scope="module")
 def lm():
-    spec = importlib.util.spec_from_file_location("credit_learning_lm", ROOT / "benchmarks" / "credit_learning_lm.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("credit_learning_lm")
 
 
 def setting(lm, name):

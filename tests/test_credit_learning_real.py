@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import math
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from turngym.agents.policy import Generation, PolicyBase
+from conftest import FakeScriptedPolicy, load_benchmark
 
 ROOT = Path(__file__).parents[1]
 
 
 @pytest.fixture(scope="module")
 def real():
-    name = "credit_learning_real"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # its dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("credit_learning_real")
 
 
 @pytest.fixture(scope="module")
@@ -35,38 +25,16 @@ def loaded(real):
     return real.load_lm(real.TrainConfig())
 
 
-@dataclass
-class ScriptedPolicy(PolicyBase):
-    """Plays one reply name per turn (as its one token) and records the prompts the runner asks it to continue."""
-
-    tokenizer: object
-    item: object
-    script: list[str]
-    name: str = "scripted"
-    max_context: int | None = None
-
-    def __post_init__(self):
-        self.prompts: list[list[int]] = []
-
-    def generate(self, requests, sampling):
-        out = []
-        for r in requests:
-            self.prompts.append(list(r.prompt_ids))
-            name = self.script[len(self.prompts) - 1]
-            text = self.item.reply_text(name, "useful" in self.script[:len(self.prompts) - 1])
-            out.append(Generation(text=text, token_ids=self.tokenizer.encode(text, add_special_tokens=False),
-                                  finish_reason="stop"))
-        return out
-
-
 def play(real, tok, item, script):
     from turngym.agents.policy import SamplingParams
     from turngym.agents.runner import RolloutRunner
 
-    policy = ScriptedPolicy(tok, item, script)
+    # one reply name per turn, as its text (a search's text depends on whether a useful search came before)
+    texts = [item.reply_text(name, "useful" in script[:i]) for i, name in enumerate(script)]
+    policy = FakeScriptedPolicy(tok, texts)
     runner = RolloutRunner(policy, lambda: real.make_env(real.EnvConfig()), SamplingParams(max_new_tokens=8),
                            concurrency=1, max_episode_tokens=4096)
-    return runner.run([item.index])[0], policy.prompts
+    return runner.run([item.index])[0], policy.calls
 
 
 def scripts(max_turns=3):

@@ -44,7 +44,7 @@ import numpy as np
 from tqdm import tqdm
 
 from turngym.corpora.encoders import DEFAULT_ENCODER, EncoderSpec, TextEncoder, encoder_spec
-from turngym.corpora.lucene import Hit, RetrieverError, clean_query, top_k
+from turngym.corpora.lucene import Hit, RetrieverError, clean_queries, clean_query, top_k
 
 FORMAT = "turngym-dense-v1"
 MANIFEST = "manifest.json"
@@ -182,12 +182,7 @@ class DenseRetriever:
     def batch_search(self, queries: Sequence[str], k: int = 3, threads: int = 1) -> list[list[Hit]]:
         """Every query's top-k (a query ``clean_query`` refuses gets no hits), encoded and searched as one batch."""
         k = top_k(k)
-        cleaned = []
-        for q in queries:
-            try:
-                cleaned.append(clean_query(q))
-            except ValueError:
-                cleaned.append("")
+        cleaned = clean_queries(queries)
         live = [i for i, q in enumerate(cleaned) if q]
         out: list[list[Hit]] = [[] for _ in cleaned]
         if live:

@@ -177,6 +177,17 @@ def clean_query(query: str) -> str:
     return " ".join(words[:MAX_QUERY_WORDS])
 
 
+def clean_queries(queries: Sequence[str]) -> list[str]:
+    """Each query as :func:`clean_query` makes it, "" for one it refuses (a batch search gives that one no hits)."""
+    cleaned = []
+    for q in queries:
+        try:
+            cleaned.append(clean_query(q))
+        except ValueError:
+            cleaned.append("")
+    return cleaned
+
+
 def top_k(k: Any) -> int:
     """k as an int >= 1 (one clear message otherwise, before Java sees it)."""
     try:
@@ -340,12 +351,7 @@ class LuceneRetriever:
         A query ``clean_query`` refuses (empty, or holding a lone surrogate) gets no hits."""
         self._check_process()
         k = top_k(k)
-        cleaned = []
-        for q in queries:
-            try:
-                cleaned.append(clean_query(q))
-            except ValueError:
-                cleaned.append("")
+        cleaned = clean_queries(queries)
         if not any(cleaned):
             return [[] for _ in queries]
         if self._batch is not None:

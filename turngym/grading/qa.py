@@ -16,8 +16,17 @@ def normalize_answer(s: str) -> str:
 
     SQuAD's per-character loop over the same punctuation set, as one compiled character class: every
     search turn normalises its passages for the gold check, and the loop was a quarter of ``SearchQA.step``."""
-    s = _ARTICLES.sub(" ", _PUNCT.sub("", s.lower()))
-    return " ".join(s.split())
+    return _words_without_articles(_unpunctuated(s))
+
+
+def _unpunctuated(s: str) -> str:
+    """SQuAD's first two steps: lower case, punctuation dropped."""
+    return _PUNCT.sub("", s.lower())
+
+
+def _words_without_articles(s: str) -> str:
+    """SQuAD's last two steps: the articles dropped, white space collapsed."""
+    return " ".join(_ARTICLES.sub(" ", s).split())
 
 
 def contains_normalized(text: str, normalized_answers: Iterable[str]) -> bool:
@@ -26,11 +35,11 @@ def contains_normalized(text: str, normalized_answers: Iterable[str]) -> bool:
     Every word of such an answer is a substring of ``text`` lower-cased without punctuation, so an answer
     with a word missing there is ruled out before the articles and spaces are normalised: on a search turn
     most passages hold no gold answer, and the full normalisation of each was most of ``SearchQA.step``."""
-    bare = _PUNCT.sub("", text.lower())
+    bare = _unpunctuated(text)
     candidates = [n for n in normalized_answers if n and all(w in bare for w in n.split())]
     if not candidates:
         return False
-    hay = f" {' '.join(_ARTICLES.sub(' ', bare).split())} "
+    hay = f" {_words_without_articles(bare)} "
     return any(f" {n} " in hay for n in candidates)
 
 
