@@ -210,3 +210,25 @@ def test_a_run_whose_model_emits_lone_surrogates_completes_and_is_written(tmp_pa
     assert calc and all(t.action.endswith("\ud800") and "\ufffd" in t.observation and t.observation_ids
                         for t in calc if t.observation is not None)
     assert any(t.observation is not None for t in calc)
+
+
+def test_plain_json_vouches_only_for_what_json_writes():
+    """The turn check skips the encoder for data ``plain_json`` vouches for: every such value must dump, and
+    what it cannot vouch for (an int past the digit limit, a subclass, a non-str key) goes to the encoder."""
+    import enum
+    import math
+
+    from turngym.episode import plain_json
+
+    class Colour(enum.IntEnum):
+        RED = 1
+
+    vouched = ["x", "\ud800", True, None, math.nan, -math.inf, 10 ** 4000, -(10 ** 4000), [1, (2.5, {"k": [None]})],
+               {"doc_ids": ["1", "2"], "n": 3}]
+    for value in vouched:
+        assert plain_json(value), value
+        json.dumps(value)
+    for value in [10 ** 4300, {"v": [10 ** 4300]}, {1: "x"}, Colour.RED, [b"bytes"], {"s": {1, 2}}, object()]:
+        assert not plain_json(value), value
+    with pytest.raises(ValueError):
+        json.dumps(10 ** 4300)  # past the limit: the encoder raises, so a turn holding it is refused

@@ -157,15 +157,19 @@ def _squad_normalize(s):
 
 
 def test_the_answer_normaliser_and_the_gold_check_equal_squads_definition():
-    """normalize_answer drops punctuation with one character class and contains_normalized rules answers out
-    before normalising a passage fully: both must give SQuAD's answer on every string, passages included."""
+    """normalize_answer drops punctuation as bytes of the UTF-8 text and drops articles without a regex where
+    every word is letters and digits; contains_gold and any_contains_gold (a search turn's passages at once)
+    rule answers out before normalising a passage fully: all must give SQuAD's answer on every string."""
     import itertools
     import random
 
     from turngym.envs.search_qa import contains_answer
+    from turngym.grading.qa import any_contains_gold, normalized_golds
 
     rng = random.Random(0)
-    alphabet = "abethn .,'’-_é\u0130\tA"  # articles, punctuation kept and dropped, non-ASCII, a case that lowers oddly
+    # articles, punctuation kept and dropped, non-ASCII (two, three and four UTF-8 bytes), a case that lowers
+    # oddly, a lone surrogate (what a model may write)
+    alphabet = "abethn .,'’-_é\u0130\tA\U0001f600\ud8002²"
     texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(3000)]
     texts += [p["title"] + "\n" + p["text"] for p in itertools.islice(default_passages(), 1000)]
     golds = [[str(a) for a in it["answers"]] for it in load_dataset("nq").items[:1000]]
@@ -182,6 +186,10 @@ def test_the_answer_normaliser_and_the_gold_check_equal_squads_definition():
         assert contains_answer(text, answers) == expected, (text, answers)
         hits += expected
     assert hits > 100  # the check found answers, not only ruled them out
+    for i in range(0, len(pairs) - 3, 3):  # three passages of one search against the answers of the middle one
+        texts3, answers = [t for t, _ in pairs[i:i + 3]], pairs[i + 1][1]
+        expected = any(contains_answer(t, answers) for t in texts3)
+        assert any_contains_gold(texts3, normalized_golds(answers)) == expected, (texts3, answers)
 
 
 def test_qa_datasets_and_default_corpus():
@@ -218,3 +226,22 @@ def test_tool_response_cut_as_verls_tool_agent_loop():
     assert cut_tool_response(text, 10, "right") == text and cut_tool_response(text, None) == text
     with pytest.raises(ValueError, match="tool_response_truncate_side"):
         SearchQAEnv(dataset="bamboogle", tool_response_truncate_side="both")
+
+
+def test_the_information_block_is_search_r1s_rendering_stripped():
+    """The observation is built in one join; it must equal the passages rendered, stripped and wrapped, for
+    passages that end in white space, white-space-only texts, titles with spaces and no passages at all."""
+    import random
+
+    from turngym.corpora.lucene import Hit
+    from turngym.envs.search_qa import format_passages, information_block
+
+    rng = random.Random(0)
+    pieces = ["", " ", "\n", "\t", "word", " two words ", "x\n", "\u3000", "é"]
+    for _ in range(500):
+        hits = [Hit(str(i), 1.0, rng.choice(pieces) + rng.choice(pieces), rng.choice(pieces) + rng.choice(pieces))
+                for i in range(rng.randint(0, 4))]
+        expected = f"\n\n<information>{format_passages(hits).strip()}</information>\n\n"
+        assert information_block(hits) == expected, hits
+        cut = format_passages(hits).strip()[:5]
+        assert information_block(hits, cut=lambda s: s[:5]) == f"\n\n<information>{cut}</information>\n\n"

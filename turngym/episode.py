@@ -67,7 +67,7 @@ class Turn:
         # recursive walk, which was 5% of a busy client's CPU; every value in a turn is plain JSON data
         d = _fields_of(self)
         del d["latency_ms"], d["truth"]
-        return {k: json_copy(v) for k, v in d.items()}
+        return json_copy(d)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Turn:
@@ -458,6 +458,25 @@ def _fields_of(obj: Any) -> dict[str, Any]:
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
+_SAFE_INT_BITS = 14_000  # an int of this many bits has under 4,300 digits: any int JSON writes without raising
+
+
+def plain_json(value: Any) -> bool:
+    """Whether ``value`` is JSON that :func:`json.dumps` writes without fail, by its types alone: str, bool,
+    None, float, an int of fewer than 4,300 digits, and lists, tuples and str-keyed dicts of these. False
+    means only "not shown here" (a subclass, another key type): dump it to know."""
+    kind = type(value)
+    if kind is str or kind is bool or kind is float or value is None:
+        return True
+    if kind is int:
+        return value.bit_length() < _SAFE_INT_BITS
+    if kind is dict:
+        return all(type(k) is str and plain_json(v) for k, v in value.items())
+    if kind is list or kind is tuple:
+        return all(plain_json(v) for v in value)
+    return False
+
+
 def json_copy(value: Any) -> Any:
     """``value`` as :func:`dataclasses.asdict` would give it (records as dicts, containers copied, so the copy
     shares no container with ``value``), in one pass over JSON-shaped data; anything else is deep-copied."""
@@ -489,12 +508,12 @@ def escape_surrogates(text: str) -> str:
     (:func:`encode_line`) and read back with it (:func:`decode_line`): every string reads back
     identically.
     """
-    if text.isascii() or _utf8_encodable(text):  # the common case, checked in C (the regex scan was 5% of a busy client)
+    if text.isascii() or utf8_encodable(text):  # the common case, checked in C (the regex scan was 5% of a busy client)
         return text
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-def _utf8_encodable(text: str) -> bool:
+def utf8_encodable(text: str) -> bool:
     """Whether ``text`` holds no surrogate code point (only those stop UTF-8 encoding)."""
     try:
         text.encode("utf-8")

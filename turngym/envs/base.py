@@ -12,7 +12,6 @@ import hashlib
 import json
 import logging
 import math
-import re
 import sysconfig
 import time
 import traceback
@@ -24,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from turngym.episode import Episode, RewardNeeds, Turn, json_copy
+from turngym.episode import Episode, RewardNeeds, Turn, json_copy, plain_json, utf8_encodable
 from turngym.truth import TruthValue, check_declared
 
 MAX_TEXT_LENGTH = 1_000_000
@@ -93,21 +92,24 @@ def describe_error(exc: BaseException) -> dict[str, str]:
     return {"type": type(exc).__name__, "message": str(exc)[:2000], "where": where}
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def as_encodable_text(text: str) -> str:
     """``text`` with surrogate code points made UTF-8 encodable: an adjacent high+low pair becomes
     the character it encodes, a lone one U+FFFD. What the model is shown must be text a tokenizer
     accepts (fast tokenizers raise on a lone surrogate, e.g. the agent's own one echoed back)."""
-    if not _SURROGATE.search(text):
+    if text.isascii() or utf8_encodable(text):  # the common case, checked in C
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def _check_serialisable(result: ActionResult) -> None:
-    """Raise (ValueError/TypeError) if the turn could not be written as JSON (e.g. a 5,000-digit int)."""
-    json.dumps([result.tool_calls, result.metrics, result.final_answer, result.observation, result.truth], allow_nan=True)
+    """Raise (ValueError/TypeError) if the turn could not be written as JSON (e.g. a 5,000-digit int).
+    Text fields that are strings are not dumped: any string is JSON, and the observation is a turn's longest."""
+    texts = [v for v in (result.final_answer, result.observation) if v is not None and type(v) is not str]
+    record = [result.tool_calls, result.metrics, result.truth, texts]
+    if not plain_json(record):  # only data of other types goes through the encoder (its first call was a fifth of a step)
+        json.dumps(record)
 
 
 class TextEnv(gym.Env):
@@ -365,7 +367,7 @@ class TextEnv(gym.Env):
         """``grade``, or the env's failing verdict plus the error if grading raised on this output."""
         try:
             outcome = self.grade(ep)
-            json.dumps(outcome, allow_nan=True)
+            json.dumps(outcome)  # NaN allowed, as written
             return outcome
         except Exception as exc:  # noqa: BLE001 - recorded in the outcome, never raised out of step
             log.warning("%s: grading raised %s; recorded as grading_error", self.env_name, type(exc).__name__,
@@ -411,7 +413,7 @@ def outcome_reward(outcome: dict[str, Any], metric: str | None) -> float:
 
 def public_task(task: dict[str, Any], gold_keys: Sequence[str]) -> dict[str, Any]:
     """The task as agents see it (``info["task"]``): without the labels an env declares in ``gold_keys``."""
-    return {k: json_copy(v) for k, v in task.items() if k not in gold_keys}
+    return json_copy({k: v for k, v in task.items() if k not in gold_keys})
 
 
 def restore(env: Any, episode: Episode, turns: int, seed: int | None = None, episode_id: str | None = None,

@@ -72,15 +72,15 @@ def tag_matches(text: str, tags: tuple[str, ...]) -> list[tuple[int, str, str]]:
     first matching closing tag after it, and a tag with no closing tag after an opening can match
     nowhere later, so it is dropped. The text is not capped here: callers read actions within
     ``MAX_ACTION_CHARS``."""
-    nxt = {t: text.find(f"<{t}>") for t in dict.fromkeys(tags)}
-    nxt = {t: i for t, i in nxt.items() if i >= 0}
+    markers = _markers(tuple(tags))
+    nxt = {t: i for t, (opening, _) in markers.items() if (i := text.find(opening)) >= 0}
     spans: list[tuple[int, str, str]] = []
     pos = 0
     while nxt:
         tag = min(nxt, key=nxt.__getitem__)  # the regex's leftmost match (two tags never start at one place)
         start = nxt[tag]
         body = start + len(tag) + 2
-        close = text.find(f"</{tag}>", body)
+        close = text.find(markers[tag][1], body)
         if close < 0:
             del nxt[tag]
             continue
@@ -88,12 +88,18 @@ def tag_matches(text: str, tags: tuple[str, ...]) -> list[tuple[int, str, str]]:
         pos = close + len(tag) + 3
         for t, i in list(nxt.items()):
             if i < pos:
-                j = text.find(f"<{t}>", pos)
+                j = text.find(markers[t][0], pos)
                 if j < 0:
                     del nxt[t]
                 else:
                     nxt[t] = j
     return spans
+
+
+@functools.lru_cache(maxsize=64)
+def _markers(tags: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    """Each tag's opening and closing marker, once per tag set (an env's tags are a constant)."""
+    return {t: (f"<{t}>", f"</{t}>") for t in dict.fromkeys(tags)}
 
 
 # ------------------------------------------------------------------ tag calls

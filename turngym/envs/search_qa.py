@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from typing import Any
 
 from turngym.corpora.datasets import QA_DATASETS, Dataset, load_dataset
@@ -40,7 +41,7 @@ from turngym.corpora.lucene import Hit, RetrieverError
 from turngym.envs.base import ActionResult, TextEnv
 from turngym.envs.parsing import MAX_INPUT_CHARS, parse_hermes_tool_calls, tag_spans
 from turngym.episode import RewardNeeds
-from turngym.grading.qa import contains_normalized, exact_match, f1_score, normalize_answer
+from turngym.grading.qa import any_contains_gold, contains_gold, exact_match, f1_score, normalized_golds
 
 SEARCH_R1_TEMPLATE = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
@@ -126,8 +127,15 @@ def last_answer(action: str) -> str | None:
     """The episode's answer in ``action``: the last ``<answer>`` tag, stripped (None: no tag)."""
     if len(action) > MAX_INPUT_CHARS:
         return None  # refused unread, as every parser refuses it
-    answers = [body.strip() for name, body in tag_spans(action, _TAGS) if name == "answer"]
-    return answers[-1] if answers else None
+    return _last_body(tag_spans(action, _TAGS), "answer")
+
+
+def _last_body(tags: list[tuple[str, str]], name: str) -> str | None:
+    """The stripped body of the last ``name`` tag among ``tags`` (None: no such tag)."""
+    for tag, body in reversed(tags):
+        if tag == name:
+            return body.strip()
+    return None
 
 
 def grade_answer(final_answer: str | None, golds: list[str]) -> dict[str, Any]:
@@ -139,12 +147,27 @@ def grade_answer(final_answer: str | None, golds: list[str]) -> dict[str, Any]:
 
 def format_passages(hits: list[Hit]) -> str:
     """Search-R1's rendering: ``Doc i(Title: "T") text`` per passage."""
-    return "".join(f"Doc {i}(Title: \"{h.title}\") {h.text}\n" for i, h in enumerate(hits, start=1))
+    return "".join(_passage_lines(hits))
+
+
+def _passage_lines(hits: list[Hit]) -> list[str]:
+    return [f"Doc {i}(Title: \"{h.title}\") {h.text}\n" for i, h in enumerate(hits, start=1)]
+
+
+def information_block(hits: list[Hit], cut: Callable[[str], str] | None = None) -> str:
+    """The search tool's observation: the passages, stripped and ``cut``, inside ``<information>``. Without a
+    cut it is one join of the passages (a search turn's passages were copied four times)."""
+    if cut is not None:
+        return f"\n\n<information>{cut(format_passages(hits).strip())}</information>\n\n"
+    parts = ["\n\n<information>", *_passage_lines(hits)]
+    parts[-1] = parts[-1].rstrip()  # as .strip() of the whole: a passage line opens with "Doc i(", never a space
+    parts.append("</information>\n\n")
+    return "".join(parts)
 
 
 def contains_answer(text: str, answers: list[str]) -> bool:
     """Whether a gold answer, normalised, is a run of whole words of the normalised ``text`` (Search-R1's test)."""
-    return contains_normalized(text, [normalize_answer(a) for a in answers])
+    return contains_gold(text, normalized_golds(answers))
 
 
 
@@ -195,6 +218,7 @@ class SearchQAEnv(TextEnv):
         self.prompt_style, self.topk, self.max_query_chars = prompt_style, int(topk), int(max_query_chars)
         self._retriever_spec = retriever
         self._retriever: Any = None
+        self._golds = normalized_golds([])
         from turngym.corpora.service import require_retriever
 
         require_retriever(retriever)  # a local index needs its extra (search, dense): said now, not at the first search
@@ -239,6 +263,10 @@ class SearchQAEnv(TextEnv):
                     {"role": "user", "content": SEARCH_R1_TEMPLATE.format(question=question)}]
         return [{"role": "user", "content": SEARCH_R1_TEMPLATE.format(question=question)}]
 
+    def on_reset(self, task: dict[str, Any]) -> None:
+        # the gold check of every search turn reads the answers normalised: once an episode, not once a turn
+        self._golds = normalized_golds(str(a) for a in task.get("answers", []))
+
     def make_tools(self, task: dict[str, Any]) -> list[dict[str, Any]] | None:
         return [copy.deepcopy(SEARCH_TOOL)] if self.tool_format == "native" else None
 
@@ -276,17 +304,17 @@ class SearchQAEnv(TextEnv):
                                 observation_role=None if self.tool_format == "tags" else "user")
         if self.tool_format == "native":
             return self._act_native(action)
-        tags = tag_spans(action, _TAGS)
-        answer = last_answer(action)
+        tags = tag_spans(action, _TAGS)  # read once: the answer, else the last search
+        answer = _last_body(tags, "answer")
         if answer is not None:
             return ActionResult(observation=None, terminated=True, final_answer=answer,
                                 tool_calls=[{"name": "answer", "arguments": {"answer": answer}}],
                                 metrics={"action": "answer"})
-        searches = [body.strip() for name, body in tags if name == "search"]
-        if not searches:
+        query = _last_body(tags, "search")
+        if query is None:
             return ActionResult(observation=INVALID_ACTION, parse_error="no <search> or <answer> tag",
                                 metrics={"action": "invalid"})
-        return self._search(searches[-1])
+        return self._search(query)
 
     def _act_native(self, action: str) -> ActionResult:
         queries, error = self._queries(action)
@@ -326,12 +354,11 @@ class SearchQAEnv(TextEnv):
                                 metrics={"action": "search", "search_ok": False, "retrieval_error": str(exc)},
                                 truth={"retrieval_hit": False},
                                 tool_ms=(time.perf_counter() - start) * 1000.0)
-        golds = [normalize_answer(str(a)) for a in self.episode.task.get("answers", [])]
         return ActionResult(
-            observation=f"\n\n<information>{self._cut(format_passages(hits).strip())}</information>\n\n",
+            observation=information_block(hits, None if self.tool_response_chars is None else self._cut),
             tool_calls=[call],
             metrics={"action": "search", "search_ok": True, "n_docs": len(hits), "doc_ids": [h.docid for h in hits]},
-            truth={"retrieval_hit": any(contains_normalized(h.contents, golds) for h in hits)},
+            truth={"retrieval_hit": any_contains_gold([h.contents for h in hits], self._golds)},
             tool_ms=(time.perf_counter() - start) * 1000.0,
         )
 
