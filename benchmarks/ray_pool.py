@@ -4,9 +4,12 @@ every reply after ``--latency`` seconds, a two-turn Calculator-v0 script), with 
 
 - ``cli``: in this process (the baseline);
 - ``pool1`` / ``pool2``: on a Ray actor pool of 1 / 2 workers (``--ray auto --env-workers N``);
+- ``aiohttp``: no turngym at all, aiohttp alone sending each episode's two requests (the ceiling of any
+  client in one Python process on the machine);
 
 side by side at each level of episodes in flight (default 8, 64, 256, 1024); the ideal is
-``level / (2 turns × latency)``. Each arm's figure is the best of ``--repeats`` alternating runs; the
+``level / (2 turns × latency)``. Each row also gives the CPU per episode of this process and of the fake
+server in the arm's best run. Each arm's figure is the best of ``--repeats`` alternating runs; the
 play time excludes starting the pool (``RunOutcome.wall_s``). Then the pool's overhead per env step:
 ``--steps`` sequential ``reset``+``step`` calls on one env, in process vs through the pool. Then the kill test:
 a ``--kill-episodes`` run on a 2-worker pool while ``--kills`` worker processes are SIGKILLed, and what the
@@ -27,10 +30,41 @@ import sys
 import tempfile
 import time
 
+import psutil
+
 from bench_setup import free_port, wait_up
 from inflight import SCRIPT
 
-ARMS = {"cli": None, "pool1": 1, "pool2": 2}
+ARMS = {"cli": None, "pool1": 1, "pool2": 2, "aiohttp": "bare"}
+
+
+def bare_run(url: str, level: int, episodes: int) -> float:
+    """The ceiling of any client in one Python process on this machine: aiohttp alone, no envs, no records,
+    no retries, the same two requests per episode (the script's calculation, then its answer) at ``level`` in
+    flight. What turngym's client costs beyond this is its own."""
+    import asyncio
+
+    import aiohttp
+
+    head = {"Content-Type": "application/json"}
+
+    async def play() -> None:
+        left = iter(range(episodes))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=level)) as session:
+            async def slot() -> None:
+                for i in left:
+                    messages = [{"role": "system", "content": "Use <calc>."}, {"role": "user", "content": f"What is {i}?"}]
+                    for _ in SCRIPT:
+                        body = json.dumps({"model": "fake", "messages": messages, "max_tokens": 16}).encode()
+                        async with session.post(url + "/chat/completions", data=body, headers=head) as resp:
+                            reply = json.loads(await resp.text())
+                        messages += [reply["choices"][0]["message"], {"role": "user", "content": "<result>42</result>"}]
+
+            await asyncio.gather(*(slot() for _ in range(level)))
+
+    start = time.perf_counter()
+    asyncio.run(play())
+    return episodes / (time.perf_counter() - start)
 
 
 def one_run(url: str, level: int, episodes: int, workers: int | None, batching: str) -> float:
@@ -156,10 +190,11 @@ def main() -> None:
     proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "inflight.py"), "--serve-fake",
                              str(port), "--latency", str(args.latency)])
     url = f"http://127.0.0.1:{port}/v1"
+    server = psutil.Process(proc.pid)
     rows = []
     try:
         wait_up(port, proc, "fake server")
-        if any(ARMS[a] for a in args.arms) or args.steps or args.kills:
+        if any(isinstance(ARMS[a], int) for a in args.arms) or args.steps or args.kills:
             import ray
 
             ray.init(num_cpus=args.ray_cpus, include_dashboard=False, log_to_driver=False)
@@ -168,15 +203,23 @@ def main() -> None:
         for level in args.levels:
             n = args.rounds * level
             rates: dict[str, list[float]] = {a: [] for a in args.arms}
+            cpu: dict[str, list[tuple[float, float]]] = {a: [] for a in args.arms}  # (client, server) CPU s
             for _ in range(args.repeats):
                 for arm in args.arms:
+                    mine, theirs = time.process_time(), sum(server.cpu_times()[:2])
                     with contextlib.redirect_stderr(open(os.devnull, "w")):  # noqa: SIM115
-                        rates[arm].append(one_run(url, level, n, ARMS[arm], args.batching))
+                        rates[arm].append(bare_run(url, level, n) if ARMS[arm] == "bare"
+                                          else one_run(url, level, n, ARMS[arm], args.batching))
+                    cpu[arm].append((time.process_time() - mine, sum(server.cpu_times()[:2]) - theirs))
             ideal = level / (len(SCRIPT) * args.latency)
             row = {"in_flight": level, "episodes": n, "ideal_eps": round(ideal, 1)}
             for arm in args.arms:
-                row[f"{arm}_eps"] = round(max(rates[arm]), 1)
-                row[f"{arm}_of_ideal"] = round(max(rates[arm]) / ideal, 2)
+                best = rates[arm].index(max(rates[arm]))
+                row[f"{arm}_eps"] = round(rates[arm][best], 1)
+                row[f"{arm}_of_ideal"] = round(rates[arm][best] / ideal, 2)
+                # CPU per episode of this process (its threads; a pool's actors are other processes) and the server
+                row[f"{arm}_client_cpu_ms"] = round(cpu[arm][best][0] * 1000 / n, 3)
+                row[f"{arm}_server_cpu_ms"] = round(cpu[arm][best][1] * 1000 / n, 3)
             rows.append(row)
             print(json.dumps(row), flush=True)
         overhead = step_overhead(args.steps) if args.steps else None

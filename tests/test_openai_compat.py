@@ -64,6 +64,23 @@ def test_transient_errors_are_retried():
         server.close()
 
 
+def test_the_retry_schedule_and_no_retries():
+    """The first attempt runs without tenacity; the waits after it are tenacity's exponential backoff with
+    jitter, counted from the first failure, and ``retries=0`` makes one attempt."""
+    pol = OpenAICompatPolicy(model="m", base_url="http://127.0.0.1:9/v1", retries=5, backoff_s=1.0, max_backoff_s=8.0)
+    for failed, low in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (6, 8.0)]:
+        waits = [pol._backoff_s(failed) for _ in range(200)]
+        assert all(low <= w <= low + 1.0 for w in waits) and max(waits) - min(waits) > 0.5, (failed, min(waits))
+    server = FakeOpenAIServer(fail_first=1)
+    try:
+        once = OpenAICompatPolicy(model="m", base_url=server.url, retries=0, backoff_s=0.01)
+        with pytest.raises(PolicyError, match=r"failed after 1 attempts: HTTP 503"):
+            once.generate([GenerationRequest(prompt_ids=[1])], SamplingParams())
+        assert len(posts(server)) == 1
+    finally:
+        server.close()
+
+
 def test_concurrency_limit_is_respected():
     server = FakeOpenAIServer(delay=0.1)
     try:

@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import httpx
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     RetryError,
     Retrying,
     retry_if_exception_type,
@@ -181,24 +182,42 @@ class OpenAICompatPolicy(PolicyBase):
         prompt log-probabilities)."""
         return self._request("POST", path, body)
 
-    def _retrying(self, cls: type) -> Any:
-        """tenacity's policy: ``retries`` more attempts after the first, exponential backoff from
-        ``backoff_s`` with up to as much jitter, capped at ``max_backoff_s``; only transient failures."""
-        return cls(stop=stop_after_attempt(self.retries + 1), retry=retry_if_exception_type(_Transient), reraise=False,
-                   wait=wait_exponential(multiplier=self.backoff_s, max=self.max_backoff_s) + wait_random(0, self.backoff_s))
+    def _retrying(self, cls: type, failed: int) -> Any:
+        """tenacity's policy for the attempts after the first ``failed`` ones (which failed): ``retries + 1``
+        attempts in all, the waits of :meth:`_backoff_s`; only transient failures are retried."""
+        return cls(stop=stop_after_attempt(self.retries + 1 - failed), retry=retry_if_exception_type(_Transient),
+                   reraise=False, wait=lambda state: self._backoff_s(state.attempt_number + failed))
+
+    def _backoff_s(self, failed_attempt: int) -> float:
+        """Seconds to wait after attempt ``failed_attempt`` failed: tenacity's exponential wait from ``backoff_s``
+        capped at ``max_backoff_s``, plus up to ``backoff_s`` of jitter (clients that failed together do not
+        retry together)."""
+        state = RetryCallState(None, None, (), {})
+        state.attempt_number = failed_attempt
+        return (wait_exponential(multiplier=self.backoff_s, max=self.max_backoff_s) + wait_random(0, self.backoff_s))(state)
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        content = json_body(body) if method == "POST" else None
+
+        def attempt() -> dict[str, Any]:
+            try:
+                resp = self._client.post(path, content=content, headers=_JSON) if content is not None else self._client.get(path)
+            except httpx.HTTPError as exc:
+                raise _Transient(self._transport_reason(exc)) from exc
+            return self._answer(path, resp.status_code, resp.text)
+
+        try:  # the first attempt without tenacity's machinery, which cost more than the request's own client code
+            return attempt()
+        except _Transient as exc:
+            if self.retries == 0:
+                raise self._failed(1, exc) from None
+        time.sleep(self._backoff_s(1))
         try:
-            for attempt in self._retrying(Retrying):
-                with attempt:
-                    try:
-                        resp = (self._client.post(path, content=json_body(body), headers=_JSON) if method == "POST"
-                                else self._client.get(path))
-                    except httpx.HTTPError as exc:
-                        raise _Transient(self._transport_reason(exc)) from exc
-                    return self._answer(path, resp.status_code, resp.text)
+            for retry in self._retrying(Retrying, failed=1):
+                with retry:
+                    return attempt()
         except RetryError as exc:
-            raise self._gave_up(exc) from None
+            raise self._gave_up(exc, failed=1) from None
         raise AssertionError("unreachable: tenacity returns or raises")
 
     async def _arequest(self, session: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -206,19 +225,29 @@ class OpenAICompatPolicy(PolicyBase):
         import aiohttp
 
         data = json_body(body)
+
+        async def attempt() -> dict[str, Any]:
+            try:
+                async with session.post(self.base_url + path, data=data, headers=_JSON) as resp:
+                    status, text = resp.status, await resp.text()
+            except TimeoutError as exc:
+                raise _Transient(f"no answer within {self.timeout_s:g} s") from exc
+            except aiohttp.ClientError as exc:
+                raise _Transient(f"cannot connect ({type(exc).__name__}: {exc})") from exc
+            return self._answer(path, status, text)
+
+        try:  # as in _request: tenacity only once the first attempt failed
+            return await attempt()
+        except _Transient as exc:
+            if self.retries == 0:
+                raise self._failed(1, exc) from None
+        await asyncio.sleep(self._backoff_s(1))
         try:
-            async for attempt in self._retrying(AsyncRetrying):
-                with attempt:
-                    try:
-                        async with session.post(self.base_url + path, data=data, headers=_JSON) as resp:
-                            status, text = resp.status, await resp.text()
-                    except TimeoutError as exc:
-                        raise _Transient(f"no answer within {self.timeout_s:g} s") from exc
-                    except aiohttp.ClientError as exc:
-                        raise _Transient(f"cannot connect ({type(exc).__name__}: {exc})") from exc
-                    return self._answer(path, status, text)
+            async for retry in self._retrying(AsyncRetrying, failed=1):
+                with retry:
+                    return await attempt()
         except RetryError as exc:
-            raise self._gave_up(exc) from None
+            raise self._gave_up(exc, failed=1) from None
         raise AssertionError("unreachable: tenacity returns or raises")
 
     def _transport_reason(self, exc: httpx.HTTPError) -> str:
@@ -237,9 +266,11 @@ class OpenAICompatPolicy(PolicyBase):
             raise _Transient(f"HTTP {status}")
         raise PolicyError(f"{self.base_url}{path} answered HTTP {status}: {text[:300]}")
 
-    def _gave_up(self, exc: RetryError) -> PolicyError:
-        last = exc.last_attempt.exception()
-        return PolicyError(f"server {self.base_url} failed after {exc.last_attempt.attempt_number} attempts: {last}")
+    def _gave_up(self, exc: RetryError, failed: int) -> PolicyError:
+        return self._failed(exc.last_attempt.attempt_number + failed, exc.last_attempt.exception())
+
+    def _failed(self, attempts: int, last: BaseException | None) -> PolicyError:
+        return PolicyError(f"server {self.base_url} failed after {attempts} attempts: {last}")
 
     def stream(self, feed: Any, deliver: Any, sampling: SamplingParams, max_rows: int) -> None:
         """The runner's continuous loop over HTTP: up to ``max_rows`` requests in flight at once.
