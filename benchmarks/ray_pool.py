@@ -30,8 +30,6 @@ import sys
 import tempfile
 import time
 
-import psutil
-
 from bench_setup import free_port, wait_up
 from inflight import SCRIPT
 
@@ -190,6 +188,8 @@ def main() -> None:
     proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "inflight.py"), "--serve-fake",
                              str(port), "--latency", str(args.latency)])
     url = f"http://127.0.0.1:{port}/v1"
+    import psutil  # the fake server's CPU (psutil comes with the math extra, not with ray)
+
     server = psutil.Process(proc.pid)
     rows = []
     try:

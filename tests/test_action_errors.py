@@ -2,6 +2,7 @@
 observation, records what raised on the turn, and the next step works; the episode still writes."""
 
 import json
+import sys
 
 import gymnasium
 import pytest
@@ -223,7 +224,7 @@ def test_plain_json_vouches_only_for_what_json_writes():
     class Colour(enum.IntEnum):
         RED = 1
 
-    vouched = ["x", "\ud800", True, None, math.nan, -math.inf, 10 ** 4000, -(10 ** 4000), [1, (2.5, {"k": [None]})],
+    vouched = ["x", "\ud800", True, None, math.nan, -math.inf, 10 ** 3000, -(10 ** 3000), [1, (2.5, {"k": [None]})],
                {"doc_ids": ["1", "2"], "n": 3}]
     for value in vouched:
         assert plain_json(value), value
@@ -232,3 +233,11 @@ def test_plain_json_vouches_only_for_what_json_writes():
         assert not plain_json(value), value
     with pytest.raises(ValueError):
         json.dumps(10 ** 4300)  # past the limit: the encoder raises, so a turn holding it is refused
+    limit = sys.get_int_max_str_digits()
+    try:  # a lower limit set by the user: what is past it is not vouched for
+        sys.set_int_max_str_digits(1000)
+        assert not plain_json(10 ** 2000)
+        with pytest.raises(ValueError):
+            json.dumps(10 ** 2000)
+    finally:
+        sys.set_int_max_str_digits(limit)

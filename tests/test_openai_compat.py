@@ -81,6 +81,27 @@ def test_the_retry_schedule_and_no_retries():
         server.close()
 
 
+def test_retries_wait_the_backoff_counted_from_the_first_failure(monkeypatch):
+    """Against a server that is down, each retry waits tenacity's exponential backoff for the attempt that
+    just failed (1, 2, 4 s from backoff_s=1, plus up to 1 s of jitter), then gives up after retries + 1."""
+    import socket
+    import time
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    waits = []
+    monkeypatch.setattr(time, "sleep", waits.append)
+    pol = OpenAICompatPolicy(model="m", base_url=f"http://127.0.0.1:{port}/v1", server="openai", retries=3,
+                             backoff_s=1.0, max_backoff_s=8.0, timeout_s=2)
+    with pytest.raises(PolicyError, match=r"failed after 4 attempts: cannot connect"):
+        pol.generate([GenerationRequest(messages=[{"role": "user", "content": "hi"}])], SamplingParams())
+    assert len(waits) == 3 and all(low <= w <= low + 1.0 for w, low in zip(waits, [1.0, 2.0, 4.0], strict=True)), waits
+    with pytest.raises(ValueError, match="retries must be >= 0"):
+        OpenAICompatPolicy(model="m", base_url="http://127.0.0.1:9/v1", retries=-1)
+
+
 def test_concurrency_limit_is_respected():
     server = FakeOpenAIServer(delay=0.1)
     try:

@@ -63,7 +63,8 @@ tr = FakeGenerationTrainer(model=AutoModelForCausalLM.from_pretrained(d), proces
                            train_dataset=task_dataset(range(6)))
 tr.train()
 local = sorted({e.group for e in tr._batch_episodes})
-print("GROUPS", tr.accelerator.process_index, json.dumps(local), flush=True)
+with open(os.path.join(os.environ["OUT"], f"groups-{tr.accelerator.process_index}.json"), "w") as fh:
+    json.dump(local, fh)  # a file per rank: two ranks' lines on one stdout pipe were once read as one
 if tr.accelerator.is_main_process:
     loss = [h["loss"] for h in tr.state.log_history if "loss" in h][0]
     print("RESULT " + json.dumps({"processes": tr.accelerator.num_processes, "loss": loss, "advantages": tr.seen}),
@@ -90,7 +91,8 @@ def run(tmp_path: Path, processes: int) -> tuple[dict, list[list[str]]]:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [result] = re.findall(r"RESULT (\{.*\})", proc.stdout)
-    groups = [json.loads(g) for g in re.findall(r"GROUPS \d+ (\[.*?\])", proc.stdout)]
+    out = tmp_path / f"out{processes}"
+    groups = [json.loads((out / f"groups-{rank}.json").read_text()) for rank in range(processes)]
     return json.loads(result), groups
 
 

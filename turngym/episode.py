@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -458,18 +459,17 @@ def _fields_of(obj: Any) -> dict[str, Any]:
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
-_SAFE_INT_BITS = 14_000  # an int of this many bits has under 4,300 digits: any int JSON writes without raising
-
-
 def plain_json(value: Any) -> bool:
     """Whether ``value`` is JSON that :func:`json.dumps` writes without fail, by its types alone: str, bool,
-    None, float, an int of fewer than 4,300 digits, and lists, tuples and str-keyed dicts of these. False
-    means only "not shown here" (a subclass, another key type): dump it to know."""
+    None, float, an int within the interpreter's digit limit for int-to-text (fewer than 3 bits a digit), and
+    lists, tuples and str-keyed dicts of these. False means only "not shown here" (a subclass, another key
+    type): dump it to know."""
     kind = type(value)
     if kind is str or kind is bool or kind is float or value is None:
         return True
     if kind is int:
-        return value.bit_length() < _SAFE_INT_BITS
+        limit = sys.get_int_max_str_digits()  # 0: no limit
+        return limit == 0 or value.bit_length() < 3 * limit
     if kind is dict:
         return all(type(k) is str and plain_json(v) for k, v in value.items())
     if kind is list or kind is tuple:

@@ -107,7 +107,7 @@ def check_declared(turn_truth: dict[str, Any], declared: Sequence[str], env_name
     """An env's truth for one turn as :class:`TruthValue` (source ``env``); a key it did not declare is refused."""
     if not turn_truth:
         return {}
-    extra = sorted(k for k in turn_truth if k not in declared)
+    extra = sorted(set(turn_truth) - set(declared))
     if extra:
         raise ValueError(f"{env_name} wrote truth key(s) {extra} it does not declare in truth_keys {tuple(declared)}")
     return {k: v if isinstance(v, TruthValue) else TruthValue(v, "env") for k, v in turn_truth.items()}

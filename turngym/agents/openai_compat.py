@@ -77,6 +77,8 @@ class OpenAICompatPolicy(PolicyBase):
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        if self.retries < 0:
+            raise ValueError(f"retries must be >= 0, got {self.retries}")
         if self.server not in SERVERS:
             raise ValueError(f"server must be one of {SERVERS}, got {self.server!r}")
         if self.prompt_format not in PROMPT_FORMATS:
