@@ -436,8 +436,13 @@ class WorkerCgroup:
             if parents.freezer is not None:
                 self.dirs.append(parents.freezer / name)
                 self._freeze_file = self.dirs[-1] / "freezer.state"
+        self._freeze_fd: int | None = None
         try:
             self._create(memory_bytes, processes)
+            if self._freeze_file is not None:
+                # held open: a cell's thaw and freeze are two writes, not two opens of a cgroup file; the host's
+                # descriptors are never inherited (the worker is started with its two pipes only)
+                self._freeze_fd = os.open(self._freeze_file, os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
             remove_cgroup_dirs(self.dirs)
             raise
@@ -483,14 +488,17 @@ class WorkerCgroup:
     def freeze(self, frozen: bool) -> None:
         """Stop (or resume) every process of the worker: between cells nothing a cell left
         behind (a thread, a child it forks later) gets any CPU time."""
-        if self._freeze_file is None:
+        if self._freeze_fd is None:
             return
-        value = ("1" if frozen else "0") if self.version == "v2" else ("FROZEN" if frozen else "THAWED")
-        self._freeze_file.write_text(value)
+        value = (b"1" if frozen else b"0") if self.version == "v2" else (b"FROZEN" if frozen else b"THAWED")
+        os.pwrite(self._freeze_fd, value, 0)
 
     def kill_and_remove(self) -> None:
         """Kill what is left in it and remove it; its peak memory stays readable as ``final_peak``."""
         self.final_peak = self.peak_memory()
+        if self._freeze_fd is not None:
+            os.close(self._freeze_fd)
+            self._freeze_fd = None
         remove_cgroup_dirs(self.dirs)
 
 
