@@ -687,6 +687,33 @@ def test_what_a_cell_leaves_running_gets_no_cpu_between_cells(pool):
         _assert_next_cell_works(s)
 
 
+def test_the_held_freeze_file_stays_on_the_host_and_is_closed_with_its_worker(pool):
+    """The host keeps each worker's freeze file open (two writes a cell, not two opens): no process of the
+    worker holds it (it could thaw itself), and it is closed when the worker ends."""
+    if not pool.chosen.describe()["frozen_between_cells"]:
+        pytest.skip(f"no cgroup freezer here: {pool.chosen.note}")
+    with pool.session() as s:
+        worker = s._worker
+        fd = worker.cgroup._freeze_fd
+        assert fd is not None and os.readlink(f"/proc/self/fd/{fd}").endswith(("freezer.state", "cgroup.freeze"))
+        assert worker.cgroup.dirs[0].name in os.readlink(f"/proc/self/fd/{fd}")
+        held = []
+        for p in [psutil.Process(worker.proc.pid), *psutil.Process(worker.proc.pid).children(recursive=True)]:
+            for name in os.listdir(f"/proc/{p.pid}/fd"):
+                try:
+                    held.append(os.readlink(f"/proc/{p.pid}/fd/{name}"))
+                except OSError:
+                    pass
+        assert held and not [h for h in held if "freez" in h or "cgroup" in h], held
+        assert s.run("print(2)").stdout == "2\n"
+    assert worker.cgroup._freeze_fd is None
+    try:  # the number may since hold another worker's file, never this one's
+        link = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        link = ""
+    assert worker.cgroup.dirs[0].name not in link
+
+
 @pytest.mark.parametrize("elapsed", ["float('nan')", "float('inf')", "-1.0", "None"])
 def test_a_cell_cannot_choose_the_elapsed_time_it_is_recorded_with(pool, elapsed):
     """A cell forging its own status frame (with or without a time of its choosing) gets a time
