@@ -508,13 +508,15 @@ def escape_surrogates(text: str) -> str:
     (:func:`encode_line`) and read back with it (:func:`decode_line`): every string reads back
     identically.
     """
-    if text.isascii() or utf8_encodable(text):  # the common case, checked in C (the regex scan was 5% of a busy client)
+    if utf8_encodable(text):  # the common case, checked in C (the regex scan was 5% of a busy client)
         return text
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def utf8_encodable(text: str) -> bool:
-    """Whether ``text`` holds no surrogate code point (only those stop UTF-8 encoding)."""
+    """Whether ``text`` holds no surrogate code point (only those stop UTF-8 encoding); ASCII text at once."""
+    if text.isascii():
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

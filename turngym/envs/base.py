@@ -92,13 +92,11 @@ def describe_error(exc: BaseException) -> dict[str, str]:
     return {"type": type(exc).__name__, "message": str(exc)[:2000], "where": where}
 
 
-
-
 def as_encodable_text(text: str) -> str:
     """``text`` with surrogate code points made UTF-8 encodable: an adjacent high+low pair becomes
     the character it encodes, a lone one U+FFFD. What the model is shown must be text a tokenizer
     accepts (fast tokenizers raise on a lone surrogate, e.g. the agent's own one echoed back)."""
-    if text.isascii() or utf8_encodable(text):  # the common case, checked in C
+    if utf8_encodable(text):  # the common case, checked in C
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 

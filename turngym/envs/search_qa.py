@@ -155,21 +155,18 @@ def _passage_lines(hits: list[Hit]) -> list[str]:
 
 
 def information_block(hits: list[Hit], cut: Callable[[str], str] | None = None) -> str:
-    """The search tool's observation: the passages, stripped and ``cut``, inside ``<information>``. Without a
-    cut it is one join of the passages (a search turn's passages were copied four times)."""
-    if cut is not None:
-        return f"\n\n<information>{cut(format_passages(hits).strip())}</information>\n\n"
-    parts = ["\n\n<information>", *_passage_lines(hits)]
-    parts[-1] = parts[-1].rstrip()  # as .strip() of the whole: a passage line opens with "Doc i(", never a space
-    parts.append("</information>\n\n")
-    return "".join(parts)
+    """The search tool's observation: the passages, stripped and ``cut``, inside ``<information>`` (the
+    passages are joined stripped, not stripped after: a search turn's passages were copied four times)."""
+    lines = _passage_lines(hits)
+    if lines:
+        lines[-1] = lines[-1].rstrip()  # as .strip() of the whole: a passage line opens with "Doc i(", never a space
+    text = "".join(lines)
+    return f"\n\n<information>{text if cut is None else cut(text)}</information>\n\n"
 
 
 def contains_answer(text: str, answers: list[str]) -> bool:
     """Whether a gold answer, normalised, is a run of whole words of the normalised ``text`` (Search-R1's test)."""
     return contains_gold(text, normalized_golds(answers))
-
-
 
 
 class SearchQAEnv(TextEnv):

@@ -358,15 +358,15 @@ class HFSupportScorer:
         if n_b:
             pos_b = torch.tensor(pos, device=device)
             allowed = torch.zeros((n_b, n_main + n_b), dtype=torch.bool, device=device)
-            causal = torch.tril(torch.ones((max(shared, 1), max(shared, 1)), dtype=torch.bool, device=device))
+            longest = max(shared, *(n_own for *_, n_own in segs))
+            causal = torch.tril(torch.ones((longest, longest), dtype=torch.bool, device=device))  # sliced per segment
             for lp, s0, own, n_own in segs:
                 if own == s0 + shared:  # the point's first continuation: set its shared segment's rows once
                     allowed[s0:s0 + shared, :lp] = True
                     allowed[s0:s0 + shared, n_main + s0:n_main + s0 + shared] = causal[:shared, :shared]
                 allowed[own:own + n_own, :lp] = True
                 allowed[own:own + n_own, n_main + s0:n_main + s0 + shared] = True
-                allowed[own:own + n_own, n_main + own:n_main + own + n_own] = torch.tril(
-                    torch.ones((n_own, n_own), dtype=torch.bool, device=device))
+                allowed[own:own + n_own, n_main + own:n_main + own + n_own] = causal[:n_own, :n_own]
             pos_k = torch.cat([torch.arange(n_main, device=device), pos_b])
             if "sliding_attention" in kinds:
                 mask: Any = {"full_attention": self._mask(allowed, pos_b, pos_k, None),

@@ -228,7 +228,6 @@ def bwrap_probe(bwrap: str) -> str | None:
     finally:
         if fd is not None:
             os.close(fd)
-    err = ""
     try:
         line = proc.stdout.readline().strip() if proc.stdout else ""
         # the sandbox's own processes, seen from the host: none may be root
@@ -427,22 +426,22 @@ class WorkerCgroup:
     def __init__(self, parents: CgroupParents, name: str, memory_bytes: int, processes: int):
         self.version = parents.version
         self.final_peak: int | None = None
+        freeze_file: Path | None = None
         if parents.version == "v2":
             self.dirs = [parents.memory / name]
-            self._freeze_file: Path | None = self.dirs[0] / "cgroup.freeze"
+            freeze_file = self.dirs[0] / "cgroup.freeze"
         else:
             self.dirs = [parents.memory / name, parents.pids / name]
-            self._freeze_file = None
             if parents.freezer is not None:
                 self.dirs.append(parents.freezer / name)
-                self._freeze_file = self.dirs[-1] / "freezer.state"
+                freeze_file = self.dirs[-1] / "freezer.state"
         self._freeze_fd: int | None = None
         try:
             self._create(memory_bytes, processes)
-            if self._freeze_file is not None:
+            if freeze_file is not None:
                 # held open: a cell's thaw and freeze are two writes, not two opens of a cgroup file; the host's
                 # descriptors are never inherited (the worker is started with its two pipes only)
-                self._freeze_fd = os.open(self._freeze_file, os.O_WRONLY | os.O_CLOEXEC)
+                self._freeze_fd = os.open(freeze_file, os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
             remove_cgroup_dirs(self.dirs)
             raise
