@@ -1,7 +1,8 @@
 """SIOP support scoring for one group, with the extra scoring point τ_T: K=4 episodes x 4 turns
 (5 scoring points: τ_0..τ_4) x 3 references in the official pseudo-answer, scored with the
-tree scorer (the longest prefix once, then every (point, reference) continuation in one
-forward under a tree-shaped attention mask) vs one full forward per (point, reference).
+tree scorer (the longest prefix once, from the group's shared prompt as SIOP and IGPO score a group,
+then every (point, reference) continuation in one forward under a tree-shaped attention mask) vs one
+full forward per (point, reference); also the tree scorer with each episode scored alone.
 Goal >= 4x (issue 13) / >= 5x (issue 17), same scores within 1e-4. A third arm is the baseline a user
 would write with a KV cache (``kv-crop``: the longest prefix once, then per (point, reference) its cache
 cropped to the point and one forward of the continuation); goal: tree >= 3x kv-crop with scores equal
@@ -56,12 +57,17 @@ def workload(tokenizer, k=4, turns=4, prompt_len=200, action_len=40, obs_len=150
     return groups, conts
 
 
-def run_arm(model, tokenizer, method: str, groups, conts) -> tuple[float, list]:
+def run_arm(model, tokenizer, method: str, groups, conts, share: bool = True) -> tuple[float, list]:
+    """The group scored as SIOP and IGPO score one (``share``: inside the scorer's prompt-sharing scope, so the
+    tree scorer runs the episodes' common prompt once), or each episode on its own."""
+    from contextlib import nullcontext
+
     from turngym.rewards.support import HFSupportScorer
 
     scorer = HFSupportScorer(model, tokenizer, method=method)
     start = time.perf_counter()
-    scores = [scorer.mean_logprobs(points, conts) for points in groups]
+    with scorer.sharing_prompt() if share else nullcontext():
+        scores = [scorer.mean_logprobs(points, conts) for points in groups]
     return time.perf_counter() - start, scores
 
 
@@ -164,11 +170,14 @@ def main() -> None:
     groups, conts = workload(policy.tokenizer, k=args.k)
     run_arm(policy.model, policy.tokenizer, "tree", groups[:1], conts)  # warm-up
     run_kv_crop(policy.model, groups[:1], conts)
-    tree_t, naive_t, crop_t = [], [], []
+    tree_t, alone_t, naive_t, crop_t = [], [], [], []
     for repeat in range(args.repeats):  # interleaved so machine noise hits every arm
         t, tree_scores = run_arm(policy.model, policy.tokenizer, "tree", groups, conts)
         tree_t.append(t)
         print(f"run {repeat + 1}/{args.repeats}: tree {t:.3f} s", end="", flush=True)
+        t, alone_scores = run_arm(policy.model, policy.tokenizer, "tree", groups, conts, share=False)
+        alone_t.append(t)
+        print(f", tree without the shared prompt {t:.3f} s", end="", flush=True)
         t, crop_scores = run_kv_crop(policy.model, groups, conts)
         crop_t.append(t)
         print(f", kv-crop {t:.3f} s", end="", flush=True)
@@ -176,19 +185,25 @@ def main() -> None:
         naive_t.append(t)
         print(f", one forward per (point, ref) {t:.3f} s", flush=True)
     c, n, k = statistics.median(tree_t), statistics.median(naive_t), statistics.median(crop_t)
+    a = statistics.median(alone_t)
     lens = [len(p) for p in groups[0]]
     print(f"model={args.model}: K={len(groups)} episodes x {len(groups[0])} scoring points (τ_0..τ_T, "
           f"{lens[0]}..{lens[-1]} tokens) x {len(conts)} references, official pseudo-answer, fp32")
     print(f"tree (prefix once + one masked forward): {c:.3f} s   one forward per (point, ref): {n:.3f} s   "
           f"speed-up {n / c:.2f}x (medians of {args.repeats})", flush=True)
-    print(f"tree vs kv-crop: {k / c:.2f}x (kv-crop {k:.3f} s)", flush=True)
+    print(f"tree vs kv-crop: {k / c:.2f}x (kv-crop {k:.3f} s); each episode alone (no shared prompt) {a:.3f} s: "
+          f"{k / a:.2f}x kv-crop, the shared prompt {a / c:.2f}x", flush=True)
     print(f"max |score difference| tree vs naive (fp32): {max_diff(tree_scores, naive_scores):.2e} nats; "
+          f"shared prompt vs each episode alone {max_diff(tree_scores, alone_scores):.2e}; "
           f"tree vs kv-crop {max_diff(tree_scores, crop_scores):.2e}; kv-crop vs naive "
           f"{max_diff(crop_scores, naive_scores):.2e}", flush=True)
     bf16 = load(args.model, dtype="bfloat16")
     _, bf16_tree = run_arm(bf16.model, bf16.tokenizer, "tree", groups, conts)
+    _, bf16_alone = run_arm(bf16.model, bf16.tokenizer, "tree", groups, conts, share=False)
     print(f"dtype=bfloat16 (tree) vs float32 (naive): max |score difference| {max_diff(bf16_tree, naive_scores):.3f} nats, "
-          f"mean {mean_diff(bf16_tree, naive_scores):.3f} nats", flush=True)
+          f"mean {mean_diff(bf16_tree, naive_scores):.3f} nats; each episode alone {max_diff(bf16_alone, naive_scores):.3f}, "
+          f"mean {mean_diff(bf16_alone, naive_scores):.3f}; shared prompt vs alone (bf16) max "
+          f"{max_diff(bf16_tree, bf16_alone):.3f} nats", flush=True)
     del bf16
     if args.no_memory:
         return

@@ -45,6 +45,19 @@ def calculator_group(plays, question, gold):
     return group
 
 
+def tiny_gemma3(tok, softcap=None):
+    """A random two-layer Gemma-3-style model: a sliding-window layer (window 8) and a full one."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=8,
+                           layer_types=["sliding_attention", "full_attention"], max_position_embeddings=512,
+                           pad_token_id=tok.pad_token_id, final_logit_softcapping=softcap)
+    return Gemma3ForCausalLM(cfg).eval()
+
+
 def conts_for(tok, refs):
     return [continuation(tok, PseudoAnswer(), r, end_of_turn_text(tok)) for r in refs]
 
@@ -271,17 +284,8 @@ def test_tree_scoring_reads_the_continuations_common_opening_once_and_equals_nai
 
 def test_tree_scoring_with_sliding_window_layers_equals_naive(tiny_chat_policy):
     """Gemma-3-style models (sliding-window layers): the windowed tree mask equals plain forwards."""
-    import torch
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
     tok = tiny_chat_policy.tokenizer
-    torch.manual_seed(0)
-    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=8,
-                           layer_types=["sliding_attention", "full_attention"], max_position_embeddings=512,
-                           pad_token_id=tok.pad_token_id)
-    cfg.final_logit_softcapping = 3.0  # the tree path applies the head's soft-capping as the model's forward does
-    model = Gemma3ForCausalLM(cfg).eval()
+    model = tiny_gemma3(tok, softcap=3.0)  # the tree path applies the head's soft-capping as the model's forward does
     ids = tok("What is 12 * 34 + 5? <calc>12 * 34</calc> <result>408</result> then add five",
               add_special_tokens=False)["input_ids"]
     points = [ids[:6], ids[:15], ids]  # later points run past the sliding window
@@ -373,3 +377,95 @@ def test_lone_surrogates_anywhere_in_a_group_score_with_siop_igpo_and_prm(tiny_c
         rewards = reward.score_group(group).rewards
         assert [len(r) for r in rewards] == [2, 2, 2, 2]
         assert all(math.isfinite(x) for r in rewards for x in r)
+
+
+def test_a_groups_shared_prompt_runs_once_and_the_scores_do_not_change(tiny_chat_policy):
+    """Within ``sharing_prompt`` the episodes' common prompt runs once: each later episode's longest prefix runs
+    from the kept opening, the scores equal naive forwards (and the tree scorer's without the scope), an episode
+    of another question narrows the opening to what they share, and nothing is kept after the scope."""
+    tok, model = tiny_chat_policy.tokenizer, tiny_chat_policy.model
+    group = calculator_group([("6*7", "42"), ("6*7", "41"), ("2+2", "4")], "What is 6 times 7?", "42")
+    other = calculator_group([("2+2", "4")], "What is 2 plus 2?", "4")
+    points = [scoring_points(ep, tok, tokens="text") for ep in group + other]
+    prompt = len(points[0][0])
+    assert all(p[0] == points[0][0] for p in points[:3]) and points[3][0] != points[0][0]
+    conts = conts_for(tok, ["42", "forty-two"])
+    tree, alone = HFSupportScorer(model, tok), HFSupportScorer(model, tok)
+    naive = HFSupportScorer(model, tok, method="naive")
+    with tree.sharing_prompt():
+        shared = [tree.mean_logprobs(p, conts) for p in points[:3]]
+        assert tree._opening.ids == tuple(points[0][0])
+        shared.append(tree.mean_logprobs(points[3], conts))
+        common = len(tree._opening.ids)
+        assert 0 < common < prompt and tree._opening.ids == tuple(points[3][0][:common])
+        with tree.sharing_prompt():  # nested: the outer scope keeps its opening
+            pass
+        assert tree._opening is not None
+    assert tree._opening is None and not tree._sharing
+    inside = HFSupportScorer(model, tok)
+    with inside.sharing_prompt():  # a point that ends inside the kept opening still runs its last id
+        inside.mean_logprobs([points[0][-1]], conts)
+        short = points[1][-1][: prompt + 2]
+        assert tuple(short) == inside._opening.ids[: len(short)]
+        assert inside.mean_logprobs([short], conts)[0] == pytest.approx(naive.mean_logprobs([short], conts)[0], abs=1e-4)
+    assert inside.stats["prompt_reused"] == 1
+    plain = [alone.mean_logprobs(p, conts) for p in points]
+    want = [naive.mean_logprobs(p, conts) for p in points]
+    for s, a, w in zip(shared, plain, want, strict=True):
+        for rs, ra, rw in zip(s, a, w, strict=True):
+            assert rs == pytest.approx(ra, abs=1e-5) and rs == pytest.approx(rw, abs=1e-4)
+    assert tree.stats["prompt_reused"] == 3 and alone.stats["prompt_reused"] == 0
+    assert tree.stats["tokens"] == alone.stats["tokens"] - 2 * prompt - common
+
+
+def test_a_shared_opening_past_the_sliding_window_equals_naive_and_lives_only_in_its_scope(tiny_chat_policy):
+    """Gemma-3-style layers with an opening longer than the window; then the weights change (a training step)
+    and a new scope's scores follow them: no keys or values of the old weights are reused."""
+    import torch
+
+    tok = tiny_chat_policy.tokenizer
+    model = tiny_gemma3(tok)
+    opening = tok("What is 12 * 34 + 5? Think step by step.", add_special_tokens=False)["input_ids"]
+    tails = [tok(t, add_special_tokens=False)["input_ids"] for t in (" <calc>12 * 34</calc> <result>408</result>",
+                                                                       " <calc>12*34+5</calc> <result>413</result>")]
+    assert len(opening) > model.config.sliding_window
+    episodes = [[opening, opening + tail[:5], opening + tail] for tail in tails]
+    conts = conts_for(tok, ["413", "forty"])
+    scorer, naive = HFSupportScorer(model, tok), HFSupportScorer(model, tok, method="naive")
+
+    def check() -> None:
+        with scorer.sharing_prompt():
+            got = [scorer.mean_logprobs(p, conts) for p in episodes]
+        for g, p in zip(got, episodes, strict=True):
+            for a, b in zip(g, naive.mean_logprobs(p, conts), strict=True):
+                assert a == pytest.approx(b, abs=1e-4)
+
+    check()
+    reused = scorer.stats["prompt_reused"]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)
+    check()
+    assert scorer.stats["prompt_reused"] == reused + 1 == 2
+
+
+def test_siop_and_igpo_share_a_groups_prompt_and_a_group_with_nothing_to_score_loads_no_scorer(tiny_chat_policy):
+    tok = tiny_chat_policy.tokenizer
+    group = calculator_group([("6*7", "42"), ("6*7", "42"), ("2+2", "4"), ("6*7", "41")], "What is 6 times 7?", "42")
+    for name in ("siop", "igpo"):
+        tree, naive = HFSupportScorer(tiny_chat_policy.model, tok), HFSupportScorer(tiny_chat_policy.model, tok,
+                                                                                       method="naive")
+        got = get_reward(name, scorer=tree, tokens="text").score_group(group).rewards
+        want = get_reward(name, scorer=naive, tokens="text").score_group(group).rewards
+        for a, b in zip(got, want, strict=True):
+            assert a == pytest.approx(b, abs=1e-4)
+        assert tree.stats["prompt_reused"] == len(group) - 1 and tree._opening is None
+    single = []
+    for k in range(2):
+        env = CalculatorEnv(max_turns=3)
+        env.reset(seed=k, options={"task": {"question": "What is 6 times 7?", "answers": ["42"]}})
+        env.step("<answer>42</answer>")
+        single.append(env.episode)
+    for name in ("siop", "igpo"):  # a scorer that cannot load: one-turn episodes have no support to score
+        reward = get_reward(name, scorer={"model": "no/such-model-here"}, tokens="text")
+        assert len(reward.score_group(single).rewards) == 2 and reward._scorer is None

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import string
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -94,6 +95,13 @@ class _PotentialMachinery(GroupReward, abstract=True):
         if self._scorer is None:
             self._scorer = make_scorer(self.scorer)
         return self._scorer
+
+    def _group_scope(self, episodes: Sequence[Episode]) -> AbstractContextManager[Any]:
+        """The scorer's prompt-sharing scope for one group's episodes (none when no episode of it is scored:
+        no scorer is loaded for such a group)."""
+        if any(len(ep.turns) > 1 for ep in episodes):
+            return self._get_scorer().sharing_prompt()
+        return nullcontext()
 
     def _tokenizer_facts(self, tok: Any) -> dict[str, Any]:
         """End-of-turn text and fingerprint of the scorer's tokenizer (computed once)."""
@@ -179,18 +187,19 @@ class SIOPReward(_PotentialMachinery):
             q = [1.0] * k
         refs = [list(dict.fromkeys(a))[: self.n_ref] for a in answers]
         rewards, potentials, supports = [], [], []
-        for ep, lab in zip(episodes, cl.labels, strict=True):
-            if lab is None:
-                rewards.append([0.0] * len(ep.turns))
-                potentials.append(None)
-                supports.append(None)
-                continue
-            weights = [1.0 / len(refs[lab])] * len(refs[lab])
-            sup = self.supports(ep, refs[lab], weights) if len(ep.turns) > 1 else []
-            rew, phi = self.turn_rewards(len(ep.turns), q[lab], sup, (1 - self.lam) * q[lab])
-            rewards.append(rew)
-            potentials.append(phi)
-            supports.append(sup)
+        with self._group_scope(episodes):
+            for ep, lab in zip(episodes, cl.labels, strict=True):
+                if lab is None:
+                    rewards.append([0.0] * len(ep.turns))
+                    potentials.append(None)
+                    supports.append(None)
+                    continue
+                weights = [1.0 / len(refs[lab])] * len(refs[lab])
+                sup = self.supports(ep, refs[lab], weights) if len(ep.turns) > 1 else []
+                rew, phi = self.turn_rewards(len(ep.turns), q[lab], sup, (1 - self.lam) * q[lab])
+                rewards.append(rew)
+                potentials.append(phi)
+                supports.append(sup)
         diag = {"clusters": cl.to_dict(), "m": m, "r": r, "q": q, "references": refs,
                 "potentials": potentials, "support": supports}
         return GroupScores(rewards, diag)
@@ -348,21 +357,22 @@ class IGPOReward(_PotentialMachinery):
         if not episodes:
             raise ValueError("score_group needs at least one episode")
         rewards, potentials, outcomes, dropped = [], [], [], []
-        for ep in episodes:
-            golds = [str(a).strip() for a in ep.task.get("answers", []) if str(a).strip()]
-            if not golds:
-                raise ValueError(f"igpo needs a gold answer; episode {ep.id} has none")
-            o = self.outcome(ep, golds)
-            drop = self.drops_gains(ep)
-            if drop:
-                rew, phi = [0.0] * (len(ep.turns) - 1) + [finite((1 - self.lam) * o)], []
-            else:
-                sup = self.supports(ep, golds[:1], [1.0]) if len(ep.turns) > 1 else []
-                rew, phi = self.turn_rewards(len(ep.turns), 1.0, sup, (1 - self.lam) * o)
-            rewards.append(rew)
-            potentials.append(phi)
-            outcomes.append(o)
-            dropped.append(drop)
+        with self._group_scope(episodes):
+            for ep in episodes:
+                golds = [str(a).strip() for a in ep.task.get("answers", []) if str(a).strip()]
+                if not golds:
+                    raise ValueError(f"igpo needs a gold answer; episode {ep.id} has none")
+                o = self.outcome(ep, golds)
+                drop = self.drops_gains(ep)
+                if drop:
+                    rew, phi = [0.0] * (len(ep.turns) - 1) + [finite((1 - self.lam) * o)], []
+                else:
+                    sup = self.supports(ep, golds[:1], [1.0]) if len(ep.turns) > 1 else []
+                    rew, phi = self.turn_rewards(len(ep.turns), 1.0, sup, (1 - self.lam) * o)
+                rewards.append(rew)
+                potentials.append(phi)
+                outcomes.append(o)
+                dropped.append(drop)
         return GroupScores(rewards, {"potentials": potentials, "outcome": outcomes, "gains_dropped": dropped})
 
 

@@ -20,6 +20,8 @@ The local scorer (``method="tree"``) runs the longest prefix once and then every
 attending to its own point's prefix through a tree-shaped attention mask (sliding-window
 layers get a windowed copy of the mask). ``method="naive"`` runs one full forward per
 (point, reference): the baseline, and the reference the tree path is tested against.
+Inside ``sharing_prompt()`` (SIOP and IGPO open it around each group) the prompt a group's episodes share runs
+once: each later episode's longest prefix runs on from its kept keys/values.
 ``prefix_cache_tokens`` > 0 keeps the longest prefix's keys/values and final hidden states
 (up to that many tokens, least recently used dropped first), so rewards that score the same
 episode with one scorer (SIOP and IGPO both end at τ_T) run that forward once.
@@ -31,7 +33,8 @@ import copy
 import dataclasses
 import json
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -170,6 +173,11 @@ class SupportScorer(Protocol):
         """``[point][continuation]``: mean log p of ``ids[start:end]`` after ``point + ids[:start]``."""
         ...
 
+    def sharing_prompt(self) -> AbstractContextManager[None]:
+        """A scope (one group's episodes, one set of weights) within which episodes scored one after another may
+        reuse the work on the opening they share (their prompt); nothing is kept after it."""
+        ...
+
 
 def _validate(points: Sequence[Sequence[int]], conts: Sequence[Continuation]) -> None:
     if any(len(p) == 0 for p in points):
@@ -190,8 +198,11 @@ class HFSupportScorer:
     tokenizer: Any
     method: str = "tree"  # "tree": two forwards per episode; "naive": one per (point, reference)
     prefix_cache_tokens: int = 0  # tree: keep the longest prefixes' forwards (this many tokens in all) for reuse
-    stats: dict[str, int] = field(default_factory=lambda: {"forwards": 0, "tokens": 0, "prefix_reused": 0})
+    stats: dict[str, int] = field(default_factory=lambda: {"forwards": 0, "tokens": 0, "prefix_reused": 0,
+                                                           "prompt_reused": 0})
     _prefixes: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
+    _opening: SharedOpening | None = field(default=None, init=False, repr=False)
+    _sharing: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.method not in ("tree", "naive"):
@@ -203,6 +214,20 @@ class HFSupportScorer:
 
         policy = load_hf_policy(model, dtype=dtype, device=device)
         return cls(policy.model, policy.tokenizer, **kwargs)
+
+    @contextmanager
+    def sharing_prompt(self) -> Iterator[None]:
+        """Within it the tree scorer keeps the opening the episodes scored so far share (the first one's prompt,
+        cut to what each later one agrees with) and runs a later episode's longest prefix from there. SIOP and
+        IGPO open it around one group: one set of weights, so no kept keys/values can outlive a training step."""
+        if self._sharing:  # nested: the outer scope owns the opening
+            yield
+            return
+        self._sharing = True
+        try:
+            yield
+        finally:
+            self._sharing, self._opening = False, None
 
     def mean_logprobs(self, points, continuations):
         import torch
@@ -268,9 +293,11 @@ class HFSupportScorer:
             return torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, torch.finfo(dtype).min)
         return m
 
-    def _prefix_forward(self, main: list[int], device: Any) -> tuple[Any, Any]:
+    def _prefix_forward(self, main: list[int], device: Any, prompt: int) -> tuple[Any, Any]:
         """KV cache (full layers, so every point's prefix stays visible) and final hidden states of ``main``;
-        from the store when kept there (the cache handed out is a copy: the branch forward extends it)."""
+        from the store when kept there (the cache handed out is a copy: the branch forward extends it), else
+        run from the scope's shared opening where ``main`` starts with part of it (``prompt``: its first point's
+        length, what a scope's first episode keeps)."""
         import torch
         from transformers import DynamicCache
 
@@ -288,11 +315,24 @@ class HFSupportScorer:
                 cache = copy.deepcopy(cache)
                 cache.crop(len(key) - len(longer))  # negative: the number of tokens to drop
                 return cache, hidden[: len(key)]
-        cache = DynamicCache()
+        opening, start = self._opening, 0
+        if opening is not None:
+            start = opening.shared_with(main)
+        if start:  # the group's opening is kept: run only what follows it
+            self.stats["prompt_reused"] += 1
+            opening.narrow(start)
+            cache = _cache_head(opening.cache, start)
+        else:
+            cache = DynamicCache()
         self.stats["forwards"] += 1
-        self.stats["tokens"] += len(main)
-        hidden = self.model.get_decoder()(input_ids=torch.tensor([main], device=device), cache=cache,
+        self.stats["tokens"] += len(main) - start
+        hidden = self.model.get_decoder()(input_ids=torch.tensor([main[start:]], device=device), cache=cache,
+                                          position_ids=torch.arange(start, len(main), device=device)[None],
                                           use_cache=True).last_hidden_state[0]
+        if start:
+            hidden = torch.cat([opening.hidden[:start], hidden])
+        elif self._sharing:  # the first episode of the scope: its prompt is the opening until others narrow it
+            self._opening = SharedOpening(tuple(main[:prompt]), _cache_head(cache, prompt), hidden[:prompt])
         if 0 < len(main) <= self.prefix_cache_tokens:
             self._prefixes[key] = (copy.deepcopy(cache), hidden)
             while sum(len(k) for k in self._prefixes) > self.prefix_cache_tokens:
@@ -349,7 +389,7 @@ class HFSupportScorer:
                 else:
                     want.append((1, s0 + k - 1 if k - 1 < shared else own + k - 1 - shared, c.ids[k]))
         main_idx = sorted({i for s, i, _ in want if s == 0})
-        cache, hidden = self._prefix_forward(main, device)
+        cache, hidden = self._prefix_forward(main, device, len(points[0]))
         logp: dict[tuple[int, int], Any] = {}
         if main_idx:
             lp_main = torch.log_softmax(self._logits(hidden[main_idx]).float(), dim=-1)
@@ -394,6 +434,36 @@ class HFSupportScorer:
         return out
 
 
+@dataclass
+class SharedOpening:
+    """The opening of a sharing scope's episodes (``ids``) with its keys/values and final hidden states."""
+
+    ids: tuple[int, ...]
+    cache: Any
+    hidden: Any
+
+    def shared_with(self, main: Sequence[int]) -> int:
+        """How many leading ids ``main`` shares with the opening (at most ``len(main) - 1``: a forward needs one)."""
+        n = min(len(self.ids), len(main) - 1)
+        i = 0
+        while i < n and self.ids[i] == main[i]:
+            i += 1
+        return i
+
+    def narrow(self, n: int) -> None:
+        """Keep only the first ``n`` ids: what every episode of the scope so far shares."""
+        if n < len(self.ids):
+            self.ids, self.cache, self.hidden = self.ids[:n], _cache_head(self.cache, n), self.hidden[:n]
+
+
+def _cache_head(cache: Any, n: int) -> Any:
+    """A new cache of the first ``n`` positions of ``cache``, copied (a forward extends the cache it is given)."""
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=[(layer.keys[:, :, :n].clone(), layer.values[:, :, :n].clone())
+                                        for layer in cache.layers])
+
+
 def _mean_lp(logits: Any, targets: Sequence[int]) -> float:
     import torch
 
@@ -416,6 +486,10 @@ class OpenAISupportScorer:
     api_key: str | None = None
     timeout_s: float = 120.0
     retries: int = 3
+
+    def sharing_prompt(self) -> AbstractContextManager[None]:
+        """Nothing kept here: a vLLM server reuses a shared prompt itself (its prefix cache)."""
+        return nullcontext()
 
     def mean_logprobs(self, points, continuations):
         from turngym.agents.openai_compat import OpenAICompatPolicy
@@ -457,6 +531,9 @@ class MemoSupportScorer:
     @property
     def tokenizer(self) -> Any:
         return self.scorer.tokenizer
+
+    def sharing_prompt(self) -> AbstractContextManager[None]:
+        return self.scorer.sharing_prompt()
 
     def mean_logprobs(self, points: Sequence[Sequence[int]], continuations: Sequence[Continuation]) -> list[list[float]]:
         keys = [(tuple(p), tuple(continuations)) for p in points]
