@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -60,8 +61,6 @@ def workload(tokenizer, k=4, turns=4, prompt_len=200, action_len=40, obs_len=150
 def run_arm(model, tokenizer, method: str, groups, conts, share: bool = True) -> tuple[float, list]:
     """The group scored as SIOP and IGPO score one (``share``: inside the scorer's prompt-sharing scope, so the
     tree scorer runs the episodes' common prompt once), or each episode on its own."""
-    from contextlib import nullcontext
-
     from turngym.rewards.support import HFSupportScorer
 
     scorer = HFSupportScorer(model, tokenizer, method=method)

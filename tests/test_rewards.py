@@ -1,7 +1,6 @@
 """Rewards on hand-computed groups, with a fake support scorer (named as such) beside
 tests of the real transformers scorer."""
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -32,9 +31,6 @@ class FakeSupportScorer:
 
     def __post_init__(self):
         self.calls = []
-
-    def sharing_prompt(self):
-        return contextlib.nullcontext()
 
     def mean_logprobs(self, points, continuations):
         self.calls.append((points, continuations))

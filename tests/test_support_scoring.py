@@ -381,27 +381,38 @@ def test_lone_surrogates_anywhere_in_a_group_score_with_siop_igpo_and_prm(tiny_c
 
 def test_a_groups_shared_prompt_runs_once_and_the_scores_do_not_change(tiny_chat_policy):
     """Within ``sharing_prompt`` the episodes' common prompt runs once: each later episode's longest prefix runs
-    from the kept opening, the scores equal naive forwards (and the tree scorer's without the scope), an episode
-    of another question narrows the opening to what they share, and nothing is kept after the scope."""
+    from the kept opening, the scores equal naive forwards (and the tree scorer's without the scope), also where
+    the kept hidden states are read (a pseudo-answer with no text before the reference), an episode of another
+    question runs on from what it shares, and nothing is kept after the scope."""
     tok, model = tiny_chat_policy.tokenizer, tiny_chat_policy.model
     group = calculator_group([("6*7", "42"), ("6*7", "41"), ("2+2", "4")], "What is 6 times 7?", "42")
     other = calculator_group([("2+2", "4")], "What is 2 plus 2?", "4")
     points = [scoring_points(ep, tok, tokens="text") for ep in group + other]
     prompt = len(points[0][0])
     assert all(p[0] == points[0][0] for p in points[:3]) and points[3][0] != points[0][0]
+    common = next(i for i, (a, b) in enumerate(zip(points[0][0], points[3][0], strict=False)) if a != b)
+    assert 0 < common < prompt
     conts = conts_for(tok, ["42", "forty-two"])
+    bare = [continuation(tok, PseudoAnswer(prefix=""), r, end_of_turn_text(tok)) for r in ["42", "forty-two"]]
+    assert all(c.start == 0 for c in bare)  # the first reference id is read from the prefix forward's hidden states
     tree, alone = HFSupportScorer(model, tok), HFSupportScorer(model, tok)
     naive = HFSupportScorer(model, tok, method="naive")
     with tree.sharing_prompt():
         shared = [tree.mean_logprobs(p, conts) for p in points[:3]]
         assert tree._opening.ids == tuple(points[0][0])
         shared.append(tree.mean_logprobs(points[3], conts))
-        common = len(tree._opening.ids)
-        assert 0 < common < prompt and tree._opening.ids == tuple(points[3][0][:common])
+        assert tree._opening.ids == tuple(points[0][0])  # the kept prompt stays for the group's later episodes
         with tree.sharing_prompt():  # nested: the outer scope keeps its opening
             pass
         assert tree._opening is not None
     assert tree._opening is None and not tree._sharing
+    reader = HFSupportScorer(model, tok)
+    with reader.sharing_prompt():
+        read = [reader.mean_logprobs(p, bare) for p in points]
+    assert reader.stats["prompt_reused"] == 3
+    for r, p in zip(read, points, strict=True):
+        for a, b in zip(r, naive.mean_logprobs(p, bare), strict=True):
+            assert a == pytest.approx(b, abs=1e-4)
     inside = HFSupportScorer(model, tok)
     with inside.sharing_prompt():  # a point that ends inside the kept opening still runs its last id
         inside.mean_logprobs([points[0][-1]], conts)
@@ -460,12 +471,19 @@ def test_siop_and_igpo_share_a_groups_prompt_and_a_group_with_nothing_to_score_l
         for a, b in zip(got, want, strict=True):
             assert a == pytest.approx(b, abs=1e-4)
         assert tree.stats["prompt_reused"] == len(group) - 1 and tree._opening is None
-    single = []
+    single, cut = [], []  # one-turn episodes; two-turn ones cut by the turn limit without an answer
     for k in range(2):
         env = CalculatorEnv(max_turns=3)
         env.reset(seed=k, options={"task": {"question": "What is 6 times 7?", "answers": ["42"]}})
         env.step("<answer>42</answer>")
         single.append(env.episode)
-    for name in ("siop", "igpo"):  # a scorer that cannot load: one-turn episodes have no support to score
-        reward = get_reward(name, scorer={"model": "no/such-model-here"}, tokens="text")
-        assert len(reward.score_group(single).rewards) == 2 and reward._scorer is None
+        env = CalculatorEnv(max_turns=2)
+        env.reset(seed=k, options={"task": {"question": "What is 6 times 7?", "answers": ["42"]}})
+        env.step("<calc>6*7</calc>")
+        env.step("<calc>6*8</calc>")
+        assert env.episode.truncated and env.episode.final_answer is None
+        cut.append(env.episode)
+    for name in ("siop", "igpo"):  # a scorer that cannot load: none of these groups has a support to score
+        for episodes in (single, cut):  # siop: no answer to cluster; igpo: a turn-limit rollout's gains are dropped
+            reward = get_reward(name, scorer={"model": "no/such-model-here"}, tokens="text")
+            assert len(reward.score_group(episodes).rewards) == 2 and reward._scorer is None

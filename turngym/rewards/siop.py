@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import math
 import string
-from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -45,6 +45,7 @@ from turngym.rewards.support import (
     continuation,
     end_of_turn_text,
     make_scorer,
+    prompt_sharing_scope,
     scoring_points,
 )
 
@@ -73,6 +74,7 @@ class _PotentialMachinery(GroupReward, abstract=True):
     _scorer: Any = field(default=None, init=False, repr=False)
     needs_scorer: ClassVar[bool] = True
     _tok_cache: dict = field(default_factory=dict, init=False, repr=False)
+    _unopened_scope: ExitStack | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not 0 <= self.lam <= 1:
@@ -96,12 +98,16 @@ class _PotentialMachinery(GroupReward, abstract=True):
             self._scorer = make_scorer(self.scorer)
         return self._scorer
 
-    def _group_scope(self, episodes: Sequence[Episode]) -> AbstractContextManager[Any]:
-        """The scorer's prompt-sharing scope for one group's episodes (none when no episode of it is scored:
-        no scorer is loaded for such a group)."""
-        if any(len(ep.turns) > 1 for ep in episodes):
-            return self._get_scorer().sharing_prompt()
-        return nullcontext()
+    @contextmanager
+    def _group_scope(self) -> Iterator[None]:
+        """One group's scoring: the scorer's prompt-sharing scope, opened by the group's first support (so a group
+        with nothing to score loads no scorer) and closed with the group."""
+        with ExitStack() as scope:
+            self._unopened_scope = scope
+            try:
+                yield
+            finally:
+                self._unopened_scope = None
 
     def _tokenizer_facts(self, tok: Any) -> dict[str, Any]:
         """End-of-turn text and fingerprint of the scorer's tokenizer (computed once)."""
@@ -115,6 +121,9 @@ class _PotentialMachinery(GroupReward, abstract=True):
     def supports(self, episode: Episode, references: Sequence[str], weights: Sequence[float]) -> list[float]:
         """p~_t at every scoring point τ_0..τ_T of ``episode`` (τ_T dropped when ``final_turn_gain`` is off)."""
         scorer = self._get_scorer()
+        if self._unopened_scope is not None:  # the group's first support
+            self._unopened_scope.enter_context(prompt_sharing_scope(scorer))
+            self._unopened_scope = None
         tok = scorer.tokenizer
         facts = self._tokenizer_facts(tok)
         if self.tokens == "ids" and episode.prompt_ids is not None and facts["fingerprint"] is not None:
@@ -187,7 +196,7 @@ class SIOPReward(_PotentialMachinery):
             q = [1.0] * k
         refs = [list(dict.fromkeys(a))[: self.n_ref] for a in answers]
         rewards, potentials, supports = [], [], []
-        with self._group_scope(episodes):
+        with self._group_scope():
             for ep, lab in zip(episodes, cl.labels, strict=True):
                 if lab is None:
                     rewards.append([0.0] * len(ep.turns))
@@ -357,7 +366,7 @@ class IGPOReward(_PotentialMachinery):
         if not episodes:
             raise ValueError("score_group needs at least one episode")
         rewards, potentials, outcomes, dropped = [], [], [], []
-        with self._group_scope(episodes):
+        with self._group_scope():
             for ep in episodes:
                 golds = [str(a).strip() for a in ep.task.get("answers", []) if str(a).strip()]
                 if not golds:

@@ -29,7 +29,6 @@ episode with one scorer (SIOP and IGPO both end at τ_T) run that forward once.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from collections import OrderedDict
@@ -175,8 +174,15 @@ class SupportScorer(Protocol):
 
     def sharing_prompt(self) -> AbstractContextManager[None]:
         """A scope (one group's episodes, one set of weights) within which episodes scored one after another may
-        reuse the work on the opening they share (their prompt); nothing is kept after it."""
+        reuse the work on the opening they share (their prompt); nothing is kept after it. Optional: a scorer
+        without it is used without such a scope (:func:`prompt_sharing_scope`)."""
         ...
+
+
+def prompt_sharing_scope(scorer: Any) -> AbstractContextManager[Any]:
+    """``scorer``'s prompt-sharing scope; a scorer written without one (before it existed) gets an empty scope."""
+    method = getattr(scorer, "sharing_prompt", None)
+    return nullcontext() if method is None else method()
 
 
 def _validate(points: Sequence[Sequence[int]], conts: Sequence[Continuation]) -> None:
@@ -217,9 +223,10 @@ class HFSupportScorer:
 
     @contextmanager
     def sharing_prompt(self) -> Iterator[None]:
-        """Within it the tree scorer keeps the opening the episodes scored so far share (the first one's prompt,
-        cut to what each later one agrees with) and runs a later episode's longest prefix from there. SIOP and
-        IGPO open it around one group: one set of weights, so no kept keys/values can outlive a training step."""
+        """Within it the tree scorer keeps the first episode's prompt (its keys/values and hidden states) and runs
+        a later episode's longest prefix on from the part of it they share. SIOP and IGPO open it around one
+        group: one set of weights, and the opening is dropped at the end (``prefix_cache_tokens`` is another store,
+        which outlives it: a caller whose weights change clears that one)."""
         if self._sharing:  # nested: the outer scope owns the opening
             yield
             return
@@ -296,8 +303,8 @@ class HFSupportScorer:
     def _prefix_forward(self, main: list[int], device: Any, prompt: int) -> tuple[Any, Any]:
         """KV cache (full layers, so every point's prefix stays visible) and final hidden states of ``main``;
         from the store when kept there (the cache handed out is a copy: the branch forward extends it), else
-        run from the scope's shared opening where ``main`` starts with part of it (``prompt``: its first point's
-        length, what a scope's first episode keeps)."""
+        run on from the scope's kept opening where ``main`` starts with part of it (``prompt``: its first point's
+        length, what an episode that shares nothing kept leaves as the opening)."""
         import torch
         from transformers import DynamicCache
 
@@ -306,21 +313,18 @@ class HFSupportScorer:
         if kept is not None:
             self._prefixes.move_to_end(key)
             self.stats["prefix_reused"] += 1
-            return copy.deepcopy(kept[0]), kept[1]
+            return _cache_head(kept[0], len(key)), kept[1]
         for longer in reversed(self._prefixes):  # a kept longer prefix holds this one (IGPO's τ_{T-1} in SIOP's τ_T)
             if len(longer) > len(key) and longer[: len(key)] == key:
                 self._prefixes.move_to_end(longer)
                 self.stats["prefix_reused"] += 1
                 cache, hidden = self._prefixes[longer]
-                cache = copy.deepcopy(cache)
-                cache.crop(len(key) - len(longer))  # negative: the number of tokens to drop
-                return cache, hidden[: len(key)]
+                return _cache_head(cache, len(key)), hidden[: len(key)]
         opening, start = self._opening, 0
         if opening is not None:
             start = opening.shared_with(main)
-        if start:  # the group's opening is kept: run only what follows it
+        if start:  # the group's opening is kept: run only what follows the part of it this episode shares
             self.stats["prompt_reused"] += 1
-            opening.narrow(start)
             cache = _cache_head(opening.cache, start)
         else:
             cache = DynamicCache()
@@ -331,10 +335,10 @@ class HFSupportScorer:
                                           use_cache=True).last_hidden_state[0]
         if start:
             hidden = torch.cat([opening.hidden[:start], hidden])
-        elif self._sharing:  # the first episode of the scope: its prompt is the opening until others narrow it
-            self._opening = SharedOpening(tuple(main[:prompt]), _cache_head(cache, prompt), hidden[:prompt])
+        elif self._sharing:  # an episode sharing nothing kept (the scope's first): its prompt is the opening now
+            self._opening = SharedOpening(tuple(main[:prompt]), _cache_head(cache, prompt), hidden[:prompt].clone())
         if 0 < len(main) <= self.prefix_cache_tokens:
-            self._prefixes[key] = (copy.deepcopy(cache), hidden)
+            self._prefixes[key] = (_cache_head(cache, len(main)), hidden)
             while sum(len(k) for k in self._prefixes) > self.prefix_cache_tokens:
                 self._prefixes.popitem(last=False)
         return cache, hidden
@@ -450,18 +454,13 @@ class SharedOpening:
             i += 1
         return i
 
-    def narrow(self, n: int) -> None:
-        """Keep only the first ``n`` ids: what every episode of the scope so far shares."""
-        if n < len(self.ids):
-            self.ids, self.cache, self.hidden = self.ids[:n], _cache_head(self.cache, n), self.hidden[:n]
-
 
 def _cache_head(cache: Any, n: int) -> Any:
-    """A new cache of the first ``n`` positions of ``cache``, copied (a forward extends the cache it is given)."""
+    """A new cache of the first ``n`` positions of ``cache``: a forward extends the cache it is given, and the kept
+    one must stay as it is (``DynamicCache`` copies the tensors it starts from, so only these positions are held)."""
     from transformers import DynamicCache
 
-    return DynamicCache(ddp_cache_data=[(layer.keys[:, :, :n].clone(), layer.values[:, :, :n].clone())
-                                        for layer in cache.layers])
+    return DynamicCache(ddp_cache_data=[(layer.keys[:, :, :n], layer.values[:, :, :n]) for layer in cache.layers])
 
 
 def _mean_lp(logits: Any, targets: Sequence[int]) -> float:
@@ -532,8 +531,8 @@ class MemoSupportScorer:
     def tokenizer(self) -> Any:
         return self.scorer.tokenizer
 
-    def sharing_prompt(self) -> AbstractContextManager[None]:
-        return self.scorer.sharing_prompt()
+    def sharing_prompt(self) -> AbstractContextManager[Any]:
+        return prompt_sharing_scope(self.scorer)
 
     def mean_logprobs(self, points: Sequence[Sequence[int]], continuations: Sequence[Continuation]) -> list[list[float]]:
         keys = [(tuple(p), tuple(continuations)) for p in points]
