@@ -18,8 +18,9 @@ def test_main_job_reuses_one_policy_and_links_every_stage(tiny_chat_policy, tmp_
     cfg = MainJobConfig(out=tmp_path, model="tiny", scorer="tiny", k=2, temperature=1.0, concurrency=4,
                         rewards=("outcome", "funrl", "siop", "igpo"), bench_groups=2, bench_k=2, bench_envs=("searchqa",),
                         runs=[EnvRun("calculator", "turngym/Calculator-v0", {"max_turns": 2}, 2, 8)])
-    report = run_main_job(cfg, policy=tiny_chat_policy)
-    text = report.read_text()
+    job = run_main_job(cfg, policy=tiny_chat_policy)
+    assert job.failures == {}
+    text = job.report.read_text()
     for link in ("calculator/report.md", "ablation/ablation.md", "creditbench/creditbench.md"):
         assert f"]({link})" in text and (tmp_path / link).is_file()
     job = json.loads((tmp_path / "main_job.json").read_text())

@@ -14,7 +14,7 @@ from turngym.agents.tiny import tiny_model_dir
 from turngym.cli import main
 from turngym.envs.reader import read_episodes
 from turngym.evals.harness import EvalError, EvalSpec, run_eval
-from turngym.run.lock import RunError, RunLock, differences
+from turngym.run.lock import RunError, RunLock, differences, without_identity
 
 SLOW_EVAL = """
 import sys, time
@@ -90,7 +90,8 @@ def test_rerun_with_other_settings_refuses_naming_them_and_overwrite_moves_the_o
 
 
 def test_missing_index_or_server_fails_before_the_model_loads(tmp_path):
-    for retriever, words in [("/nonexistent/index", "Lucene index not found"), ("http://127.0.0.1:9", "unreachable")]:
+    for retriever, words in [("/nonexistent/index", "SearchQA-v0: retriever='/nonexistent/index': no index at"),
+                             ("http://127.0.0.1:9", "SearchQA-v0: retrieval server http://127.0.0.1:9/retrieve is unreachable")]:
         spec = EvalSpec(env_id="turngym/SearchQA-v0", env_kwargs={"retriever": retriever}, limit=2,
                         model="/nonexistent/model")
         with pytest.raises(EvalError, match=words):
@@ -116,7 +117,7 @@ def run_cli(capsys, *argv):
     (["--temperature", "-1"], "--temperature must be >= 0"),
     (["--temperature", "nan"], "--temperature must be >= 0"),
     (["--start", "1000000"], "past the end of the dataset"),
-    (["--env-arg", "retriever=/nonexistent", "--env", "SearchQA-v0"], "Lucene index not found"),
+    (["--env-arg", "retriever=/nonexistent", "--env", "SearchQA-v0"], "SearchQA-v0: retriever='/nonexistent': no index at"),
     (["--env", "MathCode-v0", "--dataset", "/nonexistent/data.jsonl"], "cannot make turngym/MathCode-v0"),
 ])
 @pytest.mark.parametrize("command", ["eval", "rollout"])
@@ -135,7 +136,8 @@ def test_rollout_and_eval_store_their_settings_in_one_shape_and_an_older_rollout
     assert main(["rollout", "--out", str(tmp_path / "ro.jsonl"), *common]) == 0
     assert main(["eval", "--out", str(tmp_path / "ev"), *common]) == 0
     rollout = json.loads((tmp_path / "ro.jsonl.run.json").read_text())
-    assert rollout == json.loads((tmp_path / "ev" / "run.json").read_text())
+    evaluated = json.loads((tmp_path / "ev" / "run.json").read_text())
+    assert without_identity(rollout) == without_identity(evaluated) and rollout["run_id"] != evaluated["run_id"]
     assert rollout["env_kwargs"] == {"max_turns": 1}
     # the shape rollout stored before: dataset (None without --dataset) and max_turns beside env_kwargs
     old = {k: v for k, v in rollout.items() if k != "env_kwargs"} | {"env_kwargs": {}, "dataset": None, "max_turns": 1}

@@ -17,6 +17,7 @@ from turngym.agents.policy import PolicyBase
 from turngym.cli import main
 from turngym.envs import ENTRY_POINTS
 from turngym.envs.reader import read_episodes
+from turngym.run.lock import without_identity
 
 COMMANDS = ("play", "rollout", "eval")
 
@@ -198,8 +199,12 @@ def comparable(results: dict) -> dict:
 
 
 def episode_record(ep) -> tuple:
-    return (ep.id, ep.group, [(t.action, t.observation, t.metrics.get("correct")) for t in ep.turns], ep.outcome,
-            ep.final_answer)
+    """An episode's content and its ids within its run (every run prefixes its own id: ``run|group#k``)."""
+    run = ep.meta["run"]["id"]
+    assert ep.id.startswith(f"{run}|") and ep.group.startswith(f"{run}|")
+    return (ep.id.removeprefix(f"{run}|"), ep.group.removeprefix(f"{run}|"),
+            [(t.action, t.observation, t.metrics.get("correct")) for t in ep.turns], ep.outcome, ep.final_answer,
+            ep.meta["run"]["settings"])
 
 
 @pytest.mark.parametrize("env", ["turngym/Calculator-v0", "turngym/BFCL-v0"])  # subsets recorded as indices / item ids
@@ -222,10 +227,16 @@ def test_sharded_eval_merged_equals_the_unsharded_run(tmp_path, capsys, fake_loa
         assert 0 < whole["metrics"]["accuracy"]["value"] < 1
     assert merged["episodes"] == whole["episodes"] == 14 and comparable(merged) == comparable(whole)
     assert merged["behaviour"]["turns_per_episode"] == whole["behaviour"]["turns_per_episode"]
-    key = lambda e: e.id  # noqa: E731
-    assert [episode_record(e) for e in sorted(read_episodes(tmp_path / "merged" / "episodes.jsonl").episodes, key=key)] \
-        == [episode_record(e) for e in sorted(read_episodes(tmp_path / "all" / "episodes.jsonl").episodes, key=key)]
-    assert json.loads((tmp_path / "merged" / "run.json").read_text()) == json.loads((tmp_path / "all" / "run.json").read_text())
+    assert sorted(map(episode_record, read_episodes(tmp_path / "merged" / "episodes.jsonl").episodes)) \
+        == sorted(map(episode_record, read_episodes(tmp_path / "all" / "episodes.jsonl").episodes))
+    merged_run, whole_run = (json.loads((tmp_path / d / "run.json").read_text()) for d in ("merged", "all"))
+    assert without_identity(merged_run) == without_identity(whole_run)
+    # the merged folder is one run holding its shards' runs, and finished: a run into it is refused, nothing added
+    shard_runs = sorted(json.loads((d / "run.json").read_text())["run_id"] for d in shards)
+    assert merged_run["merged_runs"] == shard_runs and len(set(shard_runs)) == 3 and merged_run["run_id"] not in shard_runs
+    with pytest.raises(SystemExit, match="holds a merge of 3 shard runs"):
+        main([*base, "--out", str(tmp_path / "merged")])
+    assert len(read_episodes(tmp_path / "merged" / "episodes.jsonl").episodes) == 14
 
 
 def test_merge_refuses_shards_of_other_settings_or_missing_shards(tmp_path, capsys, fake_loader):

@@ -196,8 +196,9 @@ class MissingRewardNeeds(ValueError):
 
 # what a rollout runner may record in ``Episode.meta`` (:meth:`Episode.add_run_record`): the policy's name,
 # the rollout number in its group, turngym's version, the task's key, the tokenizer's fingerprint, the wall
-# time, and for a branched episode what it branched from
-RUN_META_KEYS = ("model", "k", "turngym", "task_key", "tokenizer", "wall_ms", "branch", "ray")
+# time, for a branched episode what it branched from, and the run it belongs to (``run``: its id and the digest
+# of its settings, turngym.run.identity)
+RUN_META_KEYS = ("model", "k", "turngym", "task_key", "tokenizer", "wall_ms", "branch", "ray", "run")
 
 
 @dataclass

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,12 @@ class _Slot:
     prefill: tuple[str, list[int]] | None = None  # the forced start of the reply being generated: text, ids
 
 
+def new_run_id() -> str:
+    """A fresh run id (``RolloutRunner.run_id``): 8 hex digits, 4 random bytes, so two runs share one with
+    probability 2^-32."""
+    return secrets.token_hex(4)
+
+
 def derive_seed(base_seed: int, *parts: Any) -> int:
     h = hashlib.sha256(repr((base_seed,) + parts).encode()).digest()
     return int.from_bytes(h[:4], "little")
@@ -86,6 +93,11 @@ class RolloutRunner:
     seed: int = 0
     use_chat_template: bool | None = None
     run_tag: str = ""
+    # the run these episodes belong to (``turngym.run``: stored in the output's run.json and kept by resume):
+    # prefixed to every group and episode id so two runs never share an id, and recorded in ``meta["run"]`` with
+    # the hash of the run's settings; sampling seeds do not depend on it (the same --seed plays the same episodes)
+    run_id: str = ""
+    run_settings: str = ""
     max_episode_tokens: int | None = None  # budget for all action + observation tokens of an episode
     batching: str = "static"  # "static" (one generate call per tick) | "continuous" (slots refilled as turns end)
     # free envs shared with later runners (e.g. the trainer's, one per rollout call): each env, and the dataset
@@ -118,13 +130,17 @@ class RolloutRunner:
     # ------------------------------------------------------------------ ids
 
     def group_id(self, env_id: str, dataset: str, task: RolloutTask) -> str:
-        """``Episode.group``: shared by the k rollouts of one task in this run."""
+        """The task's key in this runner, without the run id: what sampling seeds derive from."""
         tag = f"{self.run_tag}|" if self.run_tag else ""
         return f"{tag}{env_id}|{dataset}|{task.key()}"
 
+    def in_run(self, group: str) -> str:
+        """``Episode.group``: a group key (``group_id``) inside this run, shared by the k rollouts of one task."""
+        return f"{self.run_id}|{group}" if self.run_id else group
+
     def episode_id(self, env_id: str, dataset: str, task: RolloutTask, k: int) -> str:
-        """The id of rollout ``k`` of the task: its group id, then ``#k``."""
-        return f"{self.group_id(env_id, dataset, task)}#{k}"
+        """The id of rollout ``k`` of the task: its group in this run, then ``#k``."""
+        return f"{self.in_run(self.group_id(env_id, dataset, task))}#{k}"
 
     # ------------------------------------------------------------------ main loop
 
@@ -278,7 +294,7 @@ class RolloutRunner:
 
     def _reset_args(self, task: RolloutTask, k: int, group: str) -> tuple[int, dict[str, Any]]:
         """The seed and options that reset an env to rollout ``k`` of ``task``."""
-        options: dict[str, Any] = {"episode_id": f"{group}#{k}", "group": group}  # the id as episode_id()
+        options: dict[str, Any] = {"episode_id": f"{self.in_run(group)}#{k}", "group": self.in_run(group)}  # as episode_id()
         if task.task is not None:
             options["task"] = task.task
         else:
@@ -314,7 +330,10 @@ class RolloutRunner:
         return _Slot(env=env, episode=ep, ids=ids, started=time.perf_counter())
 
     def _run_meta(self, task: RolloutTask, k: int) -> dict[str, Any]:
-        return {"model": self.policy.name, "k": k, "turngym": _VERSION, "task_key": task.key()}
+        meta: dict[str, Any] = {"model": self.policy.name, "k": k, "turngym": _VERSION, "task_key": task.key()}
+        if self.run_id:
+            meta["run"] = {"id": self.run_id, "settings": self.run_settings}
+        return meta
 
     def _start_branch(self, task: RolloutTask, k: int, group: str) -> _Slot:
         """A slot in the state after ``task.after`` turns of ``task.branch``: the env restored by replay, the
@@ -324,7 +343,8 @@ class RolloutRunner:
             raise PolicyError(f"episode {src.id} carries no token ids, so it cannot be continued on the ids the "
                               "policy saw; branch it with a text backend or from episodes with ids")
         env = self._env()
-        differ = restore(env, src, after, seed=derive_seed(self.seed, group, k), episode_id=f"{group}#{k}", group=group)
+        differ = restore(env, src, after, seed=derive_seed(self.seed, group, k), episode_id=f"{self.in_run(group)}#{k}",
+                         group=self.in_run(group))
         ep: Episode = env.unwrapped.episode
         ids = None
         if self.tokens is not None:  # the replayed turns' text is the env's; their ids are the recorded ones

@@ -47,6 +47,16 @@ def attempt(call: Callable[[], T], *errors: type[Exception]) -> T:
         fail(exc)
 
 
+def failed(failures: dict[str, str], written: str) -> int:
+    """A command's exit status once everything that succeeded is written: 0, or 1 with one line naming every part
+    that failed (a reward, a stage, a shard) and where the rest is (``written``)."""
+    if not failures:
+        return 0
+    print(f"error: {len(failures)} part(s) failed ({', '.join(failures)}); everything else is written in {written}, "
+          "where the failures are marked", file=sys.stderr, flush=True)
+    return 1
+
+
 def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 

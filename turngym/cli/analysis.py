@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._common import add_reward_args, attempt, log_trackers, reward_labels
+from turngym.cli._common import add_reward_args, attempt, failed, log_trackers, reward_labels
 from turngym.views.trackers import add_tracker_arguments
 
 COMMANDS = ("ablate", "report", "view")
@@ -74,7 +74,7 @@ def _ablate(args: argparse.Namespace) -> int:
         print(f"{name:8s} FAILED: {err}")
     print(f"report: {Path(args.out) / 'ablation.md'}")
     log_trackers(args, args.out)
-    return 0
+    return failed(summary["errors"], str(Path(args.out) / "ablation.md"))
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -7,7 +7,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from turngym.cli._common import add_ray_args, add_reward_args, attempt, fail, log_trackers, ray_fields, reward_labels
+from turngym.cli._common import (
+    add_ray_args,
+    add_reward_args,
+    attempt,
+    fail,
+    failed,
+    log_trackers,
+    ray_fields,
+    reward_labels,
+)
 from turngym.views.trackers import add_tracker_arguments
 
 
@@ -107,7 +116,9 @@ def cmd_creditbench(args: argparse.Namespace) -> int:
             print(f"{env_name:9s} {name:8s} credit AUC on advantages {'–' if a is None else f'{a:.3f}'} ({w['estimator']})")
     print(f"report: {Path(args.out) / 'creditbench.md'}")
     log_trackers(args, args.out)
-    return 0
+    from turngym.credit.creditbench import failures
+
+    return failed(failures(summary), str(Path(args.out) / "creditbench.md"))
 
 
 def cmd_main_job(args: argparse.Namespace) -> int:
@@ -122,10 +133,10 @@ def cmd_main_job(args: argparse.Namespace) -> int:
                         bench_envs=tuple(e.strip() for e in args.bench_envs.split(",") if e.strip()),
                         scorer_dtype=args.scorer_dtype, prefix_cache_tokens=args.prefix_cache_tokens,
                         rewards=tuple(reward_labels(args)), **ray_fields(args))
-    path = attempt(lambda: run_main_job(cfg, progress=lambda name: BarProgress(desc=name)),
-                   FileNotFoundError, ValueError, RuntimeError)
-    print(f"report: {path}")
-    return 0
+    job = attempt(lambda: run_main_job(cfg, progress=lambda name: BarProgress(desc=name)),
+                  FileNotFoundError, ValueError, RuntimeError)
+    print(f"report: {job.report}")
+    return failed(job.failures, str(job.report))
 
 
 COMMANDS = ("creditbench", "main-job")

@@ -14,6 +14,7 @@ from turngym.cli._common import (
     add_reward_args,
     attempt,
     fail,
+    failed,
     log_trackers,
     ray_fields,
     reward_labels,
@@ -189,20 +190,21 @@ def _eval(args: argparse.Namespace) -> int:
     finally:
         bar.finish()
     _print_results(results, Path(args.out))
-    if rewards:
-        _score_rewards(Path(args.out), rewards)
+    failures = _score_rewards(Path(args.out), rewards) if rewards else {}
     log_trackers(args, args.out)
-    return 0
+    return failed(failures, args.out)
 
 
-def _score_rewards(out: Path, rewards: list[str]) -> None:
-    """``eval --rewards``: the run's episodes scored by each reward, the same ablation ``turngym ablate`` writes."""
+def _score_rewards(out: Path, rewards: list[str]) -> dict[str, str]:
+    """``eval --rewards``: the run's episodes scored by each reward, the same ablation ``turngym ablate`` writes;
+    returns the rewards that failed (reward → error)."""
     from turngym.credit.ablate import run_ablation
 
     summary = attempt(lambda: run_ablation(out / "episodes.jsonl", rewards, out / "ablation"), FileNotFoundError, ValueError)
     for name, err in summary["errors"].items():
         print(f"{name}: FAILED: {err}")
     print(f"rewards: {out / 'ablation' / 'ablation.md'}")
+    return {f"reward {name}": err for name, err in summary["errors"].items()}
 
 
 def _print_results(results: dict[str, Any], out: Path, prefix: str = "") -> None:
@@ -243,6 +245,7 @@ def _eval_many(args: argparse.Namespace) -> int:
     bar.stage(f"{len(runs)} envs checked; the model is loaded once for all of them")
     join_ray(runs[0][0])  # a bad --ray address is one message before the model loads
     policy = load_policy(runs[0][0], bar)
+    failures: dict[str, str] = {}
     for spec, out in runs:
         bar = BarProgress(desc=spec.env_id.split("/")[-1])
         try:
@@ -253,8 +256,8 @@ def _eval_many(args: argparse.Namespace) -> int:
             bar.finish()
         _print_results(results, out, prefix=f"{spec.env_id} ")
         if rewards:
-            _score_rewards(out, rewards)
-    return 0
+            failures.update({f"{spec.env_id} {k}": v for k, v in _score_rewards(out, rewards).items()})
+    return failed(failures, args.out)
 
 
 def _merge(args: argparse.Namespace) -> int:

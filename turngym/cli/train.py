@@ -52,7 +52,11 @@ def run(args: argparse.Namespace) -> int:
             cfg.data["eval_overlap"] = "allow"
         return build_trainer(cfg, progress=clock.stage)
 
-    trainer = attempt(build, FileNotFoundError, ValueError)
+    from turngym.corpora.lucene import RetrieverError
+    from turngym.sandbox.base import SandboxError
+
+    # an env that cannot serve (a retriever, a remote sandbox) is one line, before the model loads
+    trainer = attempt(build, FileNotFoundError, ValueError, RetrieverError, SandboxError)
     from turngym.training.progress import StepLines
 
     lines = StepLines(clock, trainer)

@@ -141,6 +141,34 @@ def require_retriever(spec: Any) -> None:
         require(part)
 
 
+def check_retriever(spec: Any, health_timeout_s: float = 5.0) -> None:
+    """Refuse now (RetrieverError, one line naming the retriever and what is wrong) a ``retriever=`` that cannot
+    serve, so no env is built whose every search would be an error observation. A local index is checked on disk
+    (nothing is opened: the searcher is made in the process that searches); a server must answer ``/health``; the
+    embedded default index is built on first use; a retriever object is the caller's."""
+    if spec is None or not isinstance(spec, str):
+        return
+    if spec.startswith(("http://", "https://")):
+        RemoteRetriever(spec, timeout_s=health_timeout_s).check()
+        return
+    kind, paths = parse_retriever(spec)
+    wanted = {"bm25": ("bm25",), "dense": ("dense",), "hybrid": ("bm25", "dense")}[kind]
+    from turngym.corpora.dense import is_dense_index
+
+    for what, path in zip(wanted, paths, strict=True):
+        if path == "default":
+            continue
+        if not Path(path).exists():
+            raise RetrieverError(f"retriever={spec!r}: no index at {path} (the path does not exist); build one with "
+                                 "`turngym index build`, or pass the folder an index was built in")
+        if what == "bm25" and not (Path(path).is_dir() and any(Path(path).glob("segments_*"))):
+            raise RetrieverError(f"retriever={spec!r}: {path} is not a Lucene index (no segments file); build one "
+                                 "with `turngym index build`")
+        if what == "dense" and not is_dense_index(path):
+            raise RetrieverError(f"retriever={spec!r}: {path} is not a dense index (no manifest); build one with "
+                                 "`turngym index build --dense`")
+
+
 def make_retriever(spec: Any) -> Any:
     """None → the default index; ``http(s)://`` → a server; ``bm25:``/``dense:``/``hybrid:`` or a path → a
     local index (see ``parse_retriever``); else the object itself."""

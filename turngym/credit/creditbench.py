@@ -479,6 +479,12 @@ def score_groups(groups: Sequence[Sequence[Episode]], rewards: dict[str, Any],
     return out
 
 
+def failures(summary: dict[str, Any]) -> dict[str, str]:
+    """``env/reward`` → error for every reward that failed on an env of a creditbench summary."""
+    return {f"{env}/{name}": w["error"] for env, e in summary["envs"].items() for name, w in e["rewards"].items()
+            if "error" in w}
+
+
 def run_creditbench(cfg: BenchConfig, rewards: dict[str, Any], out_dir: str | Path | None = None,
                     n_boot: int = 1000, built: dict[str, list[list[Episode]]] | None = None,
                     build_s: float | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -216,9 +216,13 @@ class SearchQAEnv(TextEnv):
         self._retriever_spec = retriever
         self._retriever: Any = None
         self._golds = normalized_golds([])
-        from turngym.corpora.service import require_retriever
+        from turngym.corpora.service import check_retriever, require_retriever
 
         require_retriever(retriever)  # a local index needs its extra (search, dense): said now, not at the first search
+        try:
+            check_retriever(retriever)  # and must exist (a server must answer): no env whose every search is an error
+        except RetrieverError as exc:
+            raise RetrieverError(f"{self.env_name}: {exc}") from None
 
     @property
     def manifest(self):

@@ -107,12 +107,14 @@ def merge_shards(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dict[
             stored.append((d, json.loads((d / RUN_SETTINGS).read_text()), json.loads((d / "results.json").read_text())))
         except (OSError, ValueError) as exc:
             raise EvalError(f"{d} is not a finished eval run ({exc})") from None
+    from turngym.run.lock import RUN_ID, differences, without_identity
+
     first_dir, settings, _ = stored[0]
     for d, other, _ in stored[1:]:
-        if other != settings:
-            from turngym.run.lock import differences
-
-            raise EvalError(f"{d} and {first_dir} were run with other settings ({'; '.join(differences(settings, other))})")
+        if without_identity(other) != without_identity(settings):
+            raise EvalError(f"{d} and {first_dir} were run with other settings "
+                            f"({'; '.join(differences(without_identity(settings), without_identity(other)))})")
+    shard_runs = [str(s[RUN_ID]) for _, s, _ in stored if s.get(RUN_ID)]
     shards = sorted({r.get("shard", "") for _, _, r in stored})
     counts = {s.partition("/")[2] for s in shards}
     if "" in shards or len(counts) != 1 or len(shards) != len(stored) or len(shards) != int(counts.pop()):
@@ -140,7 +142,10 @@ def merge_shards(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dict[
     with RunLock(out / LOCK_FILE, f"output folder {out}"):
         if writer.episodes_path.exists():
             raise EvalError(f"{writer.episodes_path} exists; merge into a new folder")
-        writer.store(spec, overwrite=False)
+        from turngym.run.identity import RunIdentity, new_run_id, settings_digest
+
+        writer.store(spec, overwrite=False, run=RunIdentity(new_run_id(), settings_digest(spec.settings()), spec.env_id,
+                                                            spec.model, frozenset(shard_runs)))
         with EpisodeWriter(writer.episodes_path) as w:
             for e in episodes:
                 w.write(e)

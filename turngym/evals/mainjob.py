@@ -82,7 +82,17 @@ class MainJobConfig:
     envs_per_worker: int | None = None
 
 
-def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str], RunProgress] | None = None) -> Path:
+@dataclass(frozen=True)
+class MainJobOutcome:
+    """Where the report is, and every part that failed (``ablation/<reward>``, ``creditbench/<env>/<reward>``): the
+    command exits non-zero when there is one, after everything else is written."""
+
+    report: Path
+    failures: dict[str, str]
+
+
+def run_main_job(cfg: MainJobConfig, policy: Any = None,
+                 progress: Callable[[str], RunProgress] | None = None) -> MainJobOutcome:
     """``policy``: an already loaded agent (then ``cfg.model`` only names it); ``progress(name)``: how each
     env's eval reports its turns and episodes (turngym.run.pipeline.RunProgress)."""
     from turngym.agents.loading import load_policy, model_identity
@@ -167,18 +177,24 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None, progress: Callable[[str
         "k": cfg.k, "limit": cfg.limit, "temperature": cfg.temperature, "rewards": names,
         "scorer_dtype": cfg.scorer_dtype, "prefix_cache_tokens": cfg.prefix_cache_tokens,
         "bench_groups": cfg.bench_groups, "bench_k": cfg.bench_k, "seed": cfg.seed}}, indent=1, default=str))
+    from turngym.credit.creditbench import failures as bench_failures
+
+    failures = {**{f"ablation/{n}": e for n, e in ablation["errors"].items()},
+                **{f"creditbench/{n}": e for n, e in bench_failures(bench).items()}}
     path = out / "report.md"
-    path.write_text(_report(cfg, runs, results, ablation, bench, times, identity))
-    return path
+    path.write_text(_report(cfg, runs, results, ablation, bench, times, identity, failures))
+    return MainJobOutcome(path, failures)
 
 
 def _report(cfg: MainJobConfig, runs: list[EnvRun], results: dict[str, Any], ablation: dict[str, Any],
-            bench: dict[str, Any], times: dict[str, Any], identity: dict[str, Any]) -> str:
+            bench: dict[str, Any], times: dict[str, Any], identity: dict[str, Any], failures: dict[str, str]) -> str:
     agent = identity["agent"]
     lines = ["# turngym main job", "",
              f"Agent: **{agent['name']}**" + (f" (sha256 `{agent['sha256']}`)" if agent.get("sha256") else "")
              + (f"; support scorer for siop/igpo: {identity['scorer']['name']}" if identity.get("scorer") else "")
              + f". K={cfg.k} samples per item at temperature {cfg.temperature}, first {cfg.limit} items of each subset.", "",
+             *([f"**{len(failures)} part(s) failed**: " + "; ".join(f"{k}: {v}" for k, v in failures.items()), ""]
+               if failures else []),
              "## Evals", "", "| env | subset | metrics | tool calls / episode | report |", "| --- | --- | --- | --- | --- |"]
     for r in runs:
         res = results[r.name]

@@ -248,12 +248,12 @@ def load_environment(env_id: str = "Calculator-v0", reward: str = "outcome", rew
     if indices is not None and num_examples is not None:
         raise ValueError("pass either indices or num_examples, not both")
     scorer = get_reward(reward, **(reward_config or {}))
+    probe = make_turngym_env(env_id, **env_kwargs)  # made now, whatever the indices: an env that cannot serve fails here
+    try:
+        n = probe.unwrapped.num_items()
+    finally:
+        probe.close()
     if indices is None:
-        probe = make_turngym_env(env_id, **env_kwargs)
-        try:
-            n = probe.unwrapped.num_items()
-        finally:
-            probe.close()
         indices = range(n if num_examples is None else min(num_examples, n))
     load_args = {"turngym_env": full_env_id(env_id), "reward": reward, "reward_config": reward_config,
                  "indices": list(indices), **env_kwargs}

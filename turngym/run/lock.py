@@ -17,6 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+RUN_ID = "run_id"  # the run's id beside its settings in run.json (turngym.run.identity): never compared
+MERGED_RUNS = "merged_runs"  # a merged folder's run.json: the ids of the shard runs it holds; never compared
+
 
 class RunError(RuntimeError):
     """The output cannot be used as asked (locked, other settings, not writable); nothing was changed."""
@@ -95,17 +98,23 @@ def check_settings(settings_path: str | os.PathLike, settings: dict[str, Any], o
         stored = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise RunError(f"{path} is unreadable ({exc}); use --overwrite to start a fresh run") from None
-    diff = differences(upgrade_settings(stored), _as_stored(settings))
+    diff = differences(upgrade_settings(without_identity(stored)), _as_stored(settings))
     if diff:
         raise RunError(f"{path.parent} holds a run with other settings ({'; '.join(diff)}). Rerun with the same "
                        "settings to resume it, choose another --out, or pass --overwrite to move it aside and "
                        "start fresh")
 
 
+def without_identity(stored: dict[str, Any]) -> dict[str, Any]:
+    """Stored settings without the run's identity (its id, the runs it merged): what two runs compare."""
+    return {k: v for k, v in stored.items() if k not in (RUN_ID, MERGED_RUNS)}
+
+
 def store_settings(settings_path: str | os.PathLike, settings: dict[str, Any], outputs: list[Path],
-                   overwrite: bool = False) -> str | None:
-    """Write the run's settings; with ``overwrite``, first move an earlier run's files (never delete
-    them) into ``replaced-<time>`` beside them. Returns a note for the user, or None."""
+                   overwrite: bool = False, run_id: str | None = None, merged: list[str] | None = None) -> str | None:
+    """Write the run's settings (and its id, ``turngym.run.identity``, which is no setting); with ``overwrite``,
+    first move an earlier run's files (never delete them) into ``replaced-<time>`` beside them. Returns a note for
+    the user, or None."""
     path = Path(settings_path)
     existing = [p for p in outputs if p.exists()]
     note = None
@@ -115,11 +124,16 @@ def store_settings(settings_path: str | os.PathLike, settings: dict[str, Any], o
         for p in existing + ([path] if path.exists() else []):
             shutil.move(str(p), aside / p.name)
         note = f"note: the previous run's files were moved to {aside}"
-    elif existing and not path.exists():  # written before run settings were stored: adopt them, and say so
-        note = (f"note: {', '.join(str(p) for p in existing)} came with no {path.name}; assuming the same "
-                "settings and storing them")
+    elif existing and not path.exists():  # written without run settings, and every episode matched this run's
+        note = (f"note: {', '.join(str(p) for p in existing)} came with no {path.name}; its episodes record this "
+                "run's env and model, so it is adopted and its settings stored")
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_as_stored(settings), indent=1, sort_keys=True))
+    stored = _as_stored(settings)
+    if run_id is not None:
+        stored[RUN_ID] = run_id
+    if merged:
+        stored[MERGED_RUNS] = sorted(merged)
+    tmp.write_text(json.dumps(stored, indent=1, sort_keys=True))
     tmp.replace(path)
     return note
 

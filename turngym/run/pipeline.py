@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from turngym.corpora.lucene import RetrieverError
 from turngym.run.lock import RunError, validate_run_args
 from turngym.sandbox.base import SandboxError
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from turngym.agents.runner import RolloutRunner, RolloutTask
     from turngym.envs.base import TextEnv
     from turngym.episode import Episode
+    from turngym.run.identity import RunIdentity
 
 
 class PipelineError(RuntimeError):
@@ -51,9 +53,12 @@ class Writer(Protocol):
 
     def lock(self) -> Any: ...
 
-    def check(self, spec: RunSpec, overwrite: bool) -> None: ...
+    def check(self, spec: RunSpec, overwrite: bool) -> RunIdentity:
+        """The run that may write the output (its id kept by resume), or RunError: another run's settings or
+        episodes are there. Called with the lock held, before the model loads."""
 
-    def store(self, spec: RunSpec, overwrite: bool) -> str | None: ...
+    def store(self, spec: RunSpec, overwrite: bool, run: RunIdentity) -> str | None:
+        """Store the run's settings and id once it can start; a note for the user, or None."""
 
     def before_run(self, spec: RunSpec, prepared: Prepared) -> None: ...
 
@@ -234,6 +239,8 @@ def make_env(env: str, kwargs: dict[str, Any]) -> Any:
         raise PipelineError(f"cannot make {env} with {kwargs}: {exc}") from None
     except SandboxError as exc:  # a remote sandbox that fails its health check
         raise PipelineError(f"cannot make {env}: {exc}") from None
+    except RetrieverError as exc:  # a retriever that cannot serve: the env's line names it
+        raise PipelineError(str(exc)) from None
 
 
 def prompt_style(policy: Policy) -> str:
@@ -422,13 +429,13 @@ def execute(spec: RunSpec, writer: Writer, *, policy: Any = None, progress: RunP
 
 def _locked(spec: RunSpec, prepared: Prepared, writer: Writer, policy: Any, progress: RunProgress | None,
             overwrite: bool) -> RunOutcome:
-    writer.check(spec, overwrite)
+    run = writer.check(spec, overwrite)
     join_ray(spec)
     if policy is None:
         policy = load_policy(spec, progress)
     factory, first = env_factory(spec, policy)
     try:
-        return _play(spec, prepared, writer, policy, progress, overwrite, factory, first)
+        return _play(spec, prepared, writer, policy, progress, overwrite, factory, first, run)
     finally:
         shutdown = getattr(factory, "shutdown", None)  # the Ray pool's actors
         if shutdown is not None:
@@ -436,17 +443,17 @@ def _locked(spec: RunSpec, prepared: Prepared, writer: Writer, policy: Any, prog
 
 
 def _play(spec: RunSpec, prepared: Prepared, writer: Writer, policy: Any, progress: RunProgress | None,
-          overwrite: bool, factory: Callable[[], Any], first: Any) -> RunOutcome:
+          overwrite: bool, factory: Callable[[], Any], first: Any, run: RunIdentity) -> RunOutcome:
     from turngym.agents.policy import PolicyError
     from turngym.agents.runner import RolloutRunner
     from turngym.agents.tokenization import ChatTemplateError
 
     try:
         runner = RolloutRunner(policy, factory, _sampling(spec), k=spec.k, concurrency=spec.concurrency, seed=spec.seed,
-                               batching=spec.batching, env_pool=[first])
+                               batching=spec.batching, env_pool=[first], run_id=run.id, run_settings=run.settings)
     except (ValueError, ChatTemplateError) as exc:
         raise PipelineError(str(exc)) from None
-    note = writer.store(spec, overwrite)  # the run can start
+    note = writer.store(spec, overwrite, run)  # the run can start
     writer.before_run(spec, prepared)
     tasks = tasks_of(spec, prepared)
     start = time.perf_counter()

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from turngym.run.lock import RunLock, check_settings, store_settings
+from turngym.run.identity import MERGED_RUNS, RUN_ID, RunIdentity, new_run_id, settings_digest
+from turngym.run.lock import RunError, RunLock, check_settings, store_settings
 from turngym.run.pipeline import PipelineError
 
 if TYPE_CHECKING:
@@ -36,10 +37,10 @@ class NoWriter:
     def lock(self) -> Any:
         return _NoLock()
 
-    def check(self, spec: RunSpec, overwrite: bool) -> None:
-        pass
+    def check(self, spec: RunSpec, overwrite: bool) -> RunIdentity:
+        return RunIdentity(new_run_id(), settings_digest(spec.settings()), spec.env_id, spec.model)
 
-    def store(self, spec: RunSpec, overwrite: bool) -> str | None:
+    def store(self, spec: RunSpec, overwrite: bool, run: RunIdentity) -> str | None:
         return None
 
     def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
@@ -48,6 +49,49 @@ class NoWriter:
 
 RUN_SETTINGS = "run.json"
 LOCK_FILE = ".lock"
+
+
+def claim(settings_path: Path, episodes_path: Path, outputs: list[Path], spec: RunSpec, overwrite: bool) -> RunIdentity:
+    """The run that may write this output, refused (RunError, one line) when the output holds another run's.
+
+    run.json's settings must equal the spec's (``check_settings``); its ``run_id`` is kept. Without one (a folder
+    written by the Python API, or before run ids), the episodes' own record decides: every episode must name this
+    env and model and, where it records a run, one run with these settings; an output of legacy episodes keeps
+    their unprefixed ids so it still resumes. Nothing is read or refused with ``overwrite`` (it is moved aside)."""
+    check_settings(settings_path, spec.settings(), outputs, overwrite)
+    digest = settings_digest(spec.settings())
+    run_id, merged = (None, frozenset()) if overwrite else _stored_id(settings_path, outputs)
+    if merged:
+        raise RunError(f"{settings_path.parent} holds a merge of {len(merged)} shard runs (eval --merge), which takes no "
+                       "more episodes: choose another --out, or pass --overwrite to move it aside")
+    if overwrite or not episodes_path.exists():
+        return RunIdentity(run_id or new_run_id(), digest, spec.env_id, spec.model, merged)
+    from turngym.envs.reader import read_episodes
+
+    episodes = read_episodes(episodes_path).episodes
+    if run_id is None:
+        recorded = {str(e.meta["run"].get("id", "")) for e in episodes if isinstance(e.meta.get("run"), dict)}
+        run_id = recorded.pop() if len(recorded) == 1 else ""  # none or several: "" (several is refused below)
+    identity = RunIdentity(run_id if episodes else (run_id or new_run_id()), digest, spec.env_id, spec.model, merged)
+    mismatch = identity.mismatch(episodes)
+    if mismatch:
+        raise RunError(f"{episodes_path} holds episodes of another run ({mismatch}): this run would mix them into one "
+                       "set of results. Choose another --out for a new run, or pass --overwrite to move them aside")
+    return identity
+
+
+def _stored_id(settings_path: Path, outputs: list[Path]) -> tuple[str | None, frozenset[str]]:
+    """The run id in run.json (and the shard runs a merged folder holds) when its outputs exist; (None, ∅) when
+    there is none (the output starts a new run, or adopts its episodes' own)."""
+    if not settings_path.exists() or not any(p.exists() for p in outputs):
+        return None, frozenset()
+    try:
+        stored = json.loads(settings_path.read_text())
+    except (OSError, ValueError):
+        return None, frozenset()  # check_settings has already refused an unreadable run.json
+    value = stored.get(RUN_ID) if isinstance(stored, dict) else None
+    merged = frozenset(map(str, stored.get(MERGED_RUNS) or ())) if isinstance(stored, dict) else frozenset()
+    return (str(value) if value is not None else None), merged
 
 
 def rollout_settings_path(episodes_path: str | Path) -> Path:
@@ -69,11 +113,12 @@ class FolderWriter:
         return sorted(p for p in self.out.iterdir() if p.name not in (RUN_SETTINGS, LOCK_FILE)
                       and not p.name.startswith("replaced-") and not p.name.endswith(".tmp"))
 
-    def check(self, spec: RunSpec, overwrite: bool) -> None:
-        check_settings(self.out / RUN_SETTINGS, spec.settings(), self._outputs(), overwrite)
+    def check(self, spec: RunSpec, overwrite: bool) -> RunIdentity:
+        return claim(self.out / RUN_SETTINGS, self.episodes_path, self._outputs(), spec, overwrite)
 
-    def store(self, spec: RunSpec, overwrite: bool) -> str | None:
-        return store_settings(self.out / RUN_SETTINGS, spec.settings(), self._outputs(), overwrite)
+    def store(self, spec: RunSpec, overwrite: bool, run: RunIdentity) -> str | None:
+        return store_settings(self.out / RUN_SETTINGS, spec.settings(), self._outputs(), overwrite, run_id=run.id,
+                              merged=sorted(run.merged))
 
     def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
         pass
@@ -91,11 +136,12 @@ class JsonlWriter:
     def lock(self) -> RunLock:
         return RunLock(f"{self.episodes_path}.lock", f"episodes file {self.episodes_path}")
 
-    def check(self, spec: RunSpec, overwrite: bool) -> None:
-        check_settings(rollout_settings_path(self.episodes_path), spec.settings(), self._outputs, overwrite)
+    def check(self, spec: RunSpec, overwrite: bool) -> RunIdentity:
+        return claim(rollout_settings_path(self.episodes_path), self.episodes_path, self._outputs, spec, overwrite)
 
-    def store(self, spec: RunSpec, overwrite: bool) -> str | None:
-        return store_settings(rollout_settings_path(self.episodes_path), spec.settings(), self._outputs, overwrite)
+    def store(self, spec: RunSpec, overwrite: bool, run: RunIdentity) -> str | None:
+        return store_settings(rollout_settings_path(self.episodes_path), spec.settings(), self._outputs, overwrite,
+                              run_id=run.id)
 
     def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
         if prepared.manifest is None:

@@ -31,7 +31,7 @@ from trl import GRPOConfig, GRPOTrainer
 from turngym.agents.branching import branch_tasks, turn_values
 from turngym.agents.hf import cut_generation
 from turngym.agents.policy import Generation, GenerationRequest, PolicyBase, SamplingParams
-from turngym.agents.runner import RolloutRunner, RolloutTask
+from turngym.agents.runner import RolloutRunner, RolloutTask, new_run_id
 from turngym.episode import Episode, EpisodeGroup, group_episodes, reward_view
 from turngym.rewards.base import GroupReward, outcome_score
 from turngym.training.advantages import entropy_enhanced, get_estimator
@@ -210,8 +210,18 @@ class TurnGRPOTrainer(GRPOTrainer):
                                           estimator)
         super().__init__(model=model, reward_funcs=[_outcome_for_logging], args=args, train_dataset=train_dataset,
                          rollout_func=self._rollout, **kwargs)
+        self.run_id = self._shared_run_id()
         if reward.scores_with_policy():
             self._bind_policy_scorer()
+
+    def _shared_run_id(self) -> str:
+        """This training run's id (``RolloutRunner.run_id``: in every saved episode's and group's id, so two runs
+        into one output never share an id): drawn on the first process and sent to the others, because a group's
+        id must be one on every process."""
+        from accelerate.utils import broadcast_object_list
+
+        drawn = [new_run_id()]
+        return str(broadcast_object_list(drawn)[0]) if self.accelerator.num_processes > 1 else drawn[0]
 
     def _bind_policy_scorer(self) -> None:
         """``scorer: policy`` (official IGPO): support is scored by the live policy, in fp32 logits."""
@@ -237,7 +247,8 @@ class TurnGRPOTrainer(GRPOTrainer):
         sampling = SamplingParams(max_new_tokens=self.args.max_completion_length, stop=self._stop)
         policy = TRLGenerationPolicy(self)
         runner = RolloutRunner(policy, self.rollout_envs, sampling, concurrency=sum(g.k for g in groups),
-                               run_tag=tag, max_episode_tokens=self.max_episode_tokens, env_pool=self._env_pool)
+                               run_tag=tag, max_episode_tokens=self.max_episode_tokens, env_pool=self._env_pool,
+                               run_id=self.run_id)
         was_training = self.model.training
         start = time.perf_counter()
         watch = self.rollout_watch

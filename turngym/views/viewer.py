@@ -263,8 +263,10 @@ def _scores(episodes: Sequence[Episode], index: dict[str, int], records: Sequenc
     wanted: dict[str, set[str]] = {}
     for rec in records:
         if rec.episode_id not in index:
+            runs = sorted({str(e.meta["run"].get("id")) for e in episodes if isinstance(e.meta.get("run"), dict)})
+            where = f" (the episodes are of run {', '.join(runs)}: are the scores of another run?)" if runs else ""
             raise ViewerError(f"scores for reward {rec.reward!r} name episode {rec.episode_id!r}, "
-                              "which is not in the episodes file")
+                              f"which is not in the episodes file{where}")
         i = index[rec.episode_id]
         n = len(episodes[i].turns)
         if len(rec.turn_rewards) != n:
