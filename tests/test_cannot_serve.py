@@ -105,10 +105,9 @@ def test_a_reward_that_fails_makes_ablate_exit_non_zero_after_writing_the_rest(t
     group; outcome still scores, the report marks the failure, and the command exits 1 (it used to exit 0)."""
     from turngym.agents.tiny import tiny_model_dir
     from turngym.cli import main
-    from turngym.evals.harness import EvalSpec, run_eval
-
     from turngym.envs.reader import read_episodes
     from turngym.episode import EpisodeWriter
+    from turngym.evals.harness import EvalSpec, run_eval
 
     run_eval(EvalSpec(env_id="turngym/Calculator-v0", env_kwargs={"max_turns": 2}, model=tiny_chat_policy.name, limit=1,
                       k=2, max_new_tokens=6, temperature=1.0), tmp_path / "ev", policy=tiny_chat_policy)
@@ -128,3 +127,26 @@ def test_a_reward_that_fails_makes_ablate_exit_non_zero_after_writing_the_rest(t
     assert {s["reward"] for s in scores} == {"outcome"} and len(scores) == 2
     assert main(["ablate", "--episodes", str(tmp_path / "answered.jsonl"), "--rewards", "outcome",
                  "--out", str(tmp_path / "abl2")]) == 0
+
+
+def test_local_mistakes_are_refused_before_anything_heavy_loads(tmp_path):
+    """A misspelt estimator is refused before TRL is imported; a --model path that holds nothing, before a load
+    (it used to be tried on the hub: 49 s of retries offline); both in a fresh process, so imports are counted."""
+    import subprocess
+    import sys
+
+    (tmp_path / "models").mkdir()
+    code = ("import sys\nfrom turngym.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    print(e.code)\n"
+            "print('heavy:', sorted(m for m in ('trl', 'torch', 'transformers') if m in sys.modules))")
+    runs = {
+        "estimator": ["train", "--config", str(CONFIGS / "train_digits.yaml"), "estimator.name=turnloo"],
+        "model": ["eval", "--env", "Calculator-v0", "--model", "models/nope", "--limit", "1", "--out", str(tmp_path / "o")],
+    }
+    for what, argv in runs.items():
+        out = subprocess.run([sys.executable, "-c", code, *argv], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=300).stdout
+        assert "heavy: []" in out, (what, out)
+        assert {"estimator": "unknown advantage estimator 'turnloo'", "model": "model path not found: models/nope"}[what] \
+            in out, (what, out)
+    assert not (tmp_path / "o" / "episodes.jsonl").exists()

@@ -169,16 +169,31 @@ def resolve_model_dir(model: str) -> str:
     chunked = CHUNKED_MODELS.get(model)
     if chunked is not None:  # the verified local copy when its packages are installed, else the hub
         return str(gguf_to_transformers_dir(chunked.assemble())) if chunked.installed() else chunked.hub_id
+    check_model_reference(model)
+    path = Path(model).expanduser()
     if model.endswith(".gguf"):
-        return str(gguf_to_transformers_dir(Path(model)))
-    path = Path(model)
+        return str(gguf_to_transformers_dir(path))
+    return str(path) if path.exists() else model  # a transformers model directory, or a hub id
+
+
+def check_model_reference(model: str) -> None:
+    """Refuse (FileNotFoundError, one line) a ``--model`` that names a local path which holds no model, without
+    loading anything: a path that does not exist is refused here rather than tried on the hub (where an
+    unreachable hub costs retries before the same answer). A name is a local path when it starts with ``.``, ``/``
+    or ``~``, ends in ``.gguf``, has more than one ``/``, or its first part is a folder here (``models/nope``)."""
+    if model == DEFAULT_MODEL or model in CHUNKED_MODELS:
+        return
+    path = Path(model).expanduser()
     if path.exists():
+        if model.endswith(".gguf"):
+            return
         if not (path / "config.json").exists():
             raise FileNotFoundError(f"{model} is a path but holds no config.json: not a transformers model directory")
-        return str(path)
-    if model.startswith((".", "/", "~")) or model.count("/") > 1:
-        raise FileNotFoundError(f"model path not found: {model}")
-    return model  # a hub id
+        return
+    first = Path(model).parts[0] if Path(model).parts else ""
+    if (model.startswith((".", "/", "~")) or model.endswith(".gguf") or model.count("/") > 1
+            or ("/" in model and Path(first).is_dir())):
+        raise FileNotFoundError(f"model path not found: {model} (nothing there; a hub id is written ORG/NAME)")
 
 
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 instructions that compute in bf16 (else torch emulates it)

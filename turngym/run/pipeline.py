@@ -170,6 +170,7 @@ def validate(spec: RunSpec) -> None:
 
     if spec.batching not in BATCHING:
         raise PipelineError(f"--batching must be one of {', '.join(BATCHING)}, got {spec.batching!r}")
+
     if spec.ray is not None:
         if spec.env_workers < 1 or (spec.envs_per_worker is not None and spec.envs_per_worker < 1):
             raise PipelineError("--env-workers and --envs-per-worker must be >= 1")
@@ -398,6 +399,18 @@ def tasks_of(spec: RunSpec, prepared: Prepared) -> list[RolloutTask]:
     return list(spec.tasks) if spec.tasks is not None else [RolloutTask(index=i) for i in prepared.indices]
 
 
+def check_model(spec: RunSpec) -> None:
+    """A ``--model`` naming a local path that holds no model: one line now, not a load's hub retries later."""
+    if spec.base_url is not None:
+        return
+    from turngym.agents.loading import check_model_reference
+
+    try:
+        check_model_reference(spec.model)
+    except FileNotFoundError as exc:
+        raise PipelineError(str(exc)) from None
+
+
 def load_policy(spec: RunSpec, progress: RunProgress | None = None) -> Any:
     from turngym.agents.loading import load_policy as load
 
@@ -420,6 +433,8 @@ def execute(spec: RunSpec, writer: Writer, *, policy: Any = None, progress: RunP
     if progress is not None:
         progress.stage(f"checking {spec.env_id} and its data")
     prepared = prepare(spec)  # before the lock: a bad env or subset leaves no file behind
+    if policy is None:
+        check_model(spec)
     try:
         with writer.lock():
             return _locked(spec, prepared, writer, policy, progress, overwrite)

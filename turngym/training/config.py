@@ -122,6 +122,16 @@ def estimator_options(est: dict[str, Any]) -> dict[str, Any]:
     return extra
 
 
+def check_names(cfg: TrainConfig) -> None:
+    """The reward and the estimator the config names exist and take its options (ValueError, one line)."""
+    from turngym.rewards.base import reward_class
+
+    if not isinstance(cfg.reward.get("name"), str):
+        raise ValueError("reward.name is required (e.g. outcome, siop)")
+    reward_class(cfg.reward["name"])
+    estimator_options(dict(cfg.estimator))
+
+
 ACCELERATED = ("cuda", "xpu", "mps", "npu")  # torch backends TRL trains on in bf16
 
 
@@ -151,6 +161,7 @@ def build_trainer(cfg: TrainConfig, progress: Callable[[str], None] | None = Non
     from turngym.extras import require
 
     say = progress or (lambda text: None)
+    check_names(cfg)  # a misspelt reward or estimator: one line before TRL is imported and the model loads
     require("turngym train")
     say("importing TRL and transformers…")
     import gymnasium
