@@ -10,6 +10,7 @@ import pytest
 
 import turngym  # noqa: F401 - env registration
 from turngym import extras
+from turngym.corpora.lucene import RetrieverError
 from turngym.rewards import get_reward
 from turngym.training.config import device_arguments
 
@@ -87,4 +88,6 @@ def test_searchqa_says_at_make_that_a_local_index_needs_the_search_extra(absent_
     absent_extra(part)
     with pytest.raises(extras.MissingExtra, match=r"pip install 'turngym\[absent\]'"):
         gymnasium.make("turngym/SearchQA-v0", dataset="hotpotqa")
-    gymnasium.make("turngym/SearchQA-v0", dataset="hotpotqa", retriever="http://127.0.0.1:9")  # a served index: no extra
+    # a served index needs no extra: the env asks the server instead (here none answers, which is said as such)
+    with pytest.raises(RetrieverError, match="retrieval server http://127.0.0.1:9/retrieve is unreachable"):
+        gymnasium.make("turngym/SearchQA-v0", dataset="hotpotqa", retriever="http://127.0.0.1:9")

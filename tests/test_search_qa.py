@@ -88,14 +88,20 @@ def test_missing_and_corrupt_index_are_clear_errors(tmp_path):
         LuceneRetriever(tmp_path / "junk")
 
 
-def test_server_down_gives_an_error_observation():
+def test_a_server_down_at_build_is_refused_and_one_that_goes_down_later_gives_an_error_observation(index_dir):
     import socket
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    env = SearchQAEnv(dataset="nq", retriever=f"http://127.0.0.1:{port}")
+    with pytest.raises(RetrieverError, match=f"turngym/SearchQA-v0: retrieval server http://127.0.0.1:{port}/retrieve is "
+                                             "unreachable"):
+        SearchQAEnv(dataset="nq", retriever=f"http://127.0.0.1:{port}")
+    server = RetrievalServer(index_dir, port=0, threads=1)
+    server.start()
+    env = SearchQAEnv(dataset="nq", retriever=f"http://127.0.0.1:{server.server_address[1]}")
+    server.shutdown()  # the server goes away mid-run: the episode goes on with an error observation
     adhoc(env)
     obs, _, term, _, info = env.step("<search>Paris</search>")
     assert "unreachable" in obs and not term and "retrieval_error" in info["turn"]["metrics"]
