@@ -30,7 +30,8 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from turngym.agents.hf import cut_generation
-from turngym.agents.tokenization import ConversationTokenizer
+from turngym._version import __version__ as VERSION
+from turngym.agents.tokenization import ConversationTokenizer, tokenizer_fingerprint
 from turngym.envs.base import outcome_reward
 from turngym.episode import Episode
 from turngym.integrations.envs import full_env_id, make_turngym_env
@@ -81,7 +82,7 @@ class TurngymAgentLoop(AgentLoopBase):
 
     # per worker process: verl instantiates a loop per trajectory, so what outlives one lives here
     envs = EnvPool()
-    _tokens: dict[int, tuple[Any, ConversationTokenizer]] = {}
+    _tokens: dict[int, tuple[Any, ConversationTokenizer, dict[str, Any]]] = {}
 
     def __init__(self, *args: Any, env_id: str | None = None, env_kwargs: Mapping[str, Any] | None = None,
                  max_tokens_per_turn: int | None = None, tools: Any = None, **kwargs: Any):
@@ -95,8 +96,10 @@ class TurngymAgentLoop(AgentLoopBase):
         self.max_turns = self.rollout_config.multi_turn.max_assistant_turns
         entry = self._tokens.get(id(self.tokenizer))
         if entry is None:  # the chat template is probed once per tokenizer, not once per trajectory
-            entry = self._tokens[id(self.tokenizer)] = (self.tokenizer, ConversationTokenizer(self.tokenizer))
-        self.tokens = entry[1]
+            entry = self._tokens[id(self.tokenizer)] = (self.tokenizer, ConversationTokenizer(self.tokenizer),
+                                                        tokenizer_fingerprint(self.tokenizer))
+        self.tokens, self.tokenizer_id = entry[1], entry[2]
+        self.model_name = str(self.config.actor_rollout_ref.model.path)
         self.eos = eos_ids(self.tokenizer)
 
     def _env_spec(self, info: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -134,7 +137,9 @@ class TurngymAgentLoop(AgentLoopBase):
         if len(prompt_ids) > self.prompt_length:
             raise ValueError(f"{raw.env_name} prompt of episode {ep.id} has {len(prompt_ids)} tokens, more than "
                              f"rollout.prompt_length={self.prompt_length}; raise data.max_prompt_length")
-        ep.add_run_record(prompt_ids=prompt_ids)
+        # the run's identity as the runner records it; the tokenizer's fingerprint lets a scorer check the ids
+        ep.add_run_record(prompt_ids=prompt_ids, meta={"model": self.model_name, "turngym": VERSION,
+                                                       "tokenizer": self.tokenizer_id})
         ids, total, ended_outside = list(prompt_ids), 0.0, False
         timing = {"generate_sequences": 0.0, "tool_calls": 0.0}
         request_id, stop = uuid4().hex, list(raw.stop)
