@@ -30,9 +30,10 @@ def tiny_policy(tiny_dir):
 @pytest.fixture(scope="session")
 def make_worker(tiny_dir, tiny_policy):
     """An ``AgentLoopWorker`` on verl's config with ``overrides``, its generate answered by the tiny model."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
     import turngym.integrations.verl  # noqa: F401 - registers the agent loop and the estimators
     from turngym.integrations.verl.server import PolicyServerClient
-    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
     def make(*overrides: str):
         cfg = verl_config(tiny_dir, "actor_rollout_ref.rollout.agent.default_agent_loop=turngym", *overrides)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from verl_harness import generate, rows
 
 RESPONSE = 96  # two turns of 10 reply + 41 observation tokens do not fit: the second ends on the budget

@@ -60,9 +60,10 @@ def suppliable():
 
 @pytest.mark.parametrize("name", ["turn_loo", "igpo", "rloo", "grpo", "turn", "igpo_siop", "igpo_separate"])
 def test_verl_compute_advantage_equals_turngym_token_for_token(name):
-    import turngym.integrations.verl  # noqa: F401 - registers turngym_<name>
     from verl.trainer.config import AlgoConfig
     from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    import turngym.integrations.verl  # noqa: F401 - registers turngym_<name>
 
     assert name in suppliable()
     out = compute_advantage(batch(), adv_estimator=f"turngym_{name}", gamma=1.0, config=AlgoConfig(gamma=1.0))
@@ -74,9 +75,10 @@ def test_verl_compute_advantage_equals_turngym_token_for_token(name):
 
 
 def test_rewards_spread_over_a_turn_count_for_that_turn_and_gamma_and_options_reach_the_estimator():
-    import turngym.integrations.verl  # noqa: F401
     from omegaconf import OmegaConf
     from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    import turngym.integrations.verl  # noqa: F401
 
     config = OmegaConf.create({"gamma": 0.5, "turngym_options": {"scale": "std"}})  # as +algorithm.turngym_options
     out = compute_advantage(batch(spread=True), adv_estimator="turngym_turn_loo", config=config)
@@ -100,8 +102,9 @@ def test_estimators_that_need_more_than_rewards_are_refused_in_one_line():
 
 
 def test_the_agent_loop_manager_refuses_them_at_start_up(tiny_dir):
-    from turngym.integrations.verl.rewards import TurngymAgentLoopManager
     from verl_harness import verl_config
+
+    from turngym.integrations.verl.rewards import TurngymAgentLoopManager
 
     cfg = verl_config(tiny_dir, "algorithm.adv_estimator=turngym_gigpo")
     with pytest.raises(ValueError, match="turngym_gigpo needs an anchor state"):

@@ -61,10 +61,11 @@ def test_siop_through_the_verl_reward_path_equals_siop_in_process(scored_batch, 
     assert "turngym_return" in out.meta_info["reward_extra_keys"]
 
     # verl's compute_advantage on those scores with SIOP's estimator equals turngym's on the same (fp32) rewards
-    import turngym.integrations.verl  # noqa: F401
-    from turngym.training.advantages import advantages_per_group
     from verl.trainer.config import AlgoConfig
     from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    import turngym.integrations.verl  # noqa: F401
+    from turngym.training.advantages import advantages_per_group
 
     out.batch["token_level_rewards"] = out.batch["rm_scores"]
     adv = compute_advantage(out, adv_estimator="turngym_turn", config=AlgoConfig(gamma=1.0)).batch["advantages"]

@@ -29,8 +29,8 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from turngym.agents.hf import cut_generation
 from turngym._version import __version__ as VERSION
+from turngym.agents.hf import cut_generation
 from turngym.agents.tokenization import ConversationTokenizer, tokenizer_fingerprint
 from turngym.envs.base import outcome_reward
 from turngym.episode import Episode
