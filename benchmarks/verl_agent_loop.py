@@ -58,10 +58,11 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "verl"))
-    import turngym.integrations.verl  # noqa: F401 - registers the turngym loop
-    from turngym.agents.tiny import tiny_model_dir
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl_harness import rows, verl_config
+
+    import turngym.integrations.verl  # noqa: F401 - registers the turngym loop
+    from turngym.agents.tiny import tiny_model_dir
 
     model = str(tiny_model_dir(chat=True))
     common = ("actor_rollout_ref.rollout.prompt_length=512", "actor_rollout_ref.rollout.response_length=512",
