@@ -3,10 +3,10 @@
 Both loops run inside verl's ``AgentLoopWorker`` (hydra instantiation, padding, batching: one training step's
 rollout) on the same tiny tokenizer, and a scripted server answers ``generate`` instantly with the same plan for
 every trajectory: three calculations of 12 * 34 + 5, then the answer. turngym's loop plays Calculator-v0 (``<calc>``
-calls, its env runs them); ToolAgentLoop gets the same calculation as a Hermes ``<tool_call>`` to a verl function tool
-that runs turngym's own ``safe_arith`` (benchmarks/verl_calc_tool.py). An instant server leaves only the loops' own work (tokenising, parsing,
-stepping envs or tools, building outputs), so the ratio is the harshest form of the per-step overhead; with
-``--server-ms`` each generate call also waits that long, as a real server would.
+calls, its env runs them); ToolAgentLoop gets the same calculation as a Hermes ``<tool_call>`` to a verl function
+tool that runs turngym's own ``safe_arith`` (benchmarks/verl_calc_tool.py). An instant server leaves only the loops'
+own work (tokenising, parsing, stepping envs or tools, building outputs), so the ratio is the harshest form of the
+per-step overhead; with ``--server-ms`` each generate call also waits that long, as a real server would.
 
     .venv-verl/bin/python benchmarks/verl_agent_loop.py [--batch 64] [--steps 5] [--server-ms 0]
 
@@ -25,6 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 CALC = "12 * 34 + 5"
+TOOL_CALL = f'<tool_call>{{"name": "calc", "arguments": {{"expression": "{CALC}"}}}}</tool_call>'
 TOOL_FILE = Path(__file__).resolve().parent / "verl_calc_tool.py"  # calc() over turngym's safe_arith
 
 
@@ -66,7 +67,8 @@ def main() -> None:
 
     model = str(tiny_model_dir(chat=True))
     common = ("actor_rollout_ref.rollout.prompt_length=512", "actor_rollout_ref.rollout.response_length=512",
-              "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4", "actor_rollout_ref.rollout.multi_turn.format=hermes",
+              "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
+              "actor_rollout_ref.rollout.multi_turn.format=hermes",
               "+turngym.env_id=Calculator-v0")
     tool_cfg = verl_config(model, *common, "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
                            f"actor_rollout_ref.rollout.multi_turn.function_tool_path={TOOL_FILE}")
@@ -74,8 +76,7 @@ def main() -> None:
     workers, servers = {}, {}
     for name, cfg, replies in (
             ("turngym", tg_cfg, [f"<calc>{CALC}</calc>"] * 3 + ["<answer>413</answer>"]),
-            ("tool_agent", tool_cfg, [f'<tool_call>{{"name": "calc", "arguments": {{"expression": "{CALC}"}}}}</tool_call>'] * 3
-             + ["<answer>413</answer>"])):
+            ("tool_agent", tool_cfg, [TOOL_CALL] * 3 + ["<answer>413</answer>"])):
         probe = AgentLoopWorker(cfg, None)
         servers[name] = scripted_server(cfg, probe.tokenizer, replies, args.server_ms)
         workers[name] = AgentLoopWorker(cfg, servers[name])
@@ -96,10 +97,13 @@ def main() -> None:
         for name in times:
             times[name].append(step(name)[0])
     med = {k: statistics.median(v) for k, v in times.items()}
+    # each turngym step against the ToolAgentLoop step right after it: the machine's load drifts less within a pair
+    pairs = [a / b for a, b in zip(times["turngym"], times["tool_agent"], strict=True)]
     for k, v in med.items():
         print(f"{k:>10}: median step {v * 1000:.1f} ms over {args.steps} steps of {args.batch} trajectories "
               f"({v / args.batch * 1000:.2f} ms per trajectory)")
-    print(f"ratio turngym / ToolAgentLoop: {med['turngym'] / med['tool_agent']:.3f} (server latency {args.server_ms} ms)")
+    print(f"ratio turngym / ToolAgentLoop: {med['turngym'] / med['tool_agent']:.3f} of the medians, "
+          f"{statistics.median(pairs):.3f} the median of {len(pairs)} adjacent pairs (server latency {args.server_ms} ms)")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from turngym._version import __version__ as VERSION
 from turngym.agents.hf import cut_generation
 from turngym.agents.tokenization import ConversationTokenizer, tokenizer_fingerprint
 from turngym.envs.base import outcome_reward
-from turngym.episode import Episode
+from turngym.episode import Episode, TokenLayout
 from turngym.integrations.envs import full_env_id, make_turngym_env
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>")  # as turngym.agents.hf.eos_ids_of reads them
@@ -82,7 +82,7 @@ class TurngymAgentLoop(AgentLoopBase):
 
     # per worker process: verl instantiates a loop per trajectory, so what outlives one lives here
     envs = EnvPool()
-    _tokens: dict[int, tuple[Any, ConversationTokenizer, dict[str, Any]]] = {}
+    _tokens: dict[int, tuple[Any, ConversationTokenizer, dict[str, Any], set[int]]] = {}
 
     def __init__(self, *args: Any, env_id: str | None = None, env_kwargs: Mapping[str, Any] | None = None,
                  max_tokens_per_turn: int | None = None, tools: Any = None, **kwargs: Any):
@@ -95,12 +95,11 @@ class TurngymAgentLoop(AgentLoopBase):
         self.response_length = int(self.rollout_config.response_length)
         self.max_turns = self.rollout_config.multi_turn.max_assistant_turns
         entry = self._tokens.get(id(self.tokenizer))
-        if entry is None:  # the chat template is probed once per tokenizer, not once per trajectory
+        if entry is None:  # chat template probes, fingerprint and vocabulary read once per tokenizer, not per trajectory
             entry = self._tokens[id(self.tokenizer)] = (self.tokenizer, ConversationTokenizer(self.tokenizer),
-                                                        tokenizer_fingerprint(self.tokenizer))
-        self.tokens, self.tokenizer_id = entry[1], entry[2]
+                                                        tokenizer_fingerprint(self.tokenizer), eos_ids(self.tokenizer))
+        self.tokens, self.tokenizer_id, self.eos = entry[1], entry[2], entry[3]
         self.model_name = str(self.config.actor_rollout_ref.model.path)
-        self.eos = eos_ids(self.tokenizer)
 
     def _env_spec(self, info: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         env_id = info.get("env_id") or self.env_id
@@ -187,7 +186,7 @@ class TurngymAgentLoop(AgentLoopBase):
     def _output(self, ep: Episode, total: float, timing: dict[str, float], logprobs_wanted: bool) -> AgentLoopOutput:
         layout = ep.token_layout()
         p, n = layout.prompt_end, self.response_length
-        spans = turn_spans(ep)
+        spans = turn_spans(ep, layout)
         observations = sum(t.observation is not None for t in ep.turns)
         extra = {
             "turngym_episode": ep.to_json(),
@@ -203,8 +202,9 @@ class TurngymAgentLoop(AgentLoopBase):
             num_turns=1 + len(ep.turns) + observations, metrics=AgentLoopMetrics(**timing), extra_fields=extra)
 
 
-def turn_spans(episode: Episode) -> list[tuple[int, int]]:
-    """Each turn's reply tokens as a half-open range over the response (the ids after the prompt)."""
-    layout = episode.token_layout()
+def turn_spans(episode: Episode, layout: TokenLayout | None = None) -> list[tuple[int, int]]:
+    """Each turn's reply tokens as a half-open range over the response (the ids after the prompt); ``layout``:
+    the episode's token layout, when already computed."""
+    layout = layout or episode.token_layout()
     p = layout.prompt_end
     return [(end - len(t.action_ids or []) - p, end - p) for t, end in zip(episode.turns, layout.action_ends, strict=True)]
