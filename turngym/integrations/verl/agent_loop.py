@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import uuid4
 
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from turngym._version import __version__ as VERSION
@@ -37,15 +38,10 @@ from turngym.episode import Episode, TokenLayout
 from turngym.integrations.envs import full_env_id, make_turngym_env
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>")  # as turngym.agents.hf.eos_ids_of reads them
-ROW_KEYS = ("env_id", "env_kwargs", "index", "task", "seed")  # extra_info fields the loop reads
 
 
-def _plain(value: Any) -> Any:
+def plain_config(value: Any) -> Any:
     """An OmegaConf node (hydra hands the loop's config entries over as DictConfig) as plain Python."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-    except ImportError:  # pragma: no cover - verl needs omegaconf
-        return value
     return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
@@ -87,9 +83,9 @@ class TurngymAgentLoop(AgentLoopBase):
     def __init__(self, *args: Any, env_id: str | None = None, env_kwargs: Mapping[str, Any] | None = None,
                  max_tokens_per_turn: int | None = None, tools: Any = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        section = _plain(self.config.get("turngym")) or {}
+        section = plain_config(self.config.get("turngym")) or {}
         self.env_id = env_id or section.get("env_id")
-        self.env_kwargs = dict(_plain(env_kwargs) or section.get("env_kwargs") or {})
+        self.env_kwargs = dict(plain_config(env_kwargs) or section.get("env_kwargs") or {})
         self.max_tokens_per_turn = max_tokens_per_turn or section.get("max_tokens_per_turn")
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
@@ -112,7 +108,7 @@ class TurngymAgentLoop(AgentLoopBase):
         return full_env_id(str(env_id)), kwargs
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        info = _plain(kwargs.get("extra_info")) or {}
+        info = plain_config(kwargs.get("extra_info")) or {}
         if not isinstance(info, Mapping):
             raise ValueError(f"extra_info must be a mapping, got {type(info).__name__}")
         env_id, env_kwargs = self._env_spec(info)

@@ -21,7 +21,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopManager
 from verl.utils.ray_utils import auto_await
 
 from turngym.episode import Episode, reward_view
-from turngym.integrations.verl.agent_loop import _plain
+from turngym.integrations.verl.agent_loop import plain_config
 from turngym.integrations.verl.estimators import check_estimator, turn_ranges
 from turngym.rewards import get_reward
 
@@ -58,7 +58,7 @@ def place_turn_rewards(rewards: Sequence[Sequence[float]], spans: Sequence[Seque
 
 
 def reward_settings(config: Any) -> tuple[str | None, dict[str, Any]]:
-    section = _plain(config.get("turngym")) or {}
+    section = plain_config(config.get("turngym")) or {}
     return section.get("reward"), dict(section.get("reward_kwargs") or {})
 
 
