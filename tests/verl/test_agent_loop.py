@@ -8,7 +8,7 @@ import pytest
 import torch
 from verl_harness import generate, rows
 
-RESPONSE = 96  # two turns of 10 reply + 41 observation tokens do not fit: the second ends on the budget
+RESPONSE = 56  # after a first turn of 10 reply + 41 observation tokens, the second reply gets the 5 left (cut by the budget)
 OVERRIDES = ("actor_rollout_ref.rollout.prompt_length=256", f"actor_rollout_ref.rollout.response_length={RESPONSE}",
              "actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
              "+turngym.env_id=Calculator-v0", "+turngym.max_tokens_per_turn=10")
@@ -45,6 +45,7 @@ def test_the_agent_loop_plays_the_runners_episodes_at_temperature_0(played, tiny
     turns = [len(ep.turns) for ep in got]
     assert max(turns) > 1, "the test needs multi-turn episodes"
     assert any(ep.truncated for ep in got), "the test needs an episode ended by a limit"
+    assert any(0 < len(t.action_ids) < 10 for ep in got for t in ep.turns), "the test needs a reply cut by the budget"
 
 
 def test_the_batch_is_the_episodes_ids_with_observations_masked(played):
