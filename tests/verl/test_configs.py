@@ -32,7 +32,8 @@ def test_the_official_settings_and_the_recommended_variant():
     assert official.actor_rollout_ref.rollout.multi_turn.max_assistant_turns == 5
     assert official.algorithm.gamma == 1.0 and official.algorithm.adv_estimator == "turngym_turn"
     kw = official.turngym.reward_kwargs
-    assert (official.turngym.reward, kw.lam, kw.eta, kw.n_ref, kw.scorer) == ("siop", 0.5, 1.0, 3, "some/model")
+    assert (official.turngym.reward, kw.lam, kw.eta, kw.n_ref) == ("siop", 0.5, 1.0, 3)
+    assert (kw.scorer.model, kw.scorer.method) == ("some/model", "naive")
     assert official.turngym.env_kwargs.topk == 3 and official.turngym.env_kwargs.tool_format == "native"
     assert recommended.turngym.reward == "siop[prefix=after_observation]"
     assert recommended.algorithm.adv_estimator == "turngym_turn_loo"
