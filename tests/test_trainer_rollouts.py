@@ -70,7 +70,9 @@ def test_saved_rollouts_hold_step_rewards_and_advantages_the_trainer_used(traine
             assert e.meta["train"]["reward"] == "outcome" and e.meta["train"]["estimator"] == "turn"
             assert len(e.turns) == len(r) and e.prompt_ids is not None
     groups = {e.group for e in eps}
-    assert len(groups) == 4 and {g.split("-")[0] for g in groups} == {"step0", "step2"}  # one group per query per step
+    [run] = {e.meta["run"]["id"] for e in eps}  # one training run: its id prefixes every group and episode id
+    assert all(g.startswith(f"{run}|") for g in groups) and all(e.id.startswith(f"{run}|") for e in eps)
+    assert len(groups) == 4 and {g.split("|")[1].split("-")[0] for g in groups} == {"step0", "step2"}  # per query per step
     assert {e.meta["task_key"].split("@")[0] for e in eps} == {"0", "1"}  # the same two items at both steps (@slot)
     scores = read_scores(folder / "scores.jsonl")
     assert {s.episode_id for s in scores} == {e.id for e in eps}
