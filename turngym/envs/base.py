@@ -353,6 +353,15 @@ class TextEnv(gym.Env):
         ep.outcome = self._safe_grade(ep)
         self.on_close_episode()
 
+    def submit_reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """Announce the next ``reset`` (the env handle's batched form, ``turngym.agents.env_handle``): an env in
+        this process answers ``reset`` at once, so there is nothing to send ahead."""
+        return None
+
+    def submit_step(self, action: str) -> None:
+        """Announce the next ``step(action)`` (the batched form); in process, nothing to send ahead."""
+        return None
+
     def anchor_state(self, episode: Episode, t: int) -> str:
         """GiGPO's anchor state of turn ``t``: a key equal for turns that start from the same env state.
         Default: what the env showed right before the turn (the task's prompt for turn 0, else the
