@@ -42,7 +42,15 @@ from tenacity import (
 )
 
 from turngym.agents.options import PROMPT_FORMATS, SERVERS  # noqa: F401 - declared where the parsers read them
-from turngym.agents.policy import Generation, GenerationRequest, PolicyBase, PolicyError, SamplingParams, trim_at_stop
+from turngym.agents.policy import (
+    Generation,
+    GenerationRequest,
+    PolicyBase,
+    PolicyError,
+    SamplingParams,
+    restore_stop,
+    trim_at_stop,
+)
 from turngym.envs.base import as_encodable_text
 from turngym.envs.parsing import parse_hermes_tool_calls
 
@@ -364,26 +372,6 @@ def server_settings(options: dict[str, str]) -> dict[str, str]:
     """The server options that differ from the defaults, for a run's stored settings: a run written before
     the options existed (defaults then) resumes under the defaults."""
     return {k: v for k, v in options.items() if v != {"server": "auto", "prompt_format": "chat"}[k]}
-
-
-def restore_stop(text: str, stop: Sequence[str]) -> str:
-    """The text with the stop string a spec-following server dropped put back.
-
-    Only where the text itself shows which one fired: a closing tag ``</x>`` whose opening
-    ``<x>`` is the last tag left open. Text that already holds a stop string, or that names
-    no open tag, is returned unchanged (an action without its closing tag fails to parse,
-    which the env reports).
-    """
-    if any(s and s in text for s in stop):
-        return text
-    best, best_pos = None, -1
-    for s in stop:
-        if s.startswith("</") and s.endswith(">"):
-            opener = "<" + s[2:]
-            pos = text.rfind(opener)
-            if pos > best_pos and s not in text[pos:]:
-                best, best_pos = s, pos
-    return text + best if best is not None else text
 
 
 def _ids_and_logprobs(lp: dict[str, Any] | None) -> tuple[list[int] | None, list[float] | None]:

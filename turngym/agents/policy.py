@@ -143,3 +143,23 @@ def trim_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     if best < 0:
         return text, False
     return text[: best + len(best_stop)], True
+
+
+def restore_stop(text: str, stop: Sequence[str]) -> str:
+    """The text with the stop string a spec-following server dropped put back.
+
+    Only where the text itself shows which one fired: a closing tag ``</x>`` whose opening
+    ``<x>`` is the last tag left open. Text that already holds a stop string, or that names
+    no open tag, is returned unchanged (an action without its closing tag fails to parse,
+    which the env reports).
+    """
+    if any(s and s in text for s in stop):
+        return text
+    best, best_pos = None, -1
+    for s in stop:
+        if s.startswith("</") and s.endswith(">"):
+            opener = "<" + s[2:]
+            pos = text.rfind(opener)
+            if pos > best_pos and s not in text[pos:]:
+                best, best_pos = s, pos
+    return text + best if best is not None else text
