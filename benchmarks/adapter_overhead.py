@@ -10,7 +10,7 @@ on item i with seed i, counted into the episode) for ``--episodes`` episodes, ar
   ``get_reward()``;
 - ``SkyRL env``: ``skyrl_gym.make("turngym/Calculator-v0", ...)``, ``init``, ``step`` until done,
   ``get_metrics``, ``close``, as SkyRL's generator drives it (one env per trajectory);
-- ``OpenEnv``: the runner's :class:`~turngym.integrations.openenv.OpenEnvTextEnv` (OpenEnv's client over
+- ``OpenEnv``: the runner's :class:`~turngym.run.backends.openenv.OpenEnvTextEnv` (OpenEnv's client over
   one WebSocket session) against ``turngym serve-env``'s app in a child process.
 
 Reported per step: mean µs and the ratio to in-process.
@@ -91,7 +91,7 @@ def skyrl_env_made_once(episodes: int) -> float:
 
 
 def openenv(url: str, episodes: int) -> float:
-    from turngym.integrations.openenv import OpenEnvTextEnv
+    from turngym.run.backends.openenv import OpenEnvTextEnv
 
     env = OpenEnvTextEnv(url)
     env.reset(seed=0, options={"index": 0})  # connected outside the timing

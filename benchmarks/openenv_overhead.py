@@ -61,7 +61,7 @@ def through_openenv(url: str, env_id: str, episodes: int) -> float:
 
 
 def runner_env(url: str, env_id: str, episodes: int) -> float:
-    from turngym.integrations.openenv import OpenEnvTextEnv
+    from turngym.run.backends.openenv import OpenEnvTextEnv
 
     env = OpenEnvTextEnv(url)
     steps, start = 0, time.perf_counter()

@@ -165,7 +165,7 @@ def bench_judging(episodes: list[Episode], llm: Any, unlocated: str,
                   locate: str = "exact") -> tuple[Any, Any, dict[str, Any]]:
     groups: dict[str, list[Episode]] = {}
     for ep in episodes:
-        groups.setdefault(ep.group or ep.id, []).append(ep)
+        groups.setdefault(ep.group_key, []).append(ep)
     reward = get_reward("scribe", llm=llm, min_cluster_size=2, unlocated_steps=unlocated, locate_steps=locate)
     f0 = llm.stats.to_dict()
     t0 = time.perf_counter()
@@ -322,7 +322,7 @@ def load_episodes(paths: list[str], limit: int | None) -> list[Episode]:
             print(f"warning: skipped {len(report.errors)} corrupt line(s) in {path} (first: {report.errors[0]})")
         kept: list[str] = []
         for ep in report.episodes:
-            g = ep.group or ep.id
+            g = ep.group_key
             if g not in kept and limit is not None and len(kept) >= limit:
                 continue
             if g not in kept:

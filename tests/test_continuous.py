@@ -44,7 +44,7 @@ class Recorder(PolicyBase):
         self.policy, self.seen, self.forwards = policy, [], 0
         self.name, self.tokenizer, self.max_context = policy.name, policy.tokenizer, policy.max_context
 
-    def stream(self, feed, deliver, sampling, max_rows):
+    def stream(self, feed, deliver, sampling, max_rows, prepare=None):
         def rec_feed(n):
             out = feed(n)
             self.seen.extend(list(r.prompt_ids) for _, r in out)
@@ -56,7 +56,7 @@ class Recorder(PolicyBase):
                 self.seen.append(list(req.prompt_ids))
             return req
 
-        self.forwards += self.policy.stream(rec_feed, rec_deliver, sampling, max_rows)
+        self.forwards += self.policy.stream(rec_feed, rec_deliver, sampling, max_rows, prepare)
 
 
 @pytest.mark.parametrize("stop", [(), ("\n\n",)])

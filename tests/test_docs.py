@@ -121,3 +121,40 @@ def test_the_checks_find_planted_defects(tmp_path):
     assert bad_links(doc, root=repo) == ["docs/DESIGN.md (no such file)", "../shared/DESIGN.md (outside the repository)",
                                          "docs/guide.md#nowhere (no heading #nowhere in guide.md)",
                                          "docs/x.png (no such file)"]
+
+
+CONFLICT = re.compile(r"^(<{7} |={7}$|>{7} )", re.M)  # the lines git writes around an unresolved merge
+
+
+def conflict_lines(text: str) -> list[int]:
+    """1-based lines of ``text`` that are git merge-conflict markers."""
+    return [text.count("\n", 0, m.start()) + 1 for m in CONFLICT.finditer(text)]
+
+
+def test_no_tracked_file_holds_a_merge_conflict_marker():
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    bad = []
+    for name in filter(None, files):
+        path = ROOT / name.decode()
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        if b"\0" in data:  # binary
+            continue
+        bad += [f"{name.decode()}:{line}" for line in conflict_lines(data.decode("utf-8", "replace"))]
+    assert not bad, "unresolved merge conflicts: " + ", ".join(bad)
+
+
+def test_the_conflict_check_finds_planted_markers():
+    text = "| a |\n<<<<<<< HEAD\n| b |\n=======\n| c |\n>>>>>>> policy\n=== a heading rule ===\n"
+    assert conflict_lines(text) == [2, 4, 6]
+
+
+def test_the_results_estimator_table_is_what_the_declarations_say():
+    from turngym.credit.pairings import with_table
+
+    page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert page == with_table(page), ("docs/results.md's estimator table no longer matches the rewards' and estimators' "
+                                      "declarations: run python -m turngym.credit.pairings docs/results.md")

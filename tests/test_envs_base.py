@@ -89,10 +89,11 @@ def test_safe_arith_rejects_code():
 # what an env author implements or overrides, and what a user calls: TextEnv's whole public surface
 AUTHOR_HOOKS = {"num_items", "get_item", "make_prompt", "act", "grade", "make_tools", "reply_prefill", "on_reset",
                 "on_close_episode", "check_ready", "action_error", "failed_outcome", "normalise_task", "anchor_state",
-                "declared_needs", "set_truth"}
-USER_API = {"reset", "step", "render", "close", "end_episode"}
+                "declared_needs", "set_truth", "declared_tools"}
+USER_API = {"reset", "step", "render", "close", "end_episode", "submit_reset", "submit_step"}  # + the env handle's batched forms
 DECLARATIONS = {"metadata", "env_name", "dataset_name", "observation_role", "stop", "prefills", "manifest",
-                "prompt_styles", "reward_needs", "truth_keys", "outcome_metric", "gold_keys"}
+                "prompt_styles", "reward_needs", "truth_keys", "outcome_metric", "gold_keys",
+                "static_tools_absent"}
 
 
 def test_text_env_exposes_only_what_authors_write_and_users_call():

@@ -2,7 +2,8 @@
 no module reaches a private attribute of another module's object, nor imports a private module of another package.
 
 Stages, in the order data flows (docs/ARCHITECTURE.md): grading, episode, corpora → envs →
-agents (rollout) → rewards → training, integrations → run → credit, views → evals → cli. Every
+agents (rollout) → rewards → the runner's env backends → training → run → outward adapters
+(integrations) → credit, views → evals → cli. Every
 import of a turngym module counts, including imports inside functions and type-only imports under
 ``if TYPE_CHECKING:`` (an annotation that names a later stage is still a dependency on it). The
 graph has no cycle when it runs, and none through type-only imports either: those never run, yet a
@@ -24,7 +25,8 @@ import turngym
 
 PACKAGE = Path(turngym.__file__).resolve().parent
 
-# The first dotted part under ``turngym`` names the stage; top-level modules are listed whole.
+# The first dotted part under ``turngym`` names the stage (a two-part key, ``run.backends``, names a room that
+# stands apart from its package); top-level modules are listed whole.
 STAGES = {
     "_version": 0, "cache": 0, "registry": 0, "extras": 0, "progress": 0,
     "procs": 0, "grading": 0, "oracles": 0, "truth": 0, "episode": 0, "corpora": 0,
@@ -33,16 +35,22 @@ STAGES = {
     "turngym": 1,  # the package itself: registers the envs on import
     "agents": 2,
     "rewards": 3,
-    "training": 4, "importers": 4,
-    "integrations": 4,  # turngym envs and episodes reached from other stacks (OpenEnv)
-    "run": 5,  # the run pipeline and its writers: episodes into files
-    "credit": 6,  # credit accuracy, ablation, creditbench, oracles: per-turn credit against truth
-    "views": 6,  # reports, the episode viewer, trackers: what runs wrote, shown
-    "evals": 7,  # the eval and main jobs
-    "cli": 8, "__main__": 8,
+    # the runner's env backends: env handles whose envs live elsewhere (an OpenEnv server, a Ray actor pool),
+    # below the trainer, which plays its rollouts on them
+    "run.backends": 4,
+    "integrations.ray_pool": 4,  # a backend that still stands among the adapters (to move under run/backends)
+    "training": 5, "importers": 5,
+    "run": 6,  # the run pipeline and its writers: episodes into files
+    # outward adapters: turngym envs and episodes in other stacks (TRL, SkyRL, verifiers, lm-eval, OpenEnv, verl),
+    # above training, whose estimators they score with; nothing below reaches up to them
+    "integrations": 7,
+    "credit": 8,  # credit accuracy, ablation, creditbench, oracles: per-turn credit against truth
+    "views": 8,  # reports, the episode viewer, trackers: what runs wrote, shown
+    "evals": 9,  # the eval and main jobs
+    "cli": 10, "__main__": 10,
 }
-STAGE_NAMES = ["grading/episode/corpora", "envs", "agents", "rewards", "training/integrations", "run", "credit/views",
-               "evals", "cli"]
+STAGE_NAMES = ["grading/episode/corpora", "envs", "agents", "rewards", "backends", "training", "run", "adapters",
+               "credit/views", "evals", "cli"]
 
 
 def module_name(path: Path) -> str:
@@ -54,6 +62,8 @@ def module_name(path: Path) -> str:
 
 def stage(module: str) -> int:
     parts = module.split(".")
+    if ".".join(parts[1:3]) in STAGES:
+        return STAGES[".".join(parts[1:3])]
     key = parts[1] if len(parts) > 1 else "turngym"
     if key not in STAGES:
         raise AssertionError(f"module {module} is in no stage; add turngym.{key} to STAGES in tests/test_layers.py")
@@ -187,6 +197,10 @@ def test_no_cycle_through_type_only_imports_either():
 def test_the_checks_catch_a_violation_and_a_cycle():
     """The checks themselves can fail: a planted backward import and a planted cycle are found."""
     assert stage("turngym.envs.search_qa") < stage("turngym.training.trainer")
+    assert stage("turngym.run.backends.openenv") < stage("turngym.training.trainer") < stage("turngym.run.pipeline")
+    assert stage("turngym.training.advantages") < stage("turngym.integrations.skyrl")
+    assert layer_violations({"turngym.training.config": {"turngym.integrations.trl"}}) == [
+        "turngym.training.config (training) imports turngym.integrations.trl (adapters)"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
     with pytest.raises(AssertionError, match="no stage"):
@@ -209,7 +223,7 @@ def test_a_type_only_import_of_a_later_stage_is_a_violation():
     assert deps == {"turngym.training.trainer"}
     assert imports_of("turngym.envs.planted", planted, False, set(FILES), runtime=True) == set()
     assert layer_violations({"turngym.envs.planted": deps}) == [
-        "turngym.envs.planted (envs) imports turngym.training.trainer (training/integrations)"]
+        "turngym.envs.planted (envs) imports turngym.training.trainer (training)"]
 
 
 # Third-party private names turngym must touch, each with why no public one serves (keyed by the expression).

@@ -173,7 +173,7 @@ def test_common_api_servers_get_no_vllm_fields_and_stop_strings_come_back(models
 
 
 def test_restore_stop_only_where_the_text_shows_which_fired():
-    from turngym.agents.openai_compat import restore_stop
+    from turngym.agents.policy import restore_stop
 
     stops = ("</search>", "</answer>")
     assert restore_stop("<search>a</search> then <answer>b", stops) == "<search>a</search> then <answer>b"  # holds one

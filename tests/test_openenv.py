@@ -20,12 +20,12 @@ import turngym  # noqa: E402,F401 - registers the envs
 from turngym.agents.policy import Generation, PolicyBase, SamplingParams  # noqa: E402
 from turngym.agents.runner import RolloutRunner  # noqa: E402
 from turngym.integrations.openenv import (  # noqa: E402
-    OpenEnvTextEnv,
     TurnAction,
     TurngymEnvClient,
     TurnObservation,
     make_app,
 )
+from turngym.run.backends.openenv import OpenEnvTextEnv  # noqa: E402
 
 SCRIPTS = {
     # item 3 is "What is 80 * 10 + 19?": a calculation, a malformed reply, the right answer

@@ -33,7 +33,7 @@ class ClaimsStream(Echo):
 class HidesStream(Echo):
     """Defines a stream it does not declare."""
 
-    def stream(self, feed, deliver, sampling, max_rows):
+    def stream(self, feed, deliver, sampling, max_rows, prepare=None):
         rows = list(feed(max_rows))
         while rows:
             key, _ = rows.pop(0)
@@ -47,7 +47,7 @@ class DropsReplies(Echo):
 
     supports_stream = True
 
-    def stream(self, feed, deliver, sampling, max_rows):
+    def stream(self, feed, deliver, sampling, max_rows, prepare=None):
         feed(max_rows)
 
 
@@ -164,3 +164,19 @@ def test_the_judge_reads_the_declaration():
 
     with pytest.raises(TypeError, match="must be a JSONLLM, a policy or a model name"):
         make_llm(OnlyGenerate())
+
+
+class FakeStreamWithoutPrepare(Echo):
+    """A fake that declares a stream written before the contract's prepare=."""
+
+    supports_stream = True
+
+    def stream(self, feed, deliver, sampling, max_rows):
+        feed(max_rows)
+
+
+def test_a_stream_that_takes_no_prepare_is_refused():
+    from turngym.agents.checker import PolicyContractError
+
+    with pytest.raises(PolicyContractError, match="must take prepare="):
+        check_policy(FakeStreamWithoutPrepare())

@@ -16,6 +16,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from turngym.agents.env_handle import EnvFactory  # noqa: E402
 from turngym.agents.policy import PolicyBase, SamplingParams  # noqa: E402
 from turngym.agents.runner import RolloutRunner  # noqa: E402
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
@@ -65,11 +66,14 @@ def test_pool_plays_the_same_episodes_as_in_process_at_temperature_0(tiny_chat_p
 def test_never_more_live_episodes_than_slots(tiny_chat_policy):
     made = []
     with RayEnvPool("turngym/Calculator-v0", {"max_turns": 2}, workers=2, envs_per_worker=2) as pool:
-        def factory():
-            made.append(pool())
-            return made[-1]
-        factory.slots = pool.slots
-        runner = RolloutRunner(tiny_chat_policy, factory, GREEDY, k=3, concurrency=64)
+        class Recording(EnvFactory):  # the pool's envs, counted; its slots declared
+            slots = pool.slots
+
+            def __call__(self):
+                made.append(pool())
+                return made[-1]
+
+        runner = RolloutRunner(tiny_chat_policy, Recording(), GREEDY, k=3, concurrency=64)
         assert runner.concurrency == 4
         eps = runner.run(range(5))
         peaks = [s["peak"] for s in pool.stats()]

@@ -139,12 +139,21 @@ def test_turngym_rewards_score_the_rollouts_per_turn():
 def test_bad_input_is_one_line():
     with pytest.raises(ValueError, match="unknown env 'turngym/Nope-v0'; turngym envs: .*Calculator-v0"):
         environment_factory("Nope-v0")
-    with pytest.raises(UntypedToolsError, match="Digits-v0 has no typed tools"):
-        environment_factory("Digits-v0")
+    with pytest.raises(UntypedToolsError, match="DelayedEffect-v0 declares no tools"):
+        environment_factory("DelayedEffect-v0")
     with pytest.raises(UntypedToolsError, match="BFCL-v0 cannot be a TRL environment_factory env: its functions differ"):
         environment_factory("BFCL-v0")
     with pytest.raises(ValueError, match="force the start of replies"):
         environment_factory("SearchQA-v0", force_first_search=True, retriever=object())
+
+
+def test_digits_plays_through_its_declared_reply_tool():
+    env = environment_factory("Digits-v0")()
+    env.reset(index=0)
+    env.reply(text="12")
+    env.reply(text="3a")
+    assert env.episode.done and [t.action for t in env.episode.turns] == ["12", "3a"]
+    assert env.episode.outcome["correct"] == pytest.approx(0.75)
 
 
 def test_mathcode_runs_python_in_the_episodes_sandbox():

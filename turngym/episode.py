@@ -223,6 +223,11 @@ class Episode:
     reward_needs: RewardNeeds | None = DEFAULT_REWARD_NEEDS
 
     @property
+    def group_key(self) -> str:
+        """The group this episode is scored in: ``group``, or its own id when it has none (a group of one)."""
+        return self.group or self.id
+
+    @property
     def done(self) -> bool:
         return self.terminated or self.truncated
 
@@ -383,7 +388,7 @@ class EpisodeGroup(Sequence):
         if isinstance(episodes, EpisodeGroup):
             return episodes
         first = episodes[0] if episodes else None
-        return cls(first.group or first.id if first else "", first.task if first else {}, tuple(episodes))
+        return cls(first.group_key if first else "", first.task if first else {}, tuple(episodes))
 
     @property
     def question(self) -> str:
@@ -405,7 +410,7 @@ def group_episodes(episodes: Iterable[Episode]) -> list[EpisodeGroup]:
     """Episodes grouped by ``Episode.group`` (alone when it has none), groups in first-seen order."""
     by_key: dict[str, list[Episode]] = {}
     for ep in episodes:
-        by_key.setdefault(ep.group or ep.id, []).append(ep)
+        by_key.setdefault(ep.group_key, []).append(ep)
     return [EpisodeGroup(key, eps[0].task, tuple(eps)) for key, eps in by_key.items()]
 
 

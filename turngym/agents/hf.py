@@ -16,7 +16,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from turngym.agents.continuous import ContinuousBatcher
-from turngym.agents.policy import Deliver, Feed, Generation, GenerationRequest, PolicyBase, PolicyError, SamplingParams
+from turngym.agents.policy import Deliver, Feed, Generation, GenerationRequest, PolicyBase, PolicyError, Prepare, SamplingParams
 
 
 class _LogprobRecorder(LogitsProcessor):
@@ -163,9 +163,11 @@ class HFPolicy(PolicyBase):
             results.append(gen)
         return results
 
-    def stream(self, feed: Feed, deliver: Deliver, sampling: SamplingParams, max_rows: int) -> int:
+    def stream(self, feed: Feed, deliver: Deliver, sampling: SamplingParams, max_rows: int,
+               prepare: Prepare | None = None) -> int:
         """Continuous batching: decode up to ``max_rows`` requests at once, deliver each as soon as it
-        ends and admit the next one in its place (see :mod:`turngym.agents.continuous`).
+        ends and admit the next one in its place (see :mod:`turngym.agents.continuous`). Each reply is
+        delivered the moment it ends, alone, so ``prepare`` is never needed (accepted for the contract).
         Returns the number of model forward calls."""
         batcher = ContinuousBatcher(self, sampling, max_rows)
         batcher.run(feed, deliver)

@@ -42,7 +42,15 @@ from tenacity import (
 )
 
 from turngym.agents.options import PROMPT_FORMATS, SERVERS  # noqa: F401 - declared where the parsers read them
-from turngym.agents.policy import Generation, GenerationRequest, PolicyBase, PolicyError, SamplingParams, trim_at_stop
+from turngym.agents.policy import (
+    Generation,
+    GenerationRequest,
+    PolicyBase,
+    PolicyError,
+    SamplingParams,
+    restore_stop,
+    trim_at_stop,
+)
 from turngym.envs.base import as_encodable_text
 from turngym.envs.parsing import parse_hermes_tool_calls
 
@@ -274,7 +282,7 @@ class OpenAICompatPolicy(PolicyBase):
     def _failed(self, attempts: int, last: BaseException | None) -> PolicyError:
         return PolicyError(f"server {self.base_url} failed after {attempts} attempts: {last}")
 
-    def stream(self, feed: Any, deliver: Any, sampling: SamplingParams, max_rows: int) -> None:
+    def stream(self, feed: Any, deliver: Any, sampling: SamplingParams, max_rows: int, prepare: Any = None) -> None:
         """The runner's continuous loop over HTTP: up to ``max_rows`` requests in flight at once.
 
         ``feed(free)`` gives up to ``free`` new ``(key, request)`` pairs; ``deliver(key, generation)``
@@ -282,14 +290,15 @@ class OpenAICompatPolicy(PolicyBase):
         between awaits of the event loop (the runner's state is never shared between threads; the
         requests in flight keep going on the server meanwhile, as the static runner's replies wait
         while it steps envs); a slot is refilled as soon as its reply is delivered (back-pressure:
-        never more than ``max_rows`` requests open). A request that fails for good raises its
+        never more than ``max_rows`` requests open). Replies that landed together go to ``prepare`` (where
+        given) before any is delivered. A request that fails for good raises its
         :class:`PolicyError` here, after the requests in flight are cancelled."""
         if max_rows < 1:
             raise ValueError("max_rows must be >= 1")
         self.server_kind  # noqa: B018 - asked once, before the loop (a blocking GET)
-        asyncio.run(self._stream(feed, deliver, sampling, max_rows))
+        asyncio.run(self._stream(feed, deliver, sampling, max_rows, prepare))
 
-    async def _stream(self, feed: Any, deliver: Any, sampling: SamplingParams, max_rows: int) -> None:
+    async def _stream(self, feed: Any, deliver: Any, sampling: SamplingParams, max_rows: int, prepare: Any) -> None:
         # aiohttp, not httpx: httpx's async pool spends time quadratic in its open connections, so it
         # served 8x fewer requests/s at 64 in flight (benchmarks/inflight.py)
         import aiohttp
@@ -314,7 +323,6 @@ class OpenAICompatPolicy(PolicyBase):
             task.add_done_callback(finished.put_nowait)
             inflight.add(task)
 
-        prepare = getattr(deliver, "prepare", None)  # the runner's: remote env steps sent together
         try:
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=max_rows), headers=headers,
                                              timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as client:
@@ -364,26 +372,6 @@ def server_settings(options: dict[str, str]) -> dict[str, str]:
     """The server options that differ from the defaults, for a run's stored settings: a run written before
     the options existed (defaults then) resumes under the defaults."""
     return {k: v for k, v in options.items() if v != {"server": "auto", "prompt_format": "chat"}[k]}
-
-
-def restore_stop(text: str, stop: Sequence[str]) -> str:
-    """The text with the stop string a spec-following server dropped put back.
-
-    Only where the text itself shows which one fired: a closing tag ``</x>`` whose opening
-    ``<x>`` is the last tag left open. Text that already holds a stop string, or that names
-    no open tag, is returned unchanged (an action without its closing tag fails to parse,
-    which the env reports).
-    """
-    if any(s and s in text for s in stop):
-        return text
-    best, best_pos = None, -1
-    for s in stop:
-        if s.startswith("</") and s.endswith(">"):
-            opener = "<" + s[2:]
-            pos = text.rfind(opener)
-            if pos > best_pos and s not in text[pos:]:
-                best, best_pos = s, pos
-    return text + best if best is not None else text
 
 
 def _ids_and_logprobs(lp: dict[str, Any] | None) -> tuple[list[int] | None, list[float] | None]:

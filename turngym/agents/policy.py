@@ -66,6 +66,9 @@ class PolicyError(RuntimeError):
 Feed = Callable[[int], list[tuple[Hashable, GenerationRequest]]]
 # deliver(key, generation) -> the same key's next request, or None when that key is done
 Deliver = Callable[[Hashable, Generation], GenerationRequest | None]
+# prepare(replies): the (key, generation) pairs that landed together, before any is delivered (the runner announces
+# their env steps, so remote envs get them in one round of messages)
+Prepare = Callable[[Sequence[tuple[Hashable, Generation]]], None]
 
 
 @runtime_checkable
@@ -96,9 +99,11 @@ class Policy(Protocol):
         """Continue every request in one batched call; results in request order."""
         ...
 
-    def stream(self, feed: Feed, deliver: Deliver, sampling: SamplingParams, max_rows: int) -> Any:
+    def stream(self, feed: Feed, deliver: Deliver, sampling: SamplingParams, max_rows: int,
+               prepare: Prepare | None = None) -> Any:
         """Decode up to ``max_rows`` requests at once, ``deliver`` each reply as it ends and take the next
-        request in its place, until ``feed`` and every delivered key give no more."""
+        request in its place, until ``feed`` and every delivered key give no more. Replies that land together
+        are first handed to ``prepare`` (where given), all of them, before any is delivered."""
         ...
 
 
@@ -120,7 +125,8 @@ class PolicyBase:
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
         raise NotImplementedError(f"{type(self).__name__} implements no generate()")
 
-    def stream(self, feed: Feed, deliver: Deliver, sampling: SamplingParams, max_rows: int) -> Any:
+    def stream(self, feed: Feed, deliver: Deliver, sampling: SamplingParams, max_rows: int,
+               prepare: Prepare | None = None) -> Any:
         raise PolicyError(f"{type(self).__name__} declares no stream (supports_stream=False): use batching='static'")
 
 
@@ -137,3 +143,23 @@ def trim_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     if best < 0:
         return text, False
     return text[: best + len(best_stop)], True
+
+
+def restore_stop(text: str, stop: Sequence[str]) -> str:
+    """The text with the stop string a spec-following server dropped put back.
+
+    Only where the text itself shows which one fired: a closing tag ``</x>`` whose opening
+    ``<x>`` is the last tag left open. Text that already holds a stop string, or that names
+    no open tag, is returned unchanged (an action without its closing tag fails to parse,
+    which the env reports).
+    """
+    if any(s and s in text for s in stop):
+        return text
+    best, best_pos = None, -1
+    for s in stop:
+        if s.startswith("</") and s.endswith(">"):
+            opener = "<" + s[2:]
+            pos = text.rfind(opener)
+            if pos > best_pos and s not in text[pos:]:
+                best, best_pos = s, pos
+    return text + best if best is not None else text

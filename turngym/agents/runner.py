@@ -28,11 +28,12 @@ from typing import Any
 
 from turngym._version import __version__ as _VERSION
 from turngym.agents.batched_writes import sink
-from turngym.agents.checker import check_policy
+from turngym.agents.checker import check_env_factory, check_env_handle, check_policy
+from turngym.agents.env_handle import EnvFactory, EnvHandle, env_factory
 from turngym.agents.options import BATCHING
 from turngym.agents.policy import Generation, GenerationRequest, Policy, PolicyError, SamplingParams
 from turngym.agents.tokenization import ChatTemplateError, ConversationTokenizer, plain_prompt, tokenizer_fingerprint
-from turngym.envs.base import TextEnv, restore
+from turngym.envs.base import restore
 from turngym.envs.reader import written_ids
 from turngym.episode import Episode, EpisodeWriter
 
@@ -63,7 +64,7 @@ class RolloutTask:
 
 @dataclass
 class _Slot:
-    env: TextEnv
+    env: EnvHandle
     episode: Episode
     ids: list[int] | None
     started: float
@@ -83,10 +84,11 @@ def derive_seed(base_seed: int, *parts: Any) -> int:
 
 @dataclass
 class RolloutRunner:
-    """Play tasks with a policy; ``env_factory`` makes one fresh env per concurrent slot."""
+    """Play tasks with a policy; ``env_factory`` makes one fresh env handle per concurrent slot (an
+    :class:`~turngym.agents.env_handle.EnvFactory`, or a plain callable making in-process envs)."""
 
     policy: Policy
-    env_factory: Callable[[], Any]
+    env_factory: EnvFactory | Callable[[], EnvHandle]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     k: int = 1
     concurrency: int = 8
@@ -111,9 +113,10 @@ class RolloutRunner:
     def __post_init__(self) -> None:
         if self.k < 1 or self.concurrency < 1:
             raise ValueError("k and concurrency must be >= 1")
-        slots = getattr(self.env_factory, "slots", None)  # a pool of remote envs (turngym.integrations.ray_pool)
-        if slots is not None:  # back-pressure: never more live episodes than the pool holds envs
-            self.concurrency = min(self.concurrency, int(slots))
+        self.env_factory = env_factory(self.env_factory)
+        check_env_factory(self.env_factory)
+        if self.env_factory.slots is not None:  # back-pressure: never more live episodes than the pool holds envs
+            self.concurrency = min(self.concurrency, self.env_factory.slots)
         if self.batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
         check_policy(self.policy)  # the declaration is what the runner reads below: refuse one that lies
@@ -218,9 +221,7 @@ class RolloutRunner:
             """Replies that landed together: remote envs get all their steps before any is awaited."""
             for key, gen in replies:
                 slot = slots[key]
-                submit = getattr(slot.env, "submit_step", None)
-                if submit is not None:
-                    submit((slot.prefill[0] if slot.prefill else "") + gen.text)
+                slot.env.unwrapped.submit_step((slot.prefill[0] if slot.prefill else "") + gen.text)
 
         def deliver(key: str, gen: Generation) -> GenerationRequest | None:
             slot = slots[key]
@@ -234,8 +235,7 @@ class RolloutRunner:
                 finish(slot)
             return req
 
-        deliver.prepare = prepare  # type: ignore[attr-defined] - a stream may announce replies that landed together
-        self.policy.stream(feed, deliver, self._sampling_for(self._env_stop()), self.concurrency)
+        self.policy.stream(feed, deliver, self._sampling_for(self._env_stop()), self.concurrency, prepare=prepare)
 
     def _env_stop(self) -> tuple[str, ...]:
         env = self._env()
@@ -265,6 +265,7 @@ class RolloutRunner:
 
     def _jobs(self, tasks: Sequence[RolloutTask], skip: set[str]) -> Iterator[tuple[RolloutTask, int, str]]:
         probe = self._env()
+        check_env_handle(probe)  # the members read below and on every slot: refuse an env that lacks one
         env_id = probe.unwrapped.env_name
         self._free_envs.append(probe)
         if probe.unwrapped.prefills and self.tokens is None:
@@ -302,14 +303,14 @@ class RolloutRunner:
         return derive_seed(self.seed, group, k), options
 
     def _start_many(self, jobs: Sequence[tuple[RolloutTask, int, str]]) -> list[_Slot]:
-        """Slots for several jobs; remote envs (``submit_reset``) get all their resets before any is awaited."""
+        """Slots for several jobs; every reset is announced (``submit_reset``) before any is awaited, so remote envs
+        get them in one round of messages."""
         envs: list[Any] = []
         for task, k, group in jobs:
             env = None if task.branch is not None else self._env()
-            submit = getattr(env, "submit_reset", None)
-            if submit is not None:
+            if env is not None:
                 seed, options = self._reset_args(task, k, group)
-                submit(seed=seed, options=options)
+                env.unwrapped.submit_reset(seed=seed, options=options)
             envs.append(env)
         return [self._start(*job, env=env) for job, env in zip(jobs, envs, strict=True)]
 
@@ -433,9 +434,7 @@ class RolloutRunner:
         gens = self._generate_once(self._requests(runnable), sampling)
         gen_ms = (time.perf_counter() - start) * 1000.0
         for slot, gen in zip(runnable, gens, strict=True):  # remote envs: every step sent before any is awaited
-            submit = getattr(slot.env, "submit_step", None)
-            if submit is not None:
-                submit((slot.prefill[0] if slot.prefill else "") + gen.text)
+            slot.env.unwrapped.submit_step((slot.prefill[0] if slot.prefill else "") + gen.text)
         results = [self._step(slot, gen, gen_ms) for slot, gen in zip(runnable, gens, strict=True)]
         ended.extend(slot for slot, is_done in zip(runnable, results, strict=True) if is_done)
         return ended

@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from turngym.envs.tools import EnvTool
 from turngym.episode import Episode, RewardNeeds, Turn, json_copy, plain_json, utf8_encodable
 from turngym.truth import TruthValue, check_declared
 
@@ -150,6 +151,9 @@ class TextEnv(gym.Env):
     outcome_metric: str | None = "correct"
     # task fields that hold labels: kept in the Episode record for graders, never put in ``info``
     gold_keys: tuple[str, ...] = ("answers", "answer", "golden_answers", "final_answer", "solution", "ground_truth")
+    # why the env declares no tools although its actions call some (BFCL: each entry brings its own functions);
+    # None where it declares them (declared_tools) or has none
+    static_tools_absent: str | None = None
 
     def __init__(self, max_turns: int = 8, render_mode: str | None = None):
         if max_turns < 1:
@@ -187,6 +191,11 @@ class TextEnv(gym.Env):
     def make_tools(self, task: dict[str, Any]) -> list[dict[str, Any]] | None:
         """Tool schemas for a chat template's ``tools=`` (native tool calling), or None."""
         return None
+
+    def declared_tools(self) -> tuple[EnvTool, ...]:
+        """The env's tools for stacks that call tools by name (``turngym.envs.tools``): each one's typed
+        parameters, how a call becomes this env's action, and which call ends the episode. () for none."""
+        return ()
 
     def reply_prefill(self) -> str:
         """Text the agent's next reply must start with ('' for none), e.g. an opened tool call that
@@ -352,6 +361,15 @@ class TextEnv(gym.Env):
         ep.meta["truncation"] = reason
         ep.outcome = self._safe_grade(ep)
         self.on_close_episode()
+
+    def submit_reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """Announce the next ``reset`` (the env handle's batched form, ``turngym.agents.env_handle``): an env in
+        this process answers ``reset`` at once, so there is nothing to send ahead."""
+        return None
+
+    def submit_step(self, action: str) -> None:
+        """Announce the next ``step(action)`` (the batched form); in process, nothing to send ahead."""
+        return None
 
     def anchor_state(self, episode: Episode, t: int) -> str:
         """GiGPO's anchor state of turn ``t``: a key equal for turns that start from the same env state.

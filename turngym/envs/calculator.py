@@ -16,13 +16,14 @@ import numpy as np
 
 from turngym.envs.base import ActionResult, TextEnv
 from turngym.envs.parsing import parse_tag_calls
+from turngym.envs.tools import EnvTool, ToolParam, tag_action
 from turngym.episode import RewardNeeds
 
 NUM_ITEMS = 10_000
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 
 SYSTEM = (
-    "You solve arithmetic problems. To compute, write <calc>expression</calc> and wait "
+    "You solve arithmetic problems. To compute, write <{tag}>expression</{tag}> and wait "
     "for the result. When you know the answer, write <answer>number</answer>."
 )
 
@@ -75,6 +76,7 @@ class CalculatorEnv(TextEnv):
     env_name = "turngym/Calculator-v0"
     dataset_name = "calculator"
     observation_role = None
+    calc_tag = "calc"  # the calculator's tag: its prompt, stop string, parser and declared tool all read it
     stop = ("</calc>", "</answer>")
     reward_needs = RewardNeeds(answer_kind="qa_text", answer_cue="answer_tag", tool_ok_metrics=("tool_ok",))
     # the calculation ran; also the metric toolcall_dense reads, so credit against it is circular for that reward
@@ -85,9 +87,18 @@ class CalculatorEnv(TextEnv):
         if prompt_style not in self.prompt_styles:
             raise ValueError(f"prompt_style must be 'chat' or 'base', got {prompt_style!r}")
         self.prompt_style = prompt_style
+        self.stop = (f"</{self.calc_tag}>", "</answer>")
 
     def num_items(self) -> int:
         return NUM_ITEMS
+
+    def declared_tools(self) -> tuple[EnvTool, ...]:
+        return (EnvTool("calculator", "Evaluate an arithmetic expression over numbers with + - * / and parentheses.",
+                        (ToolParam("expression", str, 'The expression to evaluate, for example "84 * 63 + 51".'),),
+                        tag_action(self.calc_tag, "expression")),
+                EnvTool("answer", "Give the final answer to the question; this ends the episode.",
+                        (ToolParam("answer", str, "The final answer, a number."),), tag_action("answer", "answer"),
+                        ends_episode=True))
 
     def get_item(self, index: int) -> dict[str, Any]:
         a, b, c = _operands(index)
@@ -96,12 +107,13 @@ class CalculatorEnv(TextEnv):
                 "question": question, "answers": [str(a * b + c)]}
 
     def make_prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        system = SYSTEM.format(tag=self.calc_tag)
         if self.prompt_style == "base":
-            return [{"role": "user", "content": f"{SYSTEM}\n\nQuestion: {task['question']}\nAnswer:"}]
-        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task["question"]}]
+            return [{"role": "user", "content": f"{system}\n\nQuestion: {task['question']}\nAnswer:"}]
+        return [{"role": "system", "content": system}, {"role": "user", "content": task["question"]}]
 
     def act(self, action: str) -> ActionResult:
-        parsed = parse_tag_calls(action, tags=("calc", "answer"))
+        parsed = parse_tag_calls(action, tags=(self.calc_tag, "answer"))
         if parsed.error:
             return ActionResult(
                 observation=f"\n<error>{parsed.error}</error>\n", parse_error=parsed.error,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from turngym.envs.base import ActionResult, TextEnv
+from turngym.envs.tools import EnvTool, ToolParam
 from turngym.episode import RewardNeeds
 
 PROMPT = "Reply with digits only. Turn {turn}:"
@@ -32,6 +33,10 @@ class DigitsEnv(TextEnv):
 
     def num_items(self) -> int:
         return 1000
+
+    def declared_tools(self) -> tuple[EnvTool, ...]:
+        return (EnvTool("reply", "Send this turn's reply; the episode ends after its last turn.",
+                        (ToolParam("text", str, "The reply, digits only."),), lambda args: args["text"]),)
 
     def get_item(self, index: int) -> dict[str, Any]:
         return {"dataset": "digits", "split": "train", "index": index, "id": f"digits-{index}",

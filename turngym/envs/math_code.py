@@ -17,6 +17,7 @@ from typing import Any
 from turngym.corpora.datasets import Dataset, load_dataset
 from turngym.envs.base import ActionResult, TextEnv
 from turngym.envs.parsing import parse_code_blocks
+from turngym.envs.tools import EnvTool, ToolParam
 from turngym.episode import RewardNeeds
 from turngym.grading.math_answers import default_grader, extract_boxed, grade_answer
 from turngym.sandbox.base import CodeSandbox, CodeSession, SandboxLimits
@@ -88,6 +89,15 @@ class MathCodeEnv(TextEnv):
 
     def get_item(self, index: int) -> dict[str, Any]:
         return dict(self.data[index])
+
+    def declared_tools(self) -> tuple[EnvTool, ...]:
+        return (EnvTool("run_python", "Run Python code in a sandboxed interpreter; variables persist between calls. "
+                        "Returns what it printed.", (ToolParam("code", str, "The Python code to run."),),
+                        lambda args: f"```python\n{args['code']}\n```"),
+                EnvTool("answer", "Give the final answer to the problem; this ends the episode.",
+                        (ToolParam("answer", str, "The final answer, as a LaTeX expression (what would go inside "
+                                                  "\\boxed{})."),),
+                        lambda args: f"\\boxed{{{args['answer']}}}", ends_episode=True))
 
     def make_prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
         if self.prompt_style == "base":

@@ -40,6 +40,7 @@ from turngym.corpora.datasets import QA_DATASETS, Dataset, load_dataset
 from turngym.corpora.lucene import Hit, RetrieverError
 from turngym.envs.base import ActionResult, TextEnv
 from turngym.envs.parsing import MAX_INPUT_CHARS, parse_hermes_tool_calls, tag_spans
+from turngym.envs.tools import EnvTool, ToolParam, hermes_action, tag_action
 from turngym.episode import RewardNeeds
 from turngym.grading.qa import any_contains_gold, contains_gold, exact_match, f1_score, normalized_golds
 
@@ -270,6 +271,14 @@ class SearchQAEnv(TextEnv):
 
     def make_tools(self, task: dict[str, Any]) -> list[dict[str, Any]] | None:
         return [copy.deepcopy(SEARCH_TOOL)] if self.tool_format == "native" else None
+
+    def declared_tools(self) -> tuple[EnvTool, ...]:
+        search = hermes_action("search") if self.tool_format == "native" else tag_action("search", "query")
+        return (EnvTool("search", SEARCH_TOOL["function"]["description"],
+                        (ToolParam("query", str, "The search query."),), search),
+                EnvTool("answer", "Give the final answer to the question; this ends the episode.",
+                        (ToolParam("answer", str, "The final answer, a short phrase."),), tag_action("answer", "answer"),
+                        ends_episode=True))
 
     def reply_prefill(self) -> str:
         """With ``force_first_search``, the first reply starts as an opened search call."""

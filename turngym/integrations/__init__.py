@@ -1,4 +1,3 @@
-"""turngym envs reached from other stacks: OpenEnv servers and clients (:mod:`.openenv`, the
-``[openenv]`` extra), verifiers environments (:mod:`.verifiers_env`, the ``[verifiers]`` extra) and
-lm-eval tasks played as turngym episodes (:mod:`.lm_eval_bridge`, the ``[lm-eval]`` extra).
+"""Outward adapters: turngym envs and episodes in other stacks (OpenEnv servers, TRL, SkyRL, verifiers, lm-eval),
+a stage above training (``tests/test_layers.py``). What they do at a rollout's edges is shared (:mod:`.edges`).
 A module here imports its stack's package, so turngym itself never needs it."""

@@ -35,9 +35,10 @@ from typing import Any
 
 import yaml
 
-from turngym.agents.policy import Generation, GenerationRequest, PolicyBase, SamplingParams, trim_at_stop
+from turngym.agents.policy import Generation, GenerationRequest, PolicyBase, SamplingParams
 from turngym.agents.tokenization import plain_prompt
 from turngym.envs.bfcl.categories import CONVERSATION_CATEGORIES
+from turngym.integrations.edges import reply_action
 
 
 def _dataset_items(dataset: str) -> tuple[list[dict[str, Any]], str | None]:
@@ -221,7 +222,8 @@ class LMEvalPolicy(PolicyBase):
                 gen["temperature"] = sampling.temperature
             insts.append(Instance(request_type="generate_until", doc={}, arguments=(context, gen), idx=i))
         texts = self.lm.generate_until(insts)
-        return [Generation(text=trim_at_stop(t + _stop_restored(t, sampling.stop), sampling.stop)[0]) for t in texts]
+        # lm-eval backends drop the stop string they stopped at and do not say why they stopped
+        return [Generation(text=reply_action(t, None, sampling.stop)) for t in texts]
 
 
 def _render(messages: list[dict[str, str]]) -> str:
@@ -239,15 +241,6 @@ def _transcript(episode: Any) -> str:
         if turn.observation:
             parts.append(turn.observation)
     return "\n".join(parts)
-
-
-def _stop_restored(text: str, stop: Sequence[str]) -> str:
-    """lm-eval backends drop the stop string they stopped at; give back a closing tag whose
-    opening tag is left open in ``text`` (e.g. ``</search>``), so the env can parse the call."""
-    for s in stop:
-        if s.startswith("</") and s.endswith(">") and text.rfind("<" + s[2:]) > text.rfind(s):
-            return s
-    return ""
 
 
 def make_turngym_lm_class():

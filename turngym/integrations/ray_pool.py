@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from turngym.agents.env_handle import EnvFactory
 from turngym.episode import Episode, Turn, reward_view
 from turngym.extras import require
 
@@ -240,8 +241,9 @@ class Worker:
 
 
 @dataclass
-class RayEnvPool:
-    """``workers`` actors with ``envs_per_worker`` envs each; :meth:`env` is the runner's env factory."""
+class RayEnvPool(EnvFactory):
+    """``workers`` actors with ``envs_per_worker`` envs each; :meth:`env` is the runner's env factory (a declared
+    :class:`~turngym.agents.env_handle.EnvFactory`: ``slots``, ``shutdown``)."""
 
     env_id: str | Callable[..., Any]  # a registered env id, or a class / function making the env from env_kwargs
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -404,9 +406,10 @@ class RayEnvPool:
 
 
 class RemoteEnv:
-    """One env slot on a pool actor, as the runner sees an env: ``reset``, ``step``, ``unwrapped`` and the
-    env's attributes, with ``episode`` a local copy. ``submit_step`` sends a step without waiting, so the
-    runner's static path steps all its envs in one round of messages."""
+    """One env slot on a pool actor, as the runner sees an env: an env handle (``turngym.agents.env_handle``:
+    ``reset``, ``step``, ``close``, and as ``unwrapped`` itself, with the env's declared attributes and ``episode``
+    a local copy). ``submit_reset`` / ``submit_step`` queue a call without waiting, so the runner steps all its
+    envs in one round of messages."""
 
     def __init__(self, pool: RayEnvPool, worker: Worker, slot: int):
         self.pool, self.worker, self.slot = pool, worker, slot

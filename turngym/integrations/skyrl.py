@@ -30,8 +30,11 @@ require("the SkyRL integration")
 
 import skyrl_gym  # noqa: E402 - after the extra check, so a missing skyrl-gym is one message
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput  # noqa: E402
+from skyrl_gym.tools.core import ToolGroup, tool  # noqa: E402
 
-from turngym.episode import Episode, reward_view  # noqa: E402
+from turngym.envs.tools import EnvTool  # noqa: E402
+from turngym.episode import Episode  # noqa: E402
+from turngym.integrations.edges import score_groups  # noqa: E402
 from turngym.integrations.envs import full_env_id, make_turngym_env  # noqa: E402
 
 # row (SkyRL's env_extras) fields that choose the episode; SkyRL's own (reward_spec, extra_info, ...) are ignored
@@ -43,6 +46,24 @@ def _options(extras: Mapping[str, Any]) -> tuple[int | None, dict[str, Any]]:
     merged = {**info, **extras}  # a top-level field wins over the same one in extra_info
     options = {k: merged[k] for k in OPTION_KEYS if merged.get(k) is not None}
     return merged.get("seed"), options
+
+
+TOOL_GROUP = "turngym"  # the SkyRL tool group holding an env's declared tools
+
+
+def tool_group(tools: Sequence[EnvTool]) -> ToolGroup:
+    """A SkyRL ``ToolGroup`` named ``turngym`` with one tool per declared env tool; calling one with the call's
+    arguments gives the env's action text (the env itself runs the tool when stepped with it)."""
+
+    def one(t: EnvTool) -> tool:
+        def run(group: ToolGroup, arguments: Mapping[str, Any]) -> str:
+            return t.to_action(arguments)
+
+        run.__name__ = t.name
+        return tool(run)
+
+    cls = type("TurngymTools", (ToolGroup,), {t.name: one(t) for t in tools})
+    return cls(TOOL_GROUP)
 
 
 class TurngymSkyRLEnv(BaseTextEnv):
@@ -64,6 +85,12 @@ class TurngymSkyRLEnv(BaseTextEnv):
         self.raw = self.env.unwrapped
         self.max_turns = self.raw.max_turns
         self.seed, self.options = _options(extras)
+        self.init_tool_groups([tool_group(self.raw.declared_tools())])
+
+    def tool_action(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """The env's action for a call of its declared tool ``name`` (through SkyRL's tool group ``turngym``):
+        pass it to :meth:`step`."""
+        return self._execute_tool(TOOL_GROUP, name, [arguments])
 
     @property
     def episode(self) -> Episode | None:
@@ -75,6 +102,7 @@ class TurngymSkyRLEnv(BaseTextEnv):
         self.turns = 0
         ep = self.raw.episode
         return copy.deepcopy(ep.prompt), {"episode_id": ep.id, "task": info["task"], "tools": copy.deepcopy(ep.tools),
+                                          "env_tools": [t.schema() for t in self.raw.declared_tools()],
                                           "stop": list(self.raw.stop)}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
@@ -167,21 +195,10 @@ def token_level_advantages(episode: Episode, per_turn: Sequence[float]) -> list[
 
 def group_scores(episodes: Sequence[Episode], reward: str | Any = "outcome", estimator: str | None = None,
                  **estimator_kwargs: Any) -> tuple[list[list[float]], list[list[float]]]:
-    """A group's per-turn rewards (a turngym reward's ``score_group``) and advantages (its estimator, or
-    ``estimator`` from turngym's registry)."""
-    from turngym.rewards import get_reward
-    from turngym.training.advantages import get_estimator
-
-    scorer = get_reward(reward) if isinstance(reward, str) else reward
-    rewards = scorer.score_group(reward_view(list(episodes))).rewards
-    spec = get_estimator(estimator or scorer.estimator)
-    missing = sorted(spec.needs - {"rewards"} - {"states" if "states" in estimator_kwargs else "", "branches" if "mc" in
-                                                  estimator_kwargs else ""})
-    if missing:  # gigpo without states would silently be its episode term, egpo its base, vine nothing
-        raise ValueError(f"estimator {spec.name!r} needs {', '.join(missing)} beyond the rewards, which group_scores "
-                         "does not have; pass states=/mc= or name an estimator that rewards alone determine")
-    advantages = spec(rewards, **estimator_kwargs)
-    return [list(map(float, r)) for r in rewards], [list(map(float, a)) for a in advantages]
+    """A group's per-turn rewards (a turngym reward's ``score_group``) and advantages (its declared estimator, or
+    ``estimator`` from turngym's registry), through :func:`turngym.integrations.edges.score_groups`."""
+    scores = score_groups(reward, episodes, estimator, **estimator_kwargs)
+    return scores.rewards, scores.advantages
 
 
 def generator_output(episodes: Sequence[Episode], per_turn_rewards: Sequence[Sequence[float]]) -> dict[str, Any]:

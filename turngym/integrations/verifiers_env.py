@@ -30,9 +30,8 @@ if not hasattr(vf, "MultiTurnEnv"):
                       f"extra); verifiers {vf.__version__} has only its v1 API: use turngym.integrations.verifiers_v1 "
                       "(vf-eval turngym-taskset, docs/verifiers.md)")
 
-from turngym.agents.openai_compat import restore_stop
-from turngym.agents.policy import trim_at_stop
-from turngym.episode import Episode, reward_view
+from turngym.episode import Episode
+from turngym.integrations.edges import check_indices, probe, reply_action, score_groups
 from turngym.integrations.envs import full_env_id, make_turngym_env
 from turngym.rewards import GroupReward, get_reward
 
@@ -109,7 +108,8 @@ def message_text(message: Any) -> str:
 
 
 class TurngymRubric(vf.Rubric):
-    """Scores a group of rollouts with one turngym reward. Errors propagate (verifiers' own reward
+    """Scores a group of rollouts with one turngym reward, and gives each turn the advantage of the reward's
+    declared estimator (:func:`turngym.integrations.edges.score_groups`). Errors propagate (verifiers' own reward
     functions would score a raising function 0, hiding a broken reward)."""
 
     def __init__(self, reward: GroupReward):
@@ -123,18 +123,17 @@ class TurngymRubric(vf.Rubric):
         if not states:
             return
         episodes: list[Episode] = [s[EPISODE_KEY] for s in states]
-        scores = self.reward.score_group(reward_view(episodes))
-        totals = scores.totals()
-        mean = sum(totals) / len(totals)
+        scores = score_groups(self.reward, episodes)
         name = f"turngym_{self.reward.name}"
-        for state, per_turn, total in zip(states, scores.rewards, totals, strict=True):
+        for state, per_turn, advantages, total in zip(states, scores.rewards, scores.advantages, scores.totals,
+                                                      strict=True):
             state["reward"] = total
-            state["advantage"] = total - mean
+            state["advantage"] = advantages[0] if advantages else 0.0  # the first turn's: the whole episode's credit
             state["metrics"] = {name: total}
             steps = state["trajectory"]
-            if len(steps) == len(per_turn):  # one verifiers step per turngym turn: per-turn rewards
-                for step, r in zip(steps, per_turn, strict=True):
-                    step["reward"] = r
+            if len(steps) == len(per_turn):  # one verifiers step per turngym turn: per-turn rewards and advantages
+                for step, r, a in zip(steps, per_turn, advantages, strict=True):
+                    step["reward"], step["advantage"] = r, a
             for step in steps:
                 if step["reward"] is None:
                     step["reward"] = total
@@ -156,26 +155,19 @@ class TurngymVerifiersEnv(vf.MultiTurnEnv):
                  indices: Sequence[int], load_args: dict[str, Any] | None = None, **kwargs: Any):
         self.turngym_env_id = full_env_id(env_id)
         self.env_kwargs = dict(env_kwargs)
-        probe = make_turngym_env(self.turngym_env_id, **self.env_kwargs)
-        try:
-            raw = probe.unwrapped
+        with probe(self.turngym_env_id, **self.env_kwargs) as raw:
             if raw.observation_role not in (None, "user"):
                 raise ValueError(f"{self.turngym_env_id} answers as {raw.observation_role!r} messages; this integration "
                                  "sends observations as user messages (tool messages need native tool calls)")
             self.stop = tuple(raw.stop)
-            n = raw.num_items()
             rows = []
-            for i in indices:
-                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
-                    raise ValueError(f"index {i!r} is out of range: {self.turngym_env_id} has {n} items")
-                probe.reset(options={"index": i})
+            for i in check_indices(indices, raw.num_items(), self.turngym_env_id):
+                raw.reset(options={"index": i})
                 ep = raw.episode
                 if ep.tools:
                     raise ValueError(f"{self.turngym_env_id} item {i} uses native tool calling; this integration plays "
                                      "text-protocol envs (build the env with its text tool format)")
                 rows.append({"prompt": copy.deepcopy(ep.prompt), "answer": "", "info": {"index": i}})
-        finally:
-            probe.close()
         dataset = Dataset.from_list(rows)
         sampling = {"stop": list(self.stop)} if self.stop else {}
         # verifiers' env server rebuilds the env in a worker process as
@@ -206,12 +198,7 @@ class TurngymVerifiersEnv(vf.MultiTurnEnv):
         ended the reply (``finish_reason`` "stop", or None: it did not say), the rule ``turngym eval`` uses
         for a server that does not name the stop string (verifiers' replies carry no vLLM ``stop_reason``):
         a reply cut at the token limit keeps its tag open, and the env reports it unparsed."""
-        text = message_text(message)
-        if self.stop:
-            if (finish_reason or "stop") == "stop":
-                text = restore_stop(text, self.stop)
-            text, _ = trim_at_stop(text, self.stop)
-        return text
+        return reply_action(message_text(message), finish_reason, self.stop)
 
     async def env_response(self, messages: vf.Messages, state: vf.State, **kwargs: Any) -> vf.Messages:
         env = state[ENV_KEY]
@@ -248,11 +235,8 @@ def load_environment(env_id: str = "Calculator-v0", reward: str = "outcome", rew
     if indices is not None and num_examples is not None:
         raise ValueError("pass either indices or num_examples, not both")
     scorer = get_reward(reward, **(reward_config or {}))
-    probe = make_turngym_env(env_id, **env_kwargs)  # made now, whatever the indices: an env that cannot serve fails here
-    try:
-        n = probe.unwrapped.num_items()
-    finally:
-        probe.close()
+    with probe(env_id, **env_kwargs) as raw:  # made now, whatever the indices: an env that cannot serve fails here
+        n = raw.num_items()
     if indices is None:
         indices = range(n if num_examples is None else min(num_examples, n))
     load_args = {"turngym_env": full_env_id(env_id), "reward": reward, "reward_config": reward_config,

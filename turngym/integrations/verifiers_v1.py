@@ -25,9 +25,8 @@ from typing import Any
 import verifiers.v1 as vf
 from pydantic import Field
 
-from turngym.agents.openai_compat import restore_stop
-from turngym.agents.policy import trim_at_stop
-from turngym.episode import Episode, reward_view
+from turngym.episode import Episode
+from turngym.integrations.edges import check_indices, probe, reply_action, score_groups
 from turngym.integrations.envs import full_env_id, make_turngym_env
 from turngym.rewards.base import reward_class
 
@@ -66,22 +65,15 @@ class TurngymTaskset(vf.Taskset[TurngymTask, TurngymTasksetConfig]):
         if not reward_class(config.reward).scores_single_episodes:  # each trace is scored alone: a group of one
             raise ValueError(f"reward {config.reward!r} scores groups only (its baseline is the group's); a verifiers "
                              "trace is scored alone, so name a reward that scores single episodes (e.g. outcome, funrl)")
-        probe = make_turngym_env(env_id, **config.env_kwargs)  # unknown ids and bad arguments fail here
-        try:
-            raw = probe.unwrapped
+        with probe(env_id, **config.env_kwargs) as raw:  # unknown ids and bad arguments fail here
             if raw.observation_role not in (None, "user"):
                 raise ValueError(f"{env_id} answers as {raw.observation_role!r} messages; this integration sends "
                                  "observations as user messages")
             n = raw.num_items()
             if config.indices is not None:
-                bad = [i for i in config.indices if not 0 <= i < n]
-                if bad:
-                    raise ValueError(f"index {bad[0]} is out of range: {env_id} has {n} items")
-                indices = list(config.indices)
+                indices = check_indices(config.indices, n, env_id)
             else:
                 indices = list(range(n if config.num_examples is None else min(config.num_examples, n)))
-        finally:
-            probe.close()
         for index in indices:
             yield TurngymTask(TurngymTaskData(name=f"{env_id}#{index}", prompt=None, env_id=env_id, index=index,
                                               env_kwargs=dict(config.env_kwargs), reward=config.reward,
@@ -95,19 +87,8 @@ class TurngymEnvConfig(vf.EnvConfig):
     subprocess (``--env.player.runtime.type`` picks another runtime)."""
 
 
-def reply_action(text: str, finish_reason: str | None, stop: tuple[str, ...]) -> str:
-    """The turngym action for a model reply (see :meth:`.verifiers_env.TurngymVerifiersEnv.action_of`)."""
-    if stop:
-        if (finish_reason or "stop") == "stop":
-            text = restore_stop(text, stop)
-        text, _ = trim_at_stop(text, stop)
-    return text
-
-
 class TurngymEnv(vf.Env[TurngymEnvConfig]):
     async def run(self, task, agents):
-        from turngym.rewards import get_reward
-
         data: TurngymTaskData = task.data
         env = make_turngym_env(data.env_id, **data.env_kwargs)
         raw = env.unwrapped
@@ -133,9 +114,11 @@ class TurngymEnv(vf.Env[TurngymEnvConfig]):
         finally:
             env.close()
         trace = interaction.trace
-        scores = get_reward(data.reward, **data.reward_config).score_group(reward_view([episode]))
+        from turngym.rewards import get_reward
+
+        scores = score_groups(get_reward(data.reward, **data.reward_config), [episode])
         trace.info[RECORD_KEY] = episode.to_dict()
-        trace.record_reward(f"turngym_{data.reward}", scores.totals()[0])
+        trace.record_reward(f"turngym_{data.reward}", scores.totals[0])
         for t, r in enumerate(scores.rewards[0]):
             trace.record_metric(f"turngym_turn_{t}", r)
 

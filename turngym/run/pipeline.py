@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -21,6 +21,7 @@ from turngym.run.lock import RunError, validate_run_args
 from turngym.sandbox.base import SandboxError
 
 if TYPE_CHECKING:
+    from turngym.agents.env_handle import EnvFactory
     from turngym.agents.policy import Policy
     from turngym.agents.runner import RolloutRunner, RolloutTask
     from turngym.envs.base import TextEnv
@@ -261,13 +262,15 @@ def styled_env_kwargs(spec: RunSpec, style: str) -> dict[str, Any]:
     return kwargs
 
 
-def env_factory(spec: RunSpec, policy: Any) -> tuple[Callable[[], Any], Any]:
+def env_factory(spec: RunSpec, policy: Any) -> tuple[EnvFactory, Any]:
     """Fresh envs for the runner, with the policy's prompt style where the env declares styles; and the first
     one, made now so that an argument the style makes invalid fails here as one message (the runner reuses it)."""
+    from turngym.agents.env_handle import LocalEnvs
+
     kwargs = styled_env_kwargs(spec, prompt_style(policy))
     if spec.ray is not None:
         return ray_pool(spec, kwargs)
-    return (lambda: make_env(spec.env_id, kwargs)), make_env(spec.env_id, kwargs)
+    return LocalEnvs(lambda: make_env(spec.env_id, kwargs)), make_env(spec.env_id, kwargs)
 
 
 def ray_pool(spec: RunSpec, kwargs: dict[str, Any]) -> tuple[Any, Any]:
@@ -293,13 +296,13 @@ class Prepared:
 
     @property
     def manifest(self) -> Any:
-        return getattr(self.base, "manifest", None)
+        return self.base.manifest
 
     def subset(self) -> dict[str, Any]:
         """The exact subset, as results.json and a rollout's manifest record it."""
         if self.manifest is not None:
             return self.manifest.subset(self.indices, self.base.data.items).to_dict()
-        return {"dataset": getattr(self.base, "dataset_name", ""), "indices": self.indices}
+        return {"dataset": self.base.dataset_name, "indices": self.indices}
 
 
 def prepare(spec: RunSpec) -> Prepared:
@@ -311,7 +314,7 @@ def prepare(spec: RunSpec) -> Prepared:
         base.check_ready()
     except (RuntimeError, OSError, ValueError) as exc:
         raise PipelineError(f"{spec.env_id} is not ready: {exc}") from None
-    manifest = getattr(base, "manifest", None)
+    manifest = base.manifest
     item_ids = manifest.item_ids if manifest else [str(base.get_item(i).get("id", i)) for i in range(base.num_items())]
     if spec.tasks is not None:
         for t in spec.tasks:
@@ -386,7 +389,7 @@ class RunOutcome:
     def wanted_ids(self) -> set[str]:
         """Ids of every episode the run's subset asks for (some may come from an earlier, resumed call)."""
         base = self.prepared.base
-        dataset = str(getattr(base, "dataset_name", "") or "")
+        dataset = str(base.dataset_name or "")
         return {self.runner.episode_id(base.env_name, dataset, t, kk) for t in self.tasks() for kk in range(self.spec.k)}
 
     def tasks(self) -> list[RolloutTask]:
@@ -452,13 +455,11 @@ def _locked(spec: RunSpec, prepared: Prepared, writer: Writer, policy: Any, prog
     try:
         return _play(spec, prepared, writer, policy, progress, overwrite, factory, first, run)
     finally:
-        shutdown = getattr(factory, "shutdown", None)  # the Ray pool's actors
-        if shutdown is not None:
-            shutdown()
+        factory.shutdown()  # the Ray pool's actors; nothing for in-process envs
 
 
 def _play(spec: RunSpec, prepared: Prepared, writer: Writer, policy: Any, progress: RunProgress | None,
-          overwrite: bool, factory: Callable[[], Any], first: Any, run: RunIdentity) -> RunOutcome:
+          overwrite: bool, factory: EnvFactory, first: Any, run: RunIdentity) -> RunOutcome:
     from turngym.agents.policy import PolicyError
     from turngym.agents.runner import RolloutRunner
     from turngym.agents.tokenization import ChatTemplateError

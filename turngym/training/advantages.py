@@ -66,11 +66,13 @@ class EstimatorSpec:
     ``unbiased``: whether its expected gradient is the policy gradient when episode lengths vary and rewards are
     per turn (None: not measured); ``exact_cosine``: the lowest cos(ĝ, g) it reaches at B = 256 over the four
     exact-oracle settings (docs/estimators.md), the figure a warning quotes. ``official``: the official code it
-    reproduces, if any. ``gamma`` and ``eps`` left out of a call take the function's own defaults.
+    reproduces, if any. ``gives``: what a turn receives, in one line (the estimator table of docs/results.md is
+    generated from it). ``gamma`` and ``eps`` left out of a call take the function's own defaults.
     """
 
     name: str
     function: str | Estimator
+    gives: str = ""
     unbiased: bool | None = None
     exact_cosine: float | None = None
     official: str | None = None
@@ -117,22 +119,32 @@ VINE_ROLLOUTS = 4  # continuations per prefix (VinePPO uses K = 9 on math; turng
 
 # The exact_cosine figures are docs/estimators.md's exact-oracle table (2026-12-01, B = 256, the lowest setting).
 ESTIMATORS = Registry("advantage estimator", {spec.name: spec for spec in (
-    _spec("grpo", unbiased=True, exact_cosine=1.0000, official="TRL's GRPOTrainer (advantages and loss)"),
-    _spec("turn", unbiased=False, exact_cosine=0.8368,
+    _spec("grpo", gives="the episode's z-scored total, broadcast to every turn",
+          unbiased=True, exact_cosine=1.0000, official="TRL's GRPOTrainer (advantages and loss)"),
+    _spec("turn", gives="group z-score of all turn rewards, then a backward sum (γ = 1)",
+          unbiased=False, exact_cosine=0.8368,
           official="dl-m9/SIOP verl/trainer/ppo/core_algos.py compute_siop_turn_level_advantage"),
-    _spec("igpo_separate", unbiased=False, exact_cosine=0.9264),
-    _spec("igpo", unbiased=True, exact_cosine=1.0000,
+    _spec("igpo_separate", gives="outcome and process rewards z-scored apart, then a backward sum",
+          unbiased=False, exact_cosine=0.9264),
+    _spec("igpo", gives="return-to-go minus the group's mean return-to-go at the same turn",
+          unbiased=True, exact_cosine=1.0000,
           official="GuoqingWang1/IGPO verl/trainer/ppo/core_algos.py compute_grpo_outcome_advantage"),
-    _spec("igpo_siop", unbiased=False, exact_cosine=0.9264,
+    _spec("igpo_siop", gives="final reward and non-zero information gains normalised apart, then a backward sum",
+          unbiased=False, exact_cosine=0.9264,
           official="dl-m9/SIOP verl/trainer/ppo/core_algos.py compute_igpo_turn_level_advantage"),
-    _spec("egpo", unbiased=None, options={"alpha": EGPO_ALPHA, "kappa": EGPO_KAPPA},
+    _spec("egpo", gives="GRPO on the episode's reward, plus a clipped per-token entropy term",
+          unbiased=None, options={"alpha": EGPO_ALPHA, "kappa": EGPO_KAPPA},
           trainer_options=frozenset({"alpha", "kappa"}), needs=frozenset({"rewards", "entropy"}),
           official="FunRL/EGPO's entropy-enhanced GRPO"),
-    _spec("turn_loo", unbiased=True, exact_cosine=1.0000, options={"scale": "none"}),
-    _spec("rloo", unbiased=True, exact_cosine=1.0000, official="TRL's RLOOTrainer; verl compute_rloo_outcome_advantage"),
-    _spec("gigpo", unbiased=False, exact_cosine=0.9996, options={"omega": GIGPO_OMEGA, "mode": "mean_norm"},
+    _spec("turn_loo", gives="return-to-go minus the mean of the other running episodes' at that turn",
+          unbiased=True, exact_cosine=1.0000, options={"scale": "none"}),
+    _spec("rloo", gives="the episode's total minus the mean of the group's other totals, on every turn",
+          unbiased=True, exact_cosine=1.0000, official="TRL's RLOOTrainer; verl compute_rloo_outcome_advantage"),
+    _spec("gigpo", gives="the episode's group advantage plus a step advantage among turns from the same state",
+          unbiased=False, exact_cosine=0.9996, options={"omega": GIGPO_OMEGA, "mode": "mean_norm"},
           needs=frozenset({"rewards", "states"}), official="verl-agent gigpo/core_gigpo.py"),
-    _spec("vine", unbiased=True, options={"rollouts": VINE_ROLLOUTS}, trainer_options=frozenset({"rollouts"}),
+    _spec("vine", gives="the turn's Monte-Carlo value minus its state's, from branched continuations",
+          unbiased=True, options={"rollouts": VINE_ROLLOUTS}, trainer_options=frozenset({"rollouts"}),
           needs=frozenset({"rewards", "branches"}), official="VinePPO (Monte-Carlo values per turn)"),
 )})
 UNBIASED_CHOICES = ("turn_loo", "rloo", "grpo", "igpo")  # what a reward without an official estimator recommends

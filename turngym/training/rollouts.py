@@ -96,7 +96,7 @@ def step_results(step: int, episodes: Sequence[Episode], rewards: Sequence[Seque
         "env": ",".join(sorted({e.env_id for e in episodes})),
         "model": models[0] if len(models) == 1 else ",".join(models) or "?",
         "k": k,
-        "subset": {"count": len({e.group or e.id for e in episodes}), "train_step": step,
+        "subset": {"count": len({e.group_key for e in episodes}), "train_step": step,
                    "episode_ids": f"meta.train.step == {step} in ../{EPISODES_FILE}"},
         "episodes": len(episodes),
         "metrics": outcome_metrics(episodes, k),

@@ -101,7 +101,7 @@ def records_for(episodes: Sequence[Episode], per_turn: dict[str, list[list[float
     reward that did not score their group, as a gold-only one) get no record for that reward."""
     groups: dict[str, list[int]] = {}
     for i, ep in enumerate(episodes):
-        groups.setdefault(ep.group or ep.id, []).append(i)
+        groups.setdefault(ep.group_key, []).append(i)
     out = []
     estimators = reward_only_estimators()
     for name, rows in per_turn.items():

@@ -70,7 +70,7 @@ def sample_rows(episodes: Sequence[Episode], n: int = 20) -> list[dict[str, Any]
         s = "" if text is None else str(text)
         return s if len(s) <= 2000 else s[:2000] + " … [cut]"
 
-    return [{"episode": e.id, "group": e.group or e.id, "env": e.env_id, "question": cut(e.task.get("question")),
+    return [{"episode": e.id, "group": e.group_key, "env": e.env_id, "question": cut(e.task.get("question")),
              "final_answer": cut(e.final_answer), "outcome": json.dumps(e.outcome, sort_keys=True, default=str),
              "turns": len(e.turns)} for e in episodes[:n]]
 

@@ -126,7 +126,7 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
     rewards, advantages = _scores(episodes, index, records)
     groups: dict[str, list[int]] = {}
     for i, ep in enumerate(episodes):
-        groups.setdefault(ep.group or ep.id, []).append(i)
+        groups.setdefault(ep.group_key, []).append(i)
     clusters = _clusters(episodes, groups)
     # the K episodes of a group (and every group of a dataset) share their prompt: each distinct prompt is stored once
     # and episodes point at it by number, which keeps a 10,000-episode page to tens of MB instead of hundreds
@@ -182,7 +182,7 @@ def build_payload(episodes: Sequence[Episode], records: Sequence[ScoreRecord], s
 def _relabelled(ep: Episode, label: str) -> Episode:
     """The second run's episode with its id and group prefixed by the run's label (its own id kept in meta)."""
     out = copy.copy(ep)
-    out.id, out.group = f"{label}:{ep.id}", f"{label}:{ep.group or ep.id}"
+    out.id, out.group = f"{label}:{ep.id}", f"{label}:{ep.group_key}"
     out.meta = {**ep.meta, "compare_id": ep.id}
     return out
 
@@ -194,7 +194,7 @@ def _query_key(ep: Episode) -> str:
     key = str(ep.meta.get("task_key") or "")
     base, _, slot = key.rpartition("@")
     key = base if base and slot.isdigit() else key
-    return f"{ep.env_id}|{key}" if key else f"{ep.env_id}|q:{ep.task.get('question', ep.group or ep.id)}"
+    return f"{ep.env_id}|{key}" if key else f"{ep.env_id}|q:{ep.task.get('question', ep.group_key)}"
 
 
 def run_metrics(episodes: Sequence[Episode], run_of: Sequence[int], rewards: dict[str, list[list[float] | None]],
@@ -207,7 +207,7 @@ def run_metrics(episodes: Sequence[Episode], run_of: Sequence[int], rewards: dic
     for run in range(n_runs):
         members = [i for i, r in enumerate(run_of) if r == run]
         eps = [episodes[i] for i in members]
-        k = max((len(v) for v in _by(eps, lambda e: e.group or e.id).values()), default=1)
+        k = max((len(v) for v in _by(eps, lambda e: e.group_key).values()), default=1)
         means = {}
         for w, rows in rewards.items():
             vals = [x for i in members if rows[i] for x in rows[i] if math.isfinite(x)]
@@ -284,7 +284,7 @@ def _scores(episodes: Sequence[Episode], index: dict[str, int], records: Sequenc
         groups: dict[str, list[int]] = {}
         for i, r in enumerate(rewards[name]):
             if r is not None:
-                groups.setdefault(episodes[i].group or episodes[i].id, []).append(i)
+                groups.setdefault(episodes[i].group_key, []).append(i)
         for est in sorted(ests):
             column = advantages.setdefault(name, {}).setdefault(est, [None] * len(episodes))
             for i, a in enumerate(advantages_per_group(rewards[name], list(groups.values()), est)):

@@ -62,6 +62,9 @@ class BFCLEnv(TextEnv):
     ``self.mode`` and the tool format ``self.format``."""
 
     env_name = "turngym/BFCL-v0"
+    static_tools_absent = ("its functions differ from entry to entry (each brings its own), while a tool-calling stack "
+                           "reads one fixed set of tools per environment, and its multi-turn entries send new user "
+                           "messages between calls, which a tool loop cannot")
     observation_role = "user"
     outcome_metric = "bfcl_valid"  # bfcl-eval's verdict
     reward_needs = CALL_ANSWERS
