@@ -60,7 +60,9 @@ def test_an_in_process_env_is_an_env_handle_and_a_callable_a_factory():
 class FakeListStopEnv(CalculatorEnv):
     """A fake for the checker: stop strings in a list, which a stream's sampling would not take."""
 
-    stop = ["</calc>"]  # type: ignore[assignment]
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.stop = ["</calc>"]  # type: ignore[assignment]  # after the env set its own (from its tag)
 
 
 def test_the_checkers_refuse_what_breaks_the_contract():
