@@ -43,7 +43,10 @@ def check_address(address: str, timeout_s: float = 5.0) -> None:
         raise RayPoolError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
     gcs = _status(host, port, GCS_CALL)
     if client:
-        if _status(host, port, CLIENT_CALL) not in ("UNIMPLEMENTED", "UNAVAILABLE", "DEADLINE_EXCEEDED", "ERROR"):
+        answer = _status(host, port, CLIENT_CALL)
+        if answer == "UNAUTHENTICATED":
+            raise _token_error(address)
+        if answer not in ("UNIMPLEMENTED", "UNAVAILABLE", "DEADLINE_EXCEEDED", "ERROR"):
             return
         if gcs in ("OK", "UNAUTHENTICATED"):
             raise RayPoolError(f"--ray {address}: that port is a Ray cluster's GCS, not its client server; give "
@@ -52,15 +55,19 @@ def check_address(address: str, timeout_s: float = 5.0) -> None:
     if gcs == "OK":
         return
     if gcs == "UNAUTHENTICATED":
-        if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
-            raise RayPoolError(f"the Ray cluster at {address} refused this driver's token: set the cluster's token in "
-                               f"RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token")
-        raise RayPoolError(f"the Ray cluster at {address} requires token authentication: set {TOKEN_SETTING} (the "
-                           f"token comes from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)")
+        raise _token_error(address)
     if gcs == "UNIMPLEMENTED" and _status(host, port, CLIENT_CALL) != "UNIMPLEMENTED":
         raise RayPoolError(f"--ray {address} is Ray's client port, not the GCS: give ray://{host}:{port} to join "
                            f"through the client, or the head's GCS port (6379 by default)")
     raise RayPoolError(f"{address} is not a Ray cluster's GCS: {_what_answers(host, port)}")
+
+
+def _token_error(address: str) -> RayPoolError:
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        return RayPoolError(f"the Ray cluster at {address} refused this driver's token: set the cluster's token in "
+                            f"RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token")
+    return RayPoolError(f"the Ray cluster at {address} requires token authentication: set {TOKEN_SETTING} (the "
+                        f"token comes from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)")
 
 
 def _status(host: str, port: int, method: str) -> str:

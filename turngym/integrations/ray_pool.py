@@ -329,6 +329,8 @@ class RayEnvPool:
         self.attrs: dict[str, Any] = {}
         self._budget_s = self.step_budget_s
         self._gcs = ray.get_runtime_context().gcs_address
+        self._checked = time.monotonic()
+        self.cluster_gone: str | None = None  # once the cluster is found gone: the line that said so
         self._starting: list[Any] = []  # actors created and not yet ready (killed if the pool cannot start)
         actors = [self._create() for _ in range(self.workers)]
         try:
@@ -354,7 +356,7 @@ class RayEnvPool:
                 pause = self.deaths.pause(failed)
                 if pause:
                     time.sleep(pause)
-                self.check_cluster()
+                self.check_cluster(nodes=True)
                 actor = self._create()
             try:
                 return self._ready(index, actor, generation)
@@ -374,7 +376,7 @@ class RayEnvPool:
                 break
             except ray.exceptions.GetTimeoutError:
                 if time.monotonic() < deadline:
-                    self.check_cluster()
+                    self.check_cluster(nodes=True)
                     continue
                 if not self._placeable():
                     self._kill(actor)
@@ -407,17 +409,33 @@ class RayEnvPool:
         asks = {"CPU": self.num_cpus, **(self.resources or {})}
         return all(total.get(k, 0.0) >= n * v - 1e-9 for k, v in asks.items() if v)
 
-    def check_cluster(self) -> None:
-        """Raise :class:`RayPoolError` (one line) when the cluster's GCS stopped answering: its head node died or
-        ``ray stop`` ran. Said before Ray gives up on the GCS (a minute) and ends this process without a word."""
+    def check_cluster(self, nodes: bool = False) -> None:
+        """Raise :class:`RayPoolError` (one line) when the cluster's GCS stopped answering (its head node died or
+        ``ray stop`` ran), or with ``nodes`` when no node of it is alive. Said before Ray gives up on the GCS (a
+        minute) and ends this process without a word, so the run's finished episodes are flushed first."""
+        self._checked = time.monotonic()
+        if self.cluster_gone:
+            raise RayPoolError(self.cluster_gone)
         if not gcs_answers(self._gcs):
-            raise RayPoolError(f"{self.name}: the Ray cluster is gone: its GCS at {self._gcs} does not answer (the "
-                               f"head node died or `ray stop` ran)")
+            self.cluster_gone = (f"{self.name}: the Ray cluster is gone: its GCS at {self._gcs} does not answer (the "
+                                 f"head node died or `ray stop` ran)")
+            raise RayPoolError(self.cluster_gone)
+        if nodes and not any(n.get("Alive") for n in _ray().nodes()):
+            self.cluster_gone = f"{self.name}: the Ray cluster at {self._gcs} has no live node (its raylets died)"
+            raise RayPoolError(self.cluster_gone)
+
+    def _check_now_and_then(self) -> None:
+        """A call that answers needs no GCS, but Ray ends this process a minute after the GCS is lost: look every
+        ``POLL_S`` seconds, so a lost cluster is found while the run can still flush and say so."""
+        if time.monotonic() - self._checked >= POLL_S:
+            self.check_cluster()
 
     def _kill(self, actor: Any) -> None:
         ray = _ray()
         if actor in self._starting:
             self._starting.remove(actor)
+        if self.cluster_gone:  # nothing to free, and no GCS to ask
+            return
         try:
             ray.kill(actor, no_restart=True)
         except Exception:  # noqa: BLE001 - already gone, or its cluster is: nothing left to free  # nosec B110
@@ -446,7 +464,7 @@ class RayEnvPool:
         for env, _, _ in self._queued.pop(worker, []):  # calls that never went out: each env calls again
             env.forget_pending()
         self._kill(worker.actor)
-        self.check_cluster()
+        self.check_cluster(nodes=True)
         worker.death = self.deaths.spend(worker.name, cause)
         started = time.monotonic()
         fresh = self._start(worker.index, worker.generation + 1)
@@ -458,6 +476,7 @@ class RayEnvPool:
         """``ray.get(ref)`` within ``deadline_s``, checking the cluster every few seconds. An actor that died
         raises :class:`WorkerLost`; one that missed the deadline is killed and raises it too (said once)."""
         ray = _ray()
+        self._check_now_and_then()
         deadline = time.monotonic() + deadline_s
         while True:
             try:
