@@ -350,7 +350,7 @@ class RayEnvPool:
     def _start(self, index: int, generation: int, actor: Any = None) -> Worker:
         """A ready actor for place ``index``: an actor that dies or freezes before it is ready is one more loss
         (from the run's budget), and the next start waits longer (back-off)."""
-        failed = 0
+        failed, lost_here = 0, []
         while True:
             if actor is None:
                 pause = self.deaths.pause(failed)
@@ -359,12 +359,17 @@ class RayEnvPool:
                 self.check_cluster(nodes=True)
                 actor = self._create()
             try:
-                return self._ready(index, actor, generation)
+                worker = self._ready(index, actor, generation)
             except WorkerLost as lost:
                 self._kill(actor)
                 failed += 1
-                self.deaths.spend(_place_name(index, generation), f"lost before it was ready: {lost.cause}")
+                lost_here.append(self.deaths.spend(_place_name(index, generation),
+                                                   f"lost before it was ready: {lost.cause}"))
                 actor, generation = None, generation + 1
+                continue
+            for death in lost_here:  # each replaced once this place has a ready actor
+                death.replaced_s = time.monotonic() - death.at
+            return worker
 
     def _ready(self, index: int, actor: Any, generation: int) -> Worker:
         ray = _ray()
@@ -571,8 +576,12 @@ class RayEnvPool:
         return out
 
     def stats(self) -> list[dict[str, int]]:
-        """Each live actor's live episodes now and at most."""
-        return [self.wait(w.actor.stats.remote(), w, self.deadline_slack_s) for w in self.live_workers()]
+        """Each live actor's live episodes now and at most (an actor found lost is replaced, and asked anew)."""
+        while True:
+            try:
+                return [self.wait(w.actor.stats.remote(), w, self.deadline_slack_s) for w in self.live_workers()]
+            except WorkerLost as lost:
+                self.lost(lost.worker, lost.cause)
 
     def shutdown(self) -> None:
         for w in self._workers:
