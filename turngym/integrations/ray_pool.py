@@ -383,7 +383,7 @@ class RayEnvPool:
                 if time.monotonic() < deadline:
                     self.check_cluster(nodes=True)
                     continue
-                if not self._placeable():
+                if not self._placed(actor):
                     self._kill(actor)
                     free = ray.available_resources().get("CPU", 0.0)
                     raise RayPoolError(
@@ -406,13 +406,13 @@ class RayEnvPool:
             self._budget_s = float(info["step_budget_s"])
         return Worker(index, actor, info["pid"], info["host"], generation)
 
-    def _placeable(self) -> bool:
-        """Could the cluster hold one more actor beside the live ones, were nothing else running?"""
-        ray = _ray()
-        total = ray.cluster_resources()
-        n = len(self.live_workers()) + 1
-        asks = {"CPU": self.num_cpus, **(self.resources or {})}
-        return all(total.get(k, 0.0) >= n * v - 1e-9 for k, v in asks.items() if v)
+    @staticmethod
+    def _placed(actor: Any) -> bool:
+        """Has Ray given ``actor`` a process (placed it on a node)? Read from the GCS's actor table: an actor still
+        waiting for resources has no pid; one placed that does not answer is frozen (or still building its envs)."""
+        from ray._private.state import actors
+
+        return bool((actors(actor._actor_id.hex()) or {}).get("Pid"))
 
     def check_cluster(self, nodes: bool = False) -> None:
         """Raise :class:`RayPoolError` (one line) when the cluster's GCS stopped answering (its head node died or
