@@ -383,7 +383,7 @@ class RayEnvPool:
                 if time.monotonic() < deadline:
                     self.check_cluster(nodes=True)
                     continue
-                if not self._placed(actor):
+                if not self._placed(ref):
                     self._kill(actor)
                     free = ray.available_resources().get("CPU", 0.0)
                     raise RayPoolError(
@@ -407,12 +407,12 @@ class RayEnvPool:
         return Worker(index, actor, info["pid"], info["host"], generation)
 
     @staticmethod
-    def _placed(actor: Any) -> bool:
-        """Has Ray given ``actor`` a process (placed it on a node)? Read from the GCS's actor table: an actor still
-        waiting for resources has no pid; one placed that does not answer is frozen (or still building its envs)."""
+    def _placed(ref: Any) -> bool:
+        """Has Ray given the actor of call ``ref`` a process (placed it on a node)? Read from the GCS's actor table:
+        an actor still waiting for resources has no pid; one placed that does not answer is frozen."""
         from ray._private.state import actors
 
-        return bool((actors(actor._actor_id.hex()) or {}).get("Pid"))
+        return bool((actors(ref.task_id().actor_id().hex()) or {}).get("Pid"))
 
     def check_cluster(self, nodes: bool = False) -> None:
         """Raise :class:`RayPoolError` (one line) when the cluster's GCS stopped answering (its head node died or
