@@ -274,8 +274,33 @@ def test_the_train_config_takes_a_ray_section_and_refuses_unknown_keys(tmp_path)
     path.write_text(yaml.safe_dump({**base, "ray": {"address": "auto", "workers": 4, "envs_per_worker": 16}}))
     assert TrainConfig.load(path).ray == {"address": "auto", "workers": 4, "envs_per_worker": 16}
     path.write_text(yaml.safe_dump({**base, "ray": {"nodes": 2}}))
-    with pytest.raises(ValueError, match="'ray' must be a mapping with keys"):
+    with pytest.raises(ValueError, match=r"unknown key ray.nodes; allowed: \['address', 'envs_per_worker', 'workers'\]"):
         TrainConfig.load(path)
+    path.write_text(yaml.safe_dump({**base, "ray": "auto"}))
+    assert TrainConfig.load(path).ray == {"address": "auto"}
+    for bad, said in (({"workers": 0}, "ray.workers must be a whole number >= 1, got 0"),
+                      ({"address": "127.0.0.1"}, "ray.address must be 'auto', HOST:PORT or ray://HOST:PORT"),
+                      (["auto"], "'ray' must be a mapping")):
+        path.write_text(yaml.safe_dump({**base, "ray": bad}))
+        with pytest.raises(ValueError, match=said):
+            TrainConfig.load(path)
+
+
+def test_the_ray_section_is_checked_after_the_overrides_and_before_the_model_loads(tmp_path):
+    """``ray.worker=5`` on the command line (a misspelt key) and an address that is not a cluster: one line each,
+    before TRL, transformers or the model load."""
+    import yaml
+
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"env": {"id": "turngym/Calculator-v0"}, "trl": {"output_dir": str(tmp_path)},
+                                    "ray": {"workers": 1}}))
+    for override, said in (("ray.worker=5", "error: unknown key ray.worker; allowed: "),
+                           ("ray.address=127.0.0.1:1", "error: cannot reach the Ray cluster at 127.0.0.1:1: ")):
+        proc = subprocess.run(CLI + ["train", "--config", str(path), override], capture_output=True, text=True,
+                              timeout=120, env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"})
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1].startswith(said), proc.stderr
+        assert "importing TRL" not in proc.stderr and "loading the model" not in proc.stderr
 
 
 def test_branches_restored_on_the_pool_equal_those_restored_in_process(tiny_chat_policy):

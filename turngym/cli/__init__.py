@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from turngym._version import __version__
 from turngym.cli import analysis, credit, imports, index, lm_eval, run, scribe, serve, train
 from turngym.cli._common import Parser, fail
+from turngym.cli._stops import stops
 from turngym.extras import MissingExtra
 
 GROUPS = (run, index, train, analysis, scribe, credit, imports, serve, lm_eval)  # the order --help lists them
@@ -31,6 +32,11 @@ def build_parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    with stops():  # SIGTERM → 143, Ctrl-C → 130: one line each, the finished episodes flushed
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["lm-eval"]:  # lm-eval's own command line, with the turngym model registered
             return lm_eval.run_lm_eval(argv[1:])

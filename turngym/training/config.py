@@ -76,10 +76,37 @@ class TrainConfig:
             raise ValueError(f"{path}: 'rollouts' must be a mapping with keys {sorted(ROLLOUT_KEYS)}, got {rollouts!r}")
         if "id" not in raw["env"]:
             raise ValueError(f"{path}: env.id is required (e.g. turngym/MathCode-v0)")
-        ray = raw.get("ray")
-        if ray is not None and (not isinstance(ray, dict) or set(ray) - RAY_KEYS):
-            raise ValueError(f"{path}: 'ray' must be a mapping with keys {sorted(RAY_KEYS)}, got {ray!r}")
+        if raw.get("ray") is not None:
+            raw["ray"] = ray_section(raw["ray"], f"{path}: ")
         return cls(**raw)
+
+
+def ray_section(ray: Any, where: str = "") -> dict[str, Any]:
+    """The ``ray:`` section checked, before anything loads: ``auto`` or an address alone stands for
+    ``{address: ...}``; an unknown key, a count below 1 or an address that is neither ``auto``, ``HOST:PORT`` nor
+    ``ray://HOST:PORT`` is one line (:class:`ValueError`). Checked again after the command line's overrides."""
+    if isinstance(ray, str):
+        ray = {"address": ray}
+    if not isinstance(ray, dict):
+        raise ValueError(f"{where}'ray' must be a mapping with keys {sorted(RAY_KEYS)} (or an address), got {ray!r}")
+    for key in sorted(set(ray) - RAY_KEYS, key=str):
+        raise ValueError(f"{where}unknown key ray.{key}; allowed: {sorted(RAY_KEYS)}")
+    for key in ("workers", "envs_per_worker"):
+        value = ray.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}ray.{key} must be a whole number >= 1, got {value!r}")
+    address = ray.get("address", "auto")
+    if not isinstance(address, str) or not address:
+        raise ValueError(f"{where}ray.address must be 'auto', HOST:PORT or ray://HOST:PORT, got {address!r}")
+    if address != "auto":
+        from turngym.integrations.ray_address import split_address
+        from turngym.integrations.ray_faults import RayPoolError
+
+        try:
+            split_address(address)
+        except RayPoolError:
+            raise ValueError(f"{where}ray.address must be 'auto', HOST:PORT or ray://HOST:PORT, got {address!r}") from None
+    return dict(ray)
 
 
 DATA_KEYS = {"indices", "eval_sets", "eval_overlap"}
@@ -163,6 +190,15 @@ def build_trainer(cfg: TrainConfig, progress: Callable[[str], None] | None = Non
     say = progress or (lambda text: None)
     check_names(cfg)  # a misspelt reward or estimator: one line before TRL is imported and the model loads
     require("turngym train")
+    if cfg.ray is not None:  # the section as the overrides left it; the cluster joined before anything loads
+        cfg.ray = ray_section(cfg.ray)
+        from turngym.integrations.ray_pool import RayPoolError, connect
+
+        say(f"joining the Ray cluster ({cfg.ray.get('address', 'auto')})…")
+        try:
+            connect(str(cfg.ray.get("address", "auto")))
+        except RayPoolError as exc:
+            raise ValueError(str(exc)) from None
     say("importing TRL and transformers…")
     import gymnasium
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -186,6 +222,16 @@ def build_trainer(cfg: TrainConfig, progress: Callable[[str], None] | None = Non
         args = GRPOConfig(**device_arguments(cfg.trl, available_accelerator()))
     except TypeError as exc:
         raise ValueError(f"bad trl arguments: {exc}") from None
+    rollout_envs = None
+    if cfg.ray is not None:
+        from turngym.integrations.ray_pool import RayEnvPool, RayPoolError
+
+        say("starting the Ray env pool (its envs built before the model loads)…")
+        try:
+            rollout_envs = RayEnvPool(env_id, env_kwargs, workers=int(cfg.ray.get("workers", 2)),
+                                      envs_per_worker=int(cfg.ray.get("envs_per_worker", 8)))
+        except RayPoolError as exc:
+            raise ValueError(str(exc)) from None
     location = resolve_model_dir(str(cfg.model.get("name_or_path", "default")))
     say(f"loading the model from {location}…")
     model_kwargs = {k: v for k, v in cfg.model.items() if k != "name_or_path"}
@@ -202,14 +248,6 @@ def build_trainer(cfg: TrainConfig, progress: Callable[[str], None] | None = Non
     say(f"building the reward {reward_cfg.get('name')!r}…")
     reward = get_reward(reward_cfg.pop("name"), **reward_cfg)
     est = dict(cfg.estimator)
-    rollout_envs = None
-    if cfg.ray is not None:
-        from turngym.integrations.ray_pool import RayEnvPool, connect
-
-        say(f"starting the Ray env pool ({cfg.ray.get('address', 'auto')})…")
-        connect(str(cfg.ray.get("address", "auto")))
-        rollout_envs = RayEnvPool(env_id, env_kwargs, workers=int(cfg.ray.get("workers", 2)),
-                                  envs_per_worker=int(cfg.ray.get("envs_per_worker", 8)))
     say(f"building the trainer ({len(indices)} training items)…")
     return TurnGRPOTrainer(model=model, processing_class=tok, env_factory=env_factory, rollout_envs=rollout_envs,
                            reward=reward, args=args,
