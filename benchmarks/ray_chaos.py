@@ -77,7 +77,7 @@ def chaos_run(url: str, episodes: int, faults: int) -> tuple[list[dict], dict]:
     from turngym.agents.runner import RolloutRunner
     from turngym.envs.calculator import CalculatorEnv
     from turngym.envs.reader import read_episodes
-    from turngym.integrations.ray_pool import RayEnvPool
+    from turngym.run.backends.ray_pool import RayEnvPool
 
     policy = OpenAICompatPolicy(model="fake", base_url=url, server="openai", concurrency=16, timeout_s=300)
     sampling, tasks = SamplingParams(max_new_tokens=16), range(episodes // 4)
@@ -154,7 +154,7 @@ class _Quiet(http.server.BaseHTTPRequestHandler):
 
 def timed_refusal(address: str, env: dict[str, str] | None = None) -> tuple[float, str]:
     """Seconds until ``check_address`` refuses ``address`` (in a child process with ``env``), and its line."""
-    code = ("import sys,time\nfrom turngym.integrations.ray_address import check_address\nt=time.monotonic()\n"
+    code = ("import sys,time\nfrom turngym.run.backends.ray_address import check_address\nt=time.monotonic()\n"
             "try:\n    check_address(sys.argv[1]); print('joined')\nexcept Exception as e:\n"
             "    print(f'{time.monotonic()-t:.2f}', e)\n")
     proc = subprocess.run([sys.executable, "-c", code, address], env=env, capture_output=True, text=True, timeout=60)
@@ -226,7 +226,7 @@ def main() -> None:
     ap.add_argument("--refusals", action="store_true", help="also time each refusal (starts a token-auth head)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    from turngym.integrations.ray_pool import init_ray
+    from turngym.run.backends.ray_pool import init_ray
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "inflight.py"), "--serve-fake",

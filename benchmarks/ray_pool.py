@@ -90,7 +90,7 @@ def step_overhead(steps: int, batch: int = 64) -> dict[str, float]:
     """ms per env call in process and through a 1-worker pool: one call waited on alone (reset + step, one at a
     time), and batched as the runner sends them (``batch`` envs, every reset / step of a tick submitted first)."""
     from turngym.envs.calculator import CalculatorEnv
-    from turngym.integrations.ray_pool import RayEnvPool
+    from turngym.run.backends.ray_pool import RayEnvPool
 
     def alone(env) -> float:
         start = time.perf_counter()
@@ -136,7 +136,7 @@ def kill_run(url: str, episodes: int, kills: int) -> dict[str, int]:
     from turngym.agents.policy import PolicyBase, SamplingParams
     from turngym.agents.runner import RolloutRunner
     from turngym.envs.reader import read_episodes
-    from turngym.integrations.ray_pool import RayEnvPool
+    from turngym.run.backends.ray_pool import RayEnvPool
 
     out = os.path.join(tempfile.mkdtemp(), "episodes.jsonl")
     policy = OpenAICompatPolicy(model="fake", base_url=url, server="openai", concurrency=16, timeout_s=300)

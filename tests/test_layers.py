@@ -38,7 +38,6 @@ STAGES = {
     # the runner's env backends: env handles whose envs live elsewhere (an OpenEnv server, a Ray actor pool),
     # below the trainer, which plays its rollouts on them
     "run.backends": 4,
-    "integrations.ray_pool": 4,  # a backend that still stands among the adapters (to move under run/backends)
     "training": 5, "importers": 5,
     "run": 6,  # the run pipeline and its writers: episodes into files
     # outward adapters: turngym envs and episodes in other stacks (TRL, SkyRL, verifiers, lm-eval, OpenEnv, verl),

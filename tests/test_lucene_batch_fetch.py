@@ -244,7 +244,7 @@ def test_a_faulthandler_enabled_after_the_jvm_leaves_the_jvm_its_signal_handler(
 
 
 RAY_AFTER_THE_JVM = SIGNAL_OWNER.split("r = LuceneRetriever")[0] + """
-from turngym.integrations.ray_pool import init_ray
+from turngym.run.backends.ray_pool import init_ray
 import ray
 r = LuceneRetriever(INDEX)
 init_ray(num_cpus=1, include_dashboard=False, log_to_driver=False)

@@ -24,8 +24,8 @@ pytest.importorskip("ray")
 
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
 from turngym.envs.reader import read_episodes  # noqa: E402
-from turngym.integrations.ray_address import check_address  # noqa: E402
-from turngym.integrations.ray_faults import RayPoolError  # noqa: E402
+from turngym.run.backends.ray_address import check_address  # noqa: E402
+from turngym.run.backends.ray_faults import RayPoolError  # noqa: E402
 
 CLI = [sys.executable, "-m", "turngym.cli"]
 TOKEN = "turngym-test-token-0123456789abcdef"  # noqa: S105 - a throwaway cluster's shared secret

@@ -1,4 +1,4 @@
-"""The Ray env pool through what a cluster really does (turngym.integrations.ray_pool, ray_faults): actors that
+"""The Ray env pool through what a cluster really does (turngym.run.backends.ray_pool, ray_faults): actors that
 die while starting, before ready, mid-episode or together; a crash loop; a frozen actor (SIGSTOP) past its
 deadline; what cannot cross the process boundary (an unpicklable info value or exception, an env that kills its
 process). Real Ray (``ray.init(num_cpus=2)``, shared by the module), real SIGKILL / SIGSTOP of actor processes.
@@ -23,8 +23,8 @@ from turngym.agents.policy import PolicyBase, SamplingParams  # noqa: E402
 from turngym.agents.runner import RolloutRunner  # noqa: E402
 from turngym.envs.calculator import CalculatorEnv  # noqa: E402
 from turngym.envs.reader import read_episodes  # noqa: E402
-from turngym.integrations.ray_faults import EnvCallError  # noqa: E402
-from turngym.integrations.ray_pool import RayEnvPool, RayPoolError, init_ray  # noqa: E402
+from turngym.run.backends.ray_faults import EnvCallError  # noqa: E402
+from turngym.run.backends.ray_pool import RayEnvPool, RayPoolError, init_ray  # noqa: E402
 
 GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
 

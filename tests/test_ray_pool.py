@@ -1,4 +1,4 @@
-"""Envs on a real Ray actor pool (turngym.integrations.ray_pool) behind the rollout runner: the same episodes as
+"""Envs on a real Ray actor pool (turngym.run.backends.ray_pool) behind the rollout runner: the same episodes as
 in process, the back-pressure bound, a worker SIGKILLed mid-episode (replayed, nothing lost or written twice),
 an env that cannot be built on a worker, an unreachable cluster, and a tool that raises on a worker.
 
@@ -22,7 +22,7 @@ from turngym.agents.runner import RolloutRunner  # noqa: E402
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
 from turngym.envs.calculator import CalculatorEnv  # noqa: E402
 from turngym.envs.reader import read_episodes  # noqa: E402
-from turngym.integrations.ray_pool import RayEnvPool, RayPoolError, init_ray  # noqa: E402
+from turngym.run.backends.ray_pool import RayEnvPool, RayPoolError, init_ray  # noqa: E402
 
 CLI = [sys.executable, "-m", "turngym.cli"]
 GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
@@ -185,7 +185,7 @@ def test_a_tool_that_raises_on_a_worker_leaves_turns_rewards_and_truth_aligned()
 
 def test_an_unreachable_address_is_one_line_before_the_model_loads(tmp_path):
     with pytest.raises(RayPoolError, match="cannot reach the Ray cluster at 127.0.0.1:1: "):
-        from turngym.integrations.ray_pool import _reachable
+        from turngym.run.backends.ray_pool import _reachable
 
         _reachable("127.0.0.1:1")
     proc = subprocess.run(CLI + ["eval", "--env", "Calculator-v0", "--limit", "1", "--model", str(tiny_model_dir(chat=True)),

@@ -77,7 +77,7 @@ class MainJobConfig:
     seed: int = 0
     setup_s: float | None = None  # measured by the caller (scripts/main.sh)
     runs: list[EnvRun] = field(default_factory=list)
-    ray: str | None = None  # the evals' envs on a Ray actor pool ("auto" or an address; turngym.integrations.ray_pool)
+    ray: str | None = None  # the evals' envs on a Ray actor pool ("auto" or an address; turngym.run.backends.ray_pool)
     env_workers: int = 2
     envs_per_worker: int | None = None
 

@@ -109,7 +109,7 @@ class RunSpec:
     batching: str = "static"  # "static" | "continuous" (RolloutRunner)
     shard: Shard | None = None
     tasks: list[RolloutTask] | None = None  # explicit tasks (play's ad-hoc question); else the dataset subset
-    # envs on a Ray actor pool (turngym.integrations.ray_pool): "auto" or a cluster address; None: in this process
+    # envs on a Ray actor pool (turngym.run.backends.ray_pool): "auto" or a cluster address; None: in this process
     ray: str | None = None
     env_workers: int = 2
     envs_per_worker: int | None = None  # None: enough for --concurrency (ceil(concurrency / env_workers))
@@ -176,7 +176,7 @@ def validate(spec: RunSpec) -> None:
         if spec.env_workers < 1 or (spec.envs_per_worker is not None and spec.envs_per_worker < 1):
             raise PipelineError("--env-workers and --envs-per-worker must be >= 1")
         from turngym.extras import MissingExtra, require
-        from turngym.integrations.ray_pool import PART
+        from turngym.run.backends.ray_pool import PART
 
         try:
             require(PART)
@@ -188,7 +188,7 @@ def join_ray(spec: RunSpec) -> None:
     """Join (or start) the Ray cluster of ``--ray``: before the model loads, so a bad address costs no load."""
     if spec.ray is None:
         return
-    from turngym.integrations.ray_pool import RayPoolError, connect
+    from turngym.run.backends.ray_pool import RayPoolError, connect
 
     try:
         connect(spec.ray)
@@ -276,7 +276,7 @@ def env_factory(spec: RunSpec, policy: Any) -> tuple[EnvFactory, Any]:
 def ray_pool(spec: RunSpec, kwargs: dict[str, Any]) -> tuple[Any, Any]:
     """The Ray actor pool as the runner's env factory, every worker's envs built (a worker that cannot build them
     is one message, before any episode), and its first env."""
-    from turngym.integrations.ray_pool import RayEnvPool, RayPoolError
+    from turngym.run.backends.ray_pool import RayEnvPool, RayPoolError
 
     per_worker = spec.envs_per_worker or max(1, -(-spec.concurrency // spec.env_workers))
     try:
@@ -486,7 +486,7 @@ def _play(spec: RunSpec, prepared: Prepared, writer: Writer, policy: Any, progre
     except RuntimeError as exc:
         if spec.ray is None:
             raise
-        from turngym.integrations.ray_pool import RayPoolError
+        from turngym.run.backends.ray_pool import RayPoolError
 
         if not isinstance(exc, RayPoolError):
             raise

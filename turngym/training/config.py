@@ -99,8 +99,8 @@ def ray_section(ray: Any, where: str = "") -> dict[str, Any]:
     if not isinstance(address, str) or not address:
         raise ValueError(f"{where}ray.address must be 'auto', HOST:PORT or ray://HOST:PORT, got {address!r}")
     if address != "auto":
-        from turngym.integrations.ray_address import split_address
-        from turngym.integrations.ray_faults import RayPoolError
+        from turngym.run.backends.ray_address import split_address
+        from turngym.run.backends.ray_faults import RayPoolError
 
         try:
             split_address(address)
@@ -192,7 +192,7 @@ def build_trainer(cfg: TrainConfig, progress: Callable[[str], None] | None = Non
     require("turngym train")
     if cfg.ray is not None:  # the section as the overrides left it; the cluster joined before anything loads
         cfg.ray = ray_section(cfg.ray)
-        from turngym.integrations.ray_pool import RayPoolError, connect
+        from turngym.run.backends.ray_pool import RayPoolError, connect
 
         say(f"joining the Ray cluster ({cfg.ray.get('address', 'auto')})…")
         try:
@@ -224,7 +224,7 @@ def build_trainer(cfg: TrainConfig, progress: Callable[[str], None] | None = Non
         raise ValueError(f"bad trl arguments: {exc}") from None
     rollout_envs = None
     if cfg.ray is not None:
-        from turngym.integrations.ray_pool import RayEnvPool, RayPoolError
+        from turngym.run.backends.ray_pool import RayEnvPool, RayPoolError
 
         say("starting the Ray env pool (its envs built before the model loads)…")
         try:

@@ -151,7 +151,7 @@ class TurnGRPOTrainer(GRPOTrainer):
 
     Args:
         env_factory: makes one env instance (``gymnasium.make(...)``).
-        rollout_envs: where the rollouts' envs come from instead (a ``turngym.integrations.ray_pool.RayEnvPool``:
+        rollout_envs: where the rollouts' envs come from instead (a ``turngym.run.backends.ray_pool.RayEnvPool``:
             the envs step on Ray actors; generation stays here); ``env_factory`` still makes the local env that
             answers questions about the env (stop strings, GiGPO's anchor states).
         reward: a reward (``turngym.rewards.get_reward(...)``) scoring query groups.
@@ -184,7 +184,7 @@ class TurnGRPOTrainer(GRPOTrainer):
         if not isinstance(reward, GroupReward):
             raise TypeError(f"reward must be a turngym GroupReward (turngym.rewards.get_reward), got {type(reward).__name__}")
         self.env_factory = env_factory
-        # where the rollouts' envs come from: a Ray actor pool (turngym.integrations.ray_pool), else env_factory
+        # where the rollouts' envs come from: a Ray actor pool (turngym.run.backends.ray_pool), else env_factory
         self.rollout_envs = rollout_envs or env_factory
         self.reward = reward
         estimator = estimator or reward.estimator  # the reward declares its paired estimator

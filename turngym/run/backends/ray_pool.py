@@ -35,8 +35,8 @@ from typing import Any
 from turngym.agents.env_handle import EnvFactory
 from turngym.episode import Episode, Turn, reward_view
 from turngym.extras import require
-from turngym.integrations.ray_address import check_address, gcs_answers
-from turngym.integrations.ray_faults import (
+from turngym.run.backends.ray_address import check_address, gcs_answers
+from turngym.run.backends.ray_faults import (
     DEADLINE_SLACK_S,
     DEFAULT_STEP_BUDGET_S,
     POISON_DEATHS,

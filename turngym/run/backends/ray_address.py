@@ -14,7 +14,7 @@ import os
 import socket
 from typing import Any
 
-from turngym.integrations.ray_faults import RayPoolError
+from turngym.run.backends.ray_faults import RayPoolError
 
 PROBE_S = 3.0  # each gRPC call of the probe; the whole check stays under 10 s
 GCS_CALL = "/ray.rpc.NodeInfoGcsService/GetClusterId"
