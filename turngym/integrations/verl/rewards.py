@@ -20,23 +20,26 @@ import torch
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager
 from verl.utils.ray_utils import auto_await
 
-from turngym.episode import Episode, reward_view
+from turngym.episode import Episode, group_episodes, reward_view
 from turngym.integrations.verl.agent_loop import plain_config
 from turngym.integrations.verl.estimators import check_estimator, turn_ranges
 from turngym.rewards import get_reward
 
 
 def score_groups(episodes: Sequence[Episode], uids: Sequence[Any], reward: Any) -> list[list[float]]:
-    """Grouping and scoring, in one place: the episodes of each uid (in batch order) scored together by
-    ``reward.score_group`` (through ``reward_view``: no truth); one list of per-turn rewards per episode."""
-    groups: dict[str, list[int]] = {}
-    for i, uid in enumerate(uids):
-        groups.setdefault(str(uid), []).append(i)
+    """Each group scored together by ``reward.score_group`` (through ``reward_view``: no truth); one list of per-turn
+    rewards per episode, in batch order. Groups are turngym's (``group_episodes``, by ``Episode.group_key``): the
+    agent loop made each episode's group its row's verl ``uid``, which is checked here, never regrouped."""
+    for ep, uid in zip(episodes, uids, strict=True):
+        if ep.group_key != str(uid):
+            raise ValueError(f"episode {ep.id} is of group {ep.group_key!r} but its row's uid is {uid!r}: the batch was "
+                             "reordered or its episodes do not come from the turngym agent loop")
+    position = {id(ep): i for i, ep in enumerate(episodes)}
     out: list[list[float]] = [[] for _ in episodes]
-    for members in groups.values():
-        scores = reward.score_group(reward_view([episodes[i] for i in members]))
-        for i, rewards in zip(members, scores.rewards, strict=True):
-            out[i] = [float(r) for r in rewards]
+    for group in group_episodes(episodes):
+        scores = reward.score_group(reward_view(list(group.episodes)))
+        for ep, rewards in zip(group.episodes, scores.rewards, strict=True):
+            out[position[id(ep)]] = [float(r) for r in rewards]
     return out
 
 
