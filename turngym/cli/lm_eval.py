@@ -21,8 +21,8 @@ env graded. turngym's tasks come from `turngym lm-eval-tasks --out DIR`, found w
   concurrency=N        episodes played at once (default 8)
   retriever=SPEC       SearchQA-v0's retriever (a Lucene index folder, dense:PATH, hybrid:..., or a URL)
   anything else        goes to the backend: pretrained= takes a hub id, a folder, turngym's model names
-                       (default, qwen2.5-coder-0.5b-instruct) and .gguf files; device= (default cuda when
-                       there is one, else cpu)
+                       (default, qwen2.5-coder-0.5b-instruct) and .gguf files; with backend=hf, device=
+                       defaults to cuda when there is one, else cpu
 
 example: turngym lm-eval --include_path lm_eval_tasks --tasks turngym_gsm8k --model turngym \\
            --model_args backend=hf,pretrained=default,max_turns=2 --limit 2
