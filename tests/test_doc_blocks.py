@@ -1,10 +1,11 @@
 """The README's and docs' ``bash`` and ``python`` blocks run as written (after the set-up command), so the
-pages cannot drift from the code. A block is run in a fresh folder (with the repository's ``configs``),
-with this interpreter's ``turngym`` on PATH. Blocks are tagged by an HTML comment on the line before the
+pages cannot drift from the code. A block is run in a fresh folder (with the repository's ``configs`` and
+``benchmarks``), with this interpreter's ``turngym`` on PATH. Blocks are tagged by an HTML comment on the line before the
 fence: ``<!-- block: slow -->`` runs under the ``slow`` marker; ``<!-- block: long (reason) -->`` takes longer
 than a CI run affords on 2 cores (a model-scored benchmark, a training run, a whole BFCL category) and runs
 only when asked, ``pytest -m long``; ``<!-- block: skip (reason) -->`` cannot run
-here, for the reason given (a GPU, the network, a placeholder for the reader's own model or files).
+here, for the reason given (a GPU, the network, a placeholder for the reader's own model or files, the test
+suite itself). A block that needs a server starts it in the background and stops it on exit.
 Untagged blocks are fast and run in every test run."""
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def test_the_tag_parser_reads_tags_and_fences():
 
 @pytest.mark.parametrize("block", [_param(b) for b in ALL if b.tag != "skip"])
 def test_block_runs_as_written(block: Block, tmp_path: Path):
-    (tmp_path / "configs").symlink_to(ROOT / "configs")
+    for shared in ("configs", "benchmarks"):  # what blocks name by relative path; everything else they make
+        (tmp_path / shared).symlink_to(ROOT / shared)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if block.language == "python":

@@ -118,7 +118,7 @@ def connect(address: str = "auto", num_cpus: int | None = None) -> None:
     try:
         init_ray(address=None if address == "auto" else address, num_cpus=num_cpus, log_to_driver=False,
                  include_dashboard=False, ignore_reinit_error=True)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+    except Exception as exc:  # Ray raises a plain Exception for a local node that timed out while starting
         raise RayPoolError(f"cannot join the Ray cluster at {address}: {last_line(exc)}") from None
 
 
