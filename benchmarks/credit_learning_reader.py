@@ -556,10 +556,12 @@ def table_lines(res: dict, cfg: TrainConfig, seeds: list[int], kinds: list[str],
             lines += ["", f"Seeds to separate ({kind}; two-sided t, α 0.05, 80% power, at the observed difference "
                       f"and spread; have {len(seeds)}): " + "; ".join(pw) + "."]
     c = res["cost"]
-    pre = c.get("precompute") or []
-    pre_s = sum(r.get("wall_s", 0) for r in pre)
-    lines += ["", f"Cost: precompute {pre_s:.0f} s wall ({len(pre)} resumed run(s): reader "
-              f"{sum(r.get('reader_s', 0) for r in pre):.0f} s, scorer {sum(r.get('scorer_s', 0) for r in pre):.0f} s); "
+    per = (meta.get("item_costs_s") or {}).values()
+    reader_s, scorer_s = sum(r.get("reader_s", 0) for r in per), sum(r.get("scorer_s", 0) for r in per)
+    n_scored = sum("scorer_s" in r for r in per)
+    lines += ["", f"Cost: precompute {reader_s + scorer_s:.0f} s (reader {reader_s:.0f} s for {len(per)} items, "
+              f"{reader_s / max(1, len(per)):.0f} s per item; scorer {scorer_s:.0f} s for {n_scored} training items, "
+              f"{scorer_s / max(1, n_scored):.0f} s per item; one thread each, niced, on the shared 2 cores); "
               f"study build (trees and leaf episodes through the real env) {c['study_build_s']:.0f} s; training "
               f"{c['training_s_all_runs']:.0f} s and exact evaluation {c['exact_eval_s_all_runs']:.0f} s summed over "
               f"runs ({c['train_step_s']:.3f} s per step, {c['exact_eval_s']:.4f} s per exact evaluation), "
@@ -654,7 +656,7 @@ def run_precompute(args: argparse.Namespace) -> Path:
         torch.set_num_threads(args.threads)
         t = time.perf_counter()
         mine = [it for it in items if args.split in (None, it.split)]
-        cost = rt.precompute(mine, ecfg, sampling, cache, log, reader_batch=args.reader_batch)
+        cost = rt.precompute(mine, ecfg, sampling, cache, log, reader_batch=args.reader_batch, reverse=args.reverse)
         cost["wall_s"] = time.perf_counter() - t
         with (work / "costs.jsonl").open("a") as fh:
             fh.write(json.dumps(cost) + "\n")
@@ -667,7 +669,8 @@ def run_precompute(args: argparse.Namespace) -> Path:
             "env": {"id": "turngym/SearchQA-v0", **asdict(ecfg), "truncate_side": "left"},
             "reader_template": rt.READER_TEMPLATE, "scorer": "HFSupportScorer(method='tree'), the frozen reader, "
             "pseudo-answer 'official'", "items": [asdict(i) for i in items],
-            "date": time.strftime("%Y-%m-%d"), "torch_threads": args.threads}
+            "date": time.strftime("%Y-%m-%d"), "torch_threads": args.threads,
+            "item_costs_s": {k: cache.costs[k] for k in sorted(cache.costs) if k in {it.key for it in items}}}
     prev = work / "costs.jsonl"
     prov["cost_runs"] = [json.loads(x) for x in prev.read_text().splitlines() if x.strip()] if prev.exists() else []
     out = Path(args.cache)
@@ -726,12 +729,14 @@ class Study:
     build_s: float
 
 
-def load_study(cache_path: Path, limit: int | None = None, check: bool = True) -> tuple[Study, Any]:
+def load_study(cache_path: Path, limit: int | None = None, check: bool = True, swap: bool = False) -> tuple[Study, Any]:
     t = time.perf_counter()
     cache = rt.load_checked(cache_path) if check else rt.Cache.open(cache_path)
     meta = cache.meta
     ecfg = rt.EnvConfig(**{k: meta["env"][k] for k in ("topk", "tool_response_chars", "max_turns")})
     items = [rt.Item(**{**d, "golds": tuple(d["golds"])}) for d in meta["items"]]
+    if swap:  # train on the held-out items (the reader's answers are all an arm without a scorer needs)
+        items = [dataclasses.replace(it, split={"train": "heldout", "heldout": "train"}[it.split]) for it in items]
     if limit is not None:  # the first `limit` train and held-out items, multi-hop and single-hop alike
         per = {}
         keep = []
@@ -829,7 +834,10 @@ def run_study(args: argparse.Namespace) -> None:
     seeds = list(range(args.seeds))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    study, tok = load_study(Path(args.cache), limit=8 if args.quick else None)
+    if args.swap and any(r.startswith(("siop", "igpo")) for r, _ in arms.values()):
+        raise SystemExit("credit_learning_reader: --swap trains on items without scored support: only arms without "
+                         "a scorer (outcome, ttrl, empo)")
+    study, tok = load_study(Path(args.cache), limit=8 if args.quick else None, swap=args.swap)
     if args.quick:
         args.probe = ",".join(a for a in arms if a.startswith("siop"))
     bounds = j_bounds(study)
@@ -853,7 +861,26 @@ def run_study(args: argparse.Namespace) -> None:
         probes[arm] = probe(arm, study, tok, cfg, arms)
     res["probe"] = probes
     lines = write_outputs(res, curves, cfg, seeds, kinds, out, study.meta)
+    lines += probe_lines(probes)
     print("\n".join(lines))
+
+
+def probe_lines(probes: dict[str, Any], top: int = 6) -> list[str]:
+    """The probe as text: per arm, at the start and the end policy, the mean first-turn advantage per macro and the
+    most played paths (share of episodes, success, total reward, advantage per turn, cluster share, potentials)."""
+    out = []
+    for arm, pr in probes.items():
+        out += ["", f"Probe {arm} (log-linear, seed {pr['seed']}, final train success {pr['train_end']:.3f}):"]
+        for when in ("start", "end"):
+            p = pr[when]
+            adv = ", ".join(f"{m} {v:+.3f}" for m, v in sorted(p["first_turn_advantage"].items()))
+            out.append(f"- {when}: first-turn advantage by macro: {adv}; {p['episodes']} episodes")
+            for path, r in list(p["paths"].items())[:top]:
+                extra = (f", share {r['share']:.2f}" if "share" in r else "") + (
+                    f", potentials {r['potential']}" if "potential" in r else "")
+                out.append(f"  - `{path}`: {r['freq']:.2f} of episodes, success {r['success']:.2f}, reward "
+                           f"{r['reward']:+.3f}, advantage {r['advantage']}{extra}")
+    return out
 
 
 # ------------------------------------------------------------------ the command line
@@ -866,6 +893,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--compact-only", action="store_true", help="write the compact cache from --work's items done")
     ap.add_argument("--split", choices=("train", "heldout"), help="precompute only this split's items (two "
                     "processes can share one --work folder, one per split)")
+    ap.add_argument("--reverse", action="store_true", help="take the split's items from the last (a second process)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the precompute (1: a shared machine)")
     ap.add_argument("--work", default="credit_learning_reader_work", help="the precompute's resumable work folder")
     ap.add_argument("--cache", default=str(CACHE), help="the compact cache (written by --precompute, read otherwise)")
@@ -878,6 +906,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {list(ARMS)}, or "
                     "LABEL=REWARD[opts]:ESTIMATOR for your own, e.g. 'siop_eta2=siop[eta=2]:turn_loo'")
     ap.add_argument("--policies", default="loglinear,tabular")
+    ap.add_argument("--swap", action="store_true", help="train on the held-out items, hold out the train items "
+                    "(arms without a support scorer only)")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch", type=int, default=8, help="training items per step (one group each)")

@@ -309,6 +309,7 @@ class Cache:
     support: dict[str, dict[str, float]] = field(default_factory=dict)  # ids_key(point) -> {reference: mean lp}
     meta: dict[str, Any] = field(default_factory=dict)
     done: set[str] = field(default_factory=set)  # items whose answers and supports are all here
+    costs: dict[str, dict[str, float]] = field(default_factory=dict)  # item -> seconds (reader, scorer)
 
     @classmethod
     def open(cls, path: Path) -> Cache:
@@ -328,6 +329,8 @@ class Cache:
             self.support.setdefault(rec["point"], {}).update(rec["lp"])
         elif rec["kind"] == "done":
             self.done.add(rec["item"])
+            if "cost" in rec:
+                self.costs[rec["item"]] = rec["cost"]
         elif rec["kind"] == "meta":
             self.meta.update(rec["meta"])
 
@@ -344,7 +347,8 @@ class Cache:
                   for k, v in sorted(self.answers.items())]
         lines += [json.dumps({"kind": "support", "point": p, "lp": {r: round(x, 5) for r, x in sorted(v.items())}},
                              ensure_ascii=False) for p, v in sorted(self.support.items())]
-        lines += [json.dumps({"kind": "done", "item": k}) for k in sorted(self.done)]
+        lines += [json.dumps({"kind": "done", "item": k, **({"cost": self.costs[k]} if k in self.costs else {})})
+                  for k in sorted(self.done)]
         data = ("\n".join(lines) + "\n").encode("utf-8")
         with open(out, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as fh:
             fh.write(data)
@@ -459,7 +463,8 @@ def batches(xs: Sequence[Any], n: int) -> Iterator[Sequence[Any]]:
 
 
 def precompute(items: Sequence[Item], ecfg: EnvConfig, sampling: Sampling, cache: Cache, log: Any,
-               reader_batch: int = 6, model_name: str = READER_MODEL, dtype: str = "auto") -> dict[str, float]:
+               reader_batch: int = 6, model_name: str = READER_MODEL, dtype: str = "auto",
+               reverse: bool = False) -> dict[str, float]:
     """Reader answers for every item's contexts, then the support log-probabilities of every train item's leaf
     episodes (both cuts) against the item's answers and first gold answer. Skips what ``cache`` holds."""
     from turngym.agents.loading import load_hf_policy
@@ -474,7 +479,8 @@ def precompute(items: Sequence[Item], ecfg: EnvConfig, sampling: Sampling, cache
     trees = []
     t = time.perf_counter()
     envs: dict[str, Any] = {}
-    for it in interleave(items):
+    order = interleave(items)
+    for it in reversed(order) if reverse else order:  # reverse: a second process works from the other end
         env = envs.setdefault(it.dataset, make_env(it.dataset, ecfg))
         trees.append(ItemTree(it, grow_tree(it, env, ecfg.max_turns)))
     cost["tree_s"] = time.perf_counter() - t
@@ -498,6 +504,7 @@ def precompute(items: Sequence[Item], ecfg: EnvConfig, sampling: Sampling, cache
         dt = time.perf_counter() - t
         cost["reader_s"] += dt
         msg = f"{tr.item.key} ({tr.item.split}): reader {len(todo)} contexts in {dt:.1f} s"
+        item_cost = {"reader_s": round(dt, 1), "reader_contexts": len(todo)}
         if tr.item.split == "train":
             # the scorer, per leaf episode: the pairs SIOP and IGPO can ask for there: every scoring point of the
             # leaf (both cuts) against the answers SIOP may cluster with the leaf's answer (those equal to it after
@@ -528,7 +535,8 @@ def precompute(items: Sequence[Item], ecfg: EnvConfig, sampling: Sampling, cache
             dt = time.perf_counter() - t
             cost["scorer_s"] += dt
             msg += f", scorer in {dt:.1f} s ({n_calls} calls, {n_pairs} pairs so far)"
-        cache.append({"kind": "done", "item": tr.item.key})
+            item_cost["scorer_s"] = round(dt, 1)
+        cache.append({"kind": "done", "item": tr.item.key, "cost": item_cost})
         log(msg)
     cost["scorer_calls"] = n_calls
     for env in envs.values():
