@@ -1,12 +1,17 @@
-"""Learning curves of the instruct model on SearchQA (HotpotQA), four reward × estimator arms: the driver of
+"""Learning curves of the instruct model on SearchQA (HotpotQA), the SIOP paper's reward × estimator arms: the driver of
 ``benchmarks/gpu_learning.sh`` (run that).
 
 Arms (each built exactly as ``turngym train`` builds a run from its YAML: ``turngym.training.config.build_trainer``):
 
 - ``outcome+grpo``: EM only, TRL's GRPO;
 - ``siop_official+turn``: SIOP at the official cut (``before_observation``) with the official ``turn`` estimator;
-- ``siop_after_obs+turn_loo``: SIOP scored after each tool result, unbiased ``turn_loo``;
+- ``siop_official+turn_loo``: the same reward under the recommended unbiased ``turn_loo``;
+- ``siop_after_obs+turn_loo``: SIOP scored after each tool result, unbiased ``turn_loo``; ``siop_after_obs+turn``;
+- ``ttrl+grpo``, ``empo+grpo``: the label-free baselines of the SIOP paper (majority vote; semantic-cluster share
+  gated by entropy), each with its paired GRPO;
 - ``igpo+igpo``: IGPO (gold-reference information gain, scored by the live policy) with its own estimator.
+
+``benchmarks/credit_learning_reader.py`` runs the same arms at CPU scale from a precomputed reader/scorer cache.
 
 SIOP's support is scored by a frozen copy of the start model (``scorer: <the model>``, as the official launcher's
 SIOP_MODEL); IGPO's by the live policy (``scorer: policy``). The env is the main job's SearchQA setting (native
@@ -45,7 +50,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ARMS = {
     "outcome+grpo": ({"name": "outcome"}, "grpo"),
     "siop_official+turn": ({"name": "siop"}, "turn"),
+    "siop_official+turn_loo": ({"name": "siop"}, "turn_loo"),
     "siop_after_obs+turn_loo": ({"name": "siop", "prefix": "after_observation"}, "turn_loo"),
+    "siop_after_obs+turn": ({"name": "siop", "prefix": "after_observation"}, "turn"),
+    "ttrl+grpo": ({"name": "ttrl"}, "grpo"),
+    "empo+grpo": ({"name": "empo"}, "grpo"),
     "igpo+igpo": ({"name": "igpo", "scorer": "policy"}, "igpo"),
 }
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"  # the embedded instruct model (PyPI chunk packages)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Learning curves on one GPU: the instruct model trained on SearchQA (HotpotQA) under four reward × estimator arms,
-# outcome+grpo, siop_official+turn, siop_after_obs+turn_loo, igpo+igpo; SEEDS seeds × STEPS optimizer steps each.
+# Learning curves on one GPU: the instruct model trained on SearchQA (HotpotQA) under the SIOP paper's reward ×
+# estimator arms, outcome+grpo, siop_official+turn, siop_official+turn_loo, siop_after_obs+turn_loo,
+# siop_after_obs+turn, ttrl+grpo, empo+grpo, igpo+igpo (ARMS=a,b to pick); SEEDS seeds × STEPS optimizer steps each.
 # Writes OUT_DIR/curves.{json,csv,png}, summary.md and one viewer per run (view-<arm>-s<seed>.html).
 # MODEL=<name, directory or hub id> (default: the embedded instruct model, qwen2.5-coder-0.5b-instruct, from its
 # PyPI chunk packages); MODEL=tiny STEPS=2 SEEDS=1 GROUP=2 DEVICE=cpu is the CPU check (tests/test_gpu_learning.py).

@@ -22,7 +22,8 @@ def test_gpu_learning_script_runs_every_arm_on_cpu_with_the_tiny_model(tmp_path)
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_learning.sh")], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    arms = ["outcome+grpo", "siop_official+turn", "siop_after_obs+turn_loo", "igpo+igpo"]
+    arms = ["outcome+grpo", "siop_official+turn", "siop_official+turn_loo", "siop_after_obs+turn_loo",
+            "siop_after_obs+turn", "ttrl+grpo", "empo+grpo", "igpo+igpo"]
     res = json.loads((tmp_path / "curves.json").read_text())
     assert list(res["arms"]) == arms and res["failed"] == []
     for arm in arms:
@@ -33,7 +34,9 @@ def test_gpu_learning_script_runs_every_arm_on_cpu_with_the_tiny_model(tmp_path)
         html = (tmp_path / f"view-{arm}-s0.html").read_text()
         assert html.lstrip().lower().startswith("<!doctype html") and len(html) > 10_000
     rows = list(csv.DictReader((tmp_path / "curves.csv").open()))
-    assert len(rows) == 4 * 2
+    assert len(rows) == len(arms) * 2
     assert (tmp_path / "curves.png").stat().st_size > 0
     assert "| igpo+igpo |" in (tmp_path / "summary.md").read_text()
     assert "after_observation" in (tmp_path / "runs" / "siop_after_obs+turn_loo-s0" / "config.yaml").read_text()
+    assert "name: ttrl" in (tmp_path / "runs" / "ttrl+grpo-s0" / "config.yaml").read_text()
+    assert "name: empo" in (tmp_path / "runs" / "empo+grpo-s0" / "config.yaml").read_text()
