@@ -214,5 +214,6 @@ def test_rollout_command_takes_continuous_batching(tmp_path):
                                "--max-new-tokens", "6", "--temperature", "0", "--batching", batching, "--out", str(out)],
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr
-        texts[batching] = {e.id: [t.action for t in e.turns] for e in read_episodes(out).episodes}
+        # keyed by the id within its run (each run prefixes its own id)
+        texts[batching] = {e.id.split("|", 1)[1]: [t.action for t in e.turns] for e in read_episodes(out).episodes}
     assert len(texts["static"]) == 6 and texts["static"] == texts["continuous"]

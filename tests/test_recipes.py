@@ -35,21 +35,34 @@ def needs_hub(cfg: TrainConfig) -> bool:
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=[p.name for p in RECIPES])
-def test_every_recipe_loads_and_passes_the_overlap_check(path):
+def test_every_recipe_loads_and_passes_the_overlap_check(path, lucene_index):
     import dataclasses
 
     from trl import GRPOConfig
+
+    from turngym.corpora.service import RetrievalServer
 
     cfg = TrainConfig.load(path)
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     assert not set(cfg.trl) - fields, f"not GRPOConfig arguments: {sorted(set(cfg.trl) - fields)}"
     if needs_hub(cfg) and not os.environ.get("TURNGYM_TEST_HUB"):
         pytest.skip(f"{path.name} trains on a Hugging Face hub dataset; set TURNGYM_TEST_HUB=1 where the hub is reachable")
-    env = gymnasium.make(cfg.env["id"], **cfg.env.get("kwargs", {}))
+    kwargs = dict(cfg.env.get("kwargs", {}))
+    server = None
+    if str(kwargs.get("retriever", "")).startswith("http"):  # the recipe says to serve an index first: one is served
+        server = RetrievalServer(lucene_index([{"id": "p", "title": "Paris", "text": "Paris is in France."}]), port=0,
+                                 threads=1)
+        server.start()
+        kwargs["retriever"] = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        indices = select_training_indices(cfg, env)
+        env = gymnasium.make(cfg.env["id"], **kwargs)
+        try:
+            indices = select_training_indices(cfg, env)
+        finally:
+            env.close()
     finally:
-        env.close()
+        if server is not None:
+            server.shutdown()
     assert indices
     if cfg.data.get("eval_overlap", "refuse") != "refuse":
         assert "eval_overlap" in path.read_text()  # an override is written in the recipe, never implied

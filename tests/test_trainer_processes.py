@@ -48,7 +48,7 @@ class FakeGenerationTrainer(TurnGRPOTrainer):
 
     def _score_shared(self, everyone, group_size, voters=None):
         rewards, advs = super()._score_shared(everyone, group_size, voters)
-        self.seen = {e.id: a for e, a in zip(everyone, advs)}
+        self.seen = {e.id.split("|", 1)[1]: a for e, a in zip(everyone, advs)}  # the id within the training run
         return rewards, advs
 
 

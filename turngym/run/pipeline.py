@@ -450,8 +450,6 @@ def execute(spec: RunSpec, writer: Writer, *, policy: Any = None, progress: RunP
     if progress is not None:
         progress.stage(f"checking {spec.env_id} and its data")
     prepared = prepare(spec)  # before the lock: a bad env or subset leaves no file behind
-    if policy is None:
-        check_model(spec)
     try:
         with writer.lock():
             return _locked(spec, prepared, writer, policy, progress, overwrite)
@@ -462,6 +460,8 @@ def execute(spec: RunSpec, writer: Writer, *, policy: Any = None, progress: RunP
 def _locked(spec: RunSpec, prepared: Prepared, writer: Writer, policy: Any, progress: RunProgress | None,
             overwrite: bool) -> RunOutcome:
     run = writer.check(spec, overwrite)
+    if policy is None:
+        check_model(spec)
     join_ray(spec)
     if policy is None:
         policy = load_policy(spec, progress)
