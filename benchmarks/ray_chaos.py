@@ -77,6 +77,7 @@ def chaos_run(url: str, episodes: int, faults: int) -> tuple[list[dict], dict]:
     from turngym.agents.runner import RolloutRunner
     from turngym.envs.calculator import CalculatorEnv
     from turngym.envs.reader import read_episodes
+    from turngym.episode import played_content
     from turngym.run.backends.ray_pool import RayEnvPool
 
     policy = OpenAICompatPolicy(model="fake", base_url=url, server="openai", concurrency=16, timeout_s=300)
@@ -84,13 +85,6 @@ def chaos_run(url: str, episodes: int, faults: int) -> tuple[list[dict], dict]:
     start = time.perf_counter()
     local = RolloutRunner(policy, lambda: CalculatorEnv(max_turns=4), sampling, k=4, concurrency=16).run(tasks)
     in_process_s = time.perf_counter() - start
-
-    def content(ep):
-        d = ep.to_dict()
-        d["meta"] = {k: v for k, v in d["meta"].items() if k not in ("wall_ms", "ray")}
-        for t in d["turns"]:
-            t["latency_ms"] = {}
-        return d
 
     raylet = ray._private.worker._global_node.all_processes["raylet"][0].process.pid
     killer = StartupKiller(raylet)
@@ -128,7 +122,7 @@ def chaos_run(url: str, episodes: int, faults: int) -> tuple[list[dict], dict]:
     policy.close()
     written = read_episodes(out, strict=True).episodes
     ids = [e.id for e in written]
-    want = {e.id: content(e) for e in local}
+    want = {e.id: played_content(e) for e in local}
     lost = len(set(want) - set(ids))
     rows = []
     for i, (_, when) in enumerate(killer.killed):  # the start-up kills, at the moment each was made
@@ -141,7 +135,7 @@ def chaos_run(url: str, episodes: int, faults: int) -> tuple[list[dict], dict]:
                      None if d.replaced_s is None else round(d.replaced_s, 2), "replayed": d.replayed})
     totals = {"episodes": episodes, "faults_injected": len(events),
               "actors_lost": len(deaths), "written": len(ids), "lost": lost, "duplicated": len(ids) - len(set(ids)),
-              "differ_from_in_process": sum(content(e) != want.get(e.id) for e in written),
+              "differ_from_in_process": sum(played_content(e) != want.get(e.id) for e in written),
               "episodes_replayed": sum(len(e.meta["ray"].get("replays", [])) for e in written),
               "startup_kills": len(killer.killed), "in_process_s": round(in_process_s, 1), "pool_s": round(pool_s, 1)}
     return rows, totals

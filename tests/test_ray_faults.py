@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from turngym.episode import played_content
+
 ray = pytest.importorskip("ray")
 
 from turngym.agents.policy import PolicyBase, SamplingParams  # noqa: E402
@@ -37,17 +39,8 @@ def ray_session():
     ray.shutdown()
 
 
-def content(ep):
-    """What an episode says, without timings and the run record of where it was played."""
-    d = ep.to_dict()
-    d["meta"] = {k: v for k, v in d["meta"].items() if k not in ("wall_ms", "ray")}
-    for t in d["turns"]:
-        t["latency_ms"] = {}
-    return d
-
-
 def by_id(episodes):
-    return {e.id: content(e) for e in episodes}
+    return {e.id: played_content(e) for e in episodes}
 
 
 def tokens(tmp_path, n):

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from turngym.episode import played_content
+
 ray = pytest.importorskip("ray")
 
 from turngym.agents.env_handle import EnvFactory  # noqa: E402
@@ -35,17 +37,8 @@ def ray_session():
     ray.shutdown()
 
 
-def content(ep):
-    """What an episode says, without timings and the run record of where it was played."""
-    d = ep.to_dict()
-    d["meta"] = {k: v for k, v in d["meta"].items() if k not in ("wall_ms", "ray")}
-    for t in d["turns"]:
-        t["latency_ms"] = {}
-    return d
-
-
 def by_id(episodes):
-    return {e.id: content(e) for e in episodes}
+    return {e.id: played_content(e) for e in episodes}
 
 
 def within_run(episodes):
@@ -53,7 +46,7 @@ def within_run(episodes):
     out = {}
     for e in episodes:
         run = e.meta["run"]["id"]
-        d = content(e)
+        d = played_content(e)
         d.pop("meta")["run"]
         d["id"], d["group"] = e.id.removeprefix(f"{run}|"), e.group.removeprefix(f"{run}|")
         out[d["id"]] = d

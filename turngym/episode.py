@@ -673,6 +673,16 @@ class EpisodeWriter:
 
 
 
+def played_content(ep: Episode) -> dict[str, Any]:
+    """What an episode says, without when and where it was played (wall and turn timings, the Ray worker that
+    played it): the record two backends of the same run must agree on."""
+    d = ep.to_dict()
+    d["meta"] = {k: v for k, v in d["meta"].items() if k not in ("wall_ms", "ray")}
+    for t in d["turns"]:
+        t["latency_ms"] = {}
+    return d
+
+
 def reward_view(episodes: Sequence[Episode]) -> Any:
     """The episodes as a reward may see them: shallow copies whose turns carry no truth.
 
