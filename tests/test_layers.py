@@ -231,6 +231,8 @@ THIRD_PARTY_PRIVATE = {
     "argparse._SubParsersAction": "argparse exposes its subparsers action type under this name only",
     "parser._actions": "HfArgumentParser (argparse) lists its options only here; TRL flags are read through it",
     "self.trainer._generate_single_turn": "TRL GRPOTrainer's generation step, the seam turngym's rollouts replace",
+    "ray_worker._global_node": "Ray tells whether this process started its cluster (the driver's node is the head) "
+                               "only on the driver's node object",
     "runner._evaluate_single_ast_entry": "bfcl-eval's own evaluator, the reference the tests compare against",
     "runner._evaluate_single_relevance_entry": "bfcl-eval's own evaluator (as above)",
     "runner._evaluate_single_multi_turn_entry": "bfcl-eval's own evaluator (as above)",

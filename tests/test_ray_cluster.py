@@ -175,8 +175,9 @@ def test_a_lost_gcs_ends_the_run_with_one_line_after_flushing(cluster, tmp_path)
     """The head's GCS killed mid-run: one turngym line within 60 s (before Ray ends the driver itself), every
     finished episode on disk; a rerun in process plays only the rest."""
     out = tmp_path / "run"
-    proc = start_and_wait(eval_args(out, 40, "--concurrency", "2", "--ray", cluster.address, "--env-workers", "1"),
-                          cluster.env, out / "episodes.jsonl", lines=2)
+    # 400 episodes (k=10): long enough on an idle machine (about 12 a second) that the GCS dies mid-run
+    proc = start_and_wait(eval_args(out, 40, "--k", "10", "--concurrency", "2", "--ray", cluster.address,
+                                    "--env-workers", "1"), cluster.env, out / "episodes.jsonl", lines=2)
     [gcs] = [pid for pid in pids_of(cluster.temp) if b"gcs_server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     os.kill(gcs, signal.SIGKILL)
     start = time.monotonic()
@@ -186,9 +187,9 @@ def test_a_lost_gcs_ends_the_run_with_one_line_after_flushing(cluster, tmp_path)
     assert proc.returncode == 1 and took < 60, (took, err[-3000:])
     assert "the Ray cluster is gone: its GCS at" in last and "Episodes already written are kept in" in last, err[-3000:]
     kept = read_episodes(out / "episodes.jsonl", strict=True).episodes
-    assert 2 <= len(kept) < 40
+    assert 2 <= len(kept) < 400
     env = {k: v for k, v in cluster.env.items() if not k.startswith("RAY_")}
-    rerun = subprocess.run(eval_args(out, 40), env=env, capture_output=True, text=True, timeout=600)
+    rerun = subprocess.run(eval_args(out, 40, "--k", "10"), env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     every = read_episodes(out / "episodes.jsonl", strict=True).episodes
-    assert len(every) == 40 and len({e.id for e in every}) == 40
+    assert len(every) == 400 and len({e.id for e in every}) == 400

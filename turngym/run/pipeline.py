@@ -188,26 +188,13 @@ def join_ray(spec: RunSpec) -> None:
     """Join (or start) the Ray cluster of ``--ray``: before the model loads, so a bad address costs no load."""
     if spec.ray is None:
         return
-    from turngym.run.backends.ray_pool import RayPoolError, connect
+    from turngym.run.backends.ray_pool import RayPoolError, check_local_capacity, connect
 
     try:
         connect(spec.ray)
+        check_local_capacity(spec.env_workers)  # a cluster started here never grows: too many workers said now
     except RayPoolError as exc:
         raise PipelineError(str(exc)) from None
-    _fits_local_cluster(spec.env_workers)
-
-
-def _fits_local_cluster(env_workers: int) -> None:
-    """A cluster this process started (``--ray auto`` with none to join) never grows, so workers it cannot place
-    (one CPU each) are refused now, not after the pool's start-up wait; a joined cluster may grow, and keeps it."""
-    import ray
-
-    node = getattr(ray._private.worker, "_global_node", None)  # ray.init's node: head only when it started the cluster
-    cpus = ray.cluster_resources().get("CPU", 0.0)
-    if node is not None and node.head and env_workers > cpus:
-        raise PipelineError(f"--env-workers {env_workers} asks for {env_workers} CPUs (one per worker), but the local Ray "
-                            f"cluster started here has {cpus:g}: use --env-workers {int(cpus)} or fewer, or join a "
-                            "bigger cluster with --ray ADDRESS")
 
 
 # ----------------------------------------------------------------------------- env

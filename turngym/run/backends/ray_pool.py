@@ -113,13 +113,27 @@ def connect(address: str = "auto", num_cpus: int | None = None) -> None:
     if ray.is_initialized():
         return
     target = address if address != "auto" else os.environ.get("RAY_ADDRESS")
-    if target and target != "auto":
+    if target and target not in ("auto", "local"):  # "local": start a cluster here, as Ray reads it
         check_address(target)
     try:
         init_ray(address=None if address == "auto" else address, num_cpus=num_cpus, log_to_driver=False,
                  include_dashboard=False, ignore_reinit_error=True)
     except Exception as exc:  # Ray raises a plain Exception for a local node that timed out while starting
         raise RayPoolError(f"cannot join the Ray cluster at {address}: {last_line(exc)}") from None
+
+
+def check_local_capacity(env_workers: int) -> None:
+    """A cluster this process started (``--ray auto`` with none to join) never grows, so workers it cannot place
+    (one CPU each) are refused now (RayPoolError), not after the pool's start-up wait; a joined cluster may grow."""
+    ray = _ray()
+    from ray._private import worker as ray_worker
+
+    node = ray_worker._global_node  # the driver's node: its head only when this process started the cluster
+    cpus = ray.cluster_resources().get("CPU", 0.0)
+    if node is not None and node.head and env_workers > cpus:
+        raise RayPoolError(f"--env-workers {env_workers} asks for {env_workers} CPUs (one per worker), but the local Ray "
+                           f"cluster started here has {cpus:g}: use --env-workers {int(cpus)} or fewer, or join a "
+                           "bigger cluster with --ray ADDRESS")
 
 
 def step_budget_s(env: Any) -> float:
