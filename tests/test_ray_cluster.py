@@ -60,8 +60,9 @@ class Cluster:
         return f"127.0.0.1:{self.gcs}"
 
 
-@pytest.fixture(scope="module")
-def cluster():
+@contextlib.contextmanager
+def started_cluster():
+    """A real ``ray start --head`` cluster with token authentication, on its own ports and temp folder."""
     temp = tempfile.mkdtemp(prefix="rtg")  # short: Ray's socket paths must fit in 107 bytes
     gcs, client = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
@@ -69,10 +70,18 @@ def cluster():
     subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={gcs}",
                     f"--ray-client-server-port={client}", "--num-cpus=2", "--include-dashboard=false",
                     f"--temp-dir={temp}", "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=300)
-    yield Cluster(gcs, client, temp, env)
-    for pid in pids_of(temp):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    try:
+        yield Cluster(gcs, client, temp, env)
+    finally:
+        for pid in pids_of(temp):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with started_cluster() as c:
+        yield c
 
 
 @pytest.fixture
@@ -193,3 +202,26 @@ def test_a_lost_gcs_ends_the_run_with_one_line_after_flushing(cluster, tmp_path)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     every = read_episodes(out / "episodes.jsonl", strict=True).episodes
     assert len(every) == 400 and len({e.id for e in every}) == 400
+
+
+def test_a_dead_raylet_under_a_live_gcs_ends_the_run_with_one_line_after_flushing(tmp_path):
+    """The node's raylet killed mid-run while its GCS lives (a node lost from a cluster that goes on): one
+    turngym line within 60 s, every finished episode on disk, none twice."""
+    with started_cluster() as own:
+        out = tmp_path / "run"
+        proc = start_and_wait(eval_args(out, 40, "--k", "10", "--concurrency", "2", "--ray", own.address,
+                                        "--env-workers", "1"), own.env, out / "episodes.jsonl", lines=2)
+        [raylet] = [pid for pid in pids_of(own.temp) if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                    .endswith(b"raylet")]
+        os.kill(raylet, signal.SIGKILL)
+        start = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        took = time.monotonic() - start
+        gcs_alive = any(b"gcs_server" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in pids_of(own.temp))
+    last = err.strip().splitlines()[-1]
+    print(f"dead raylet: exit {proc.returncode} after {took:.1f} s: {last}")
+    assert gcs_alive, "the GCS died with the raylet: this test no longer isolates a dead node"
+    assert proc.returncode == 1 and took < 60, (took, err[-3000:])
+    assert last.startswith("error: ") and "Episodes already written are kept in" in last, err[-3000:]
+    kept = read_episodes(out / "episodes.jsonl", strict=True).episodes
+    assert 2 <= len(kept) < 400 and len({e.id for e in kept}) == len(kept)

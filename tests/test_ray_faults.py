@@ -199,6 +199,42 @@ def test_an_unpicklable_exception_arrives_named_for_its_env_only():
         assert "6" in obs and pool.replaced == 0
 
 
+class FakeBrokenItemCalculator(CalculatorEnv):
+    """A fake (test only): the real calculator whose step raises on item 1's second turn, an exception that
+    cannot be pickled (``unpicklable``) or a plain one, whatever the policy wrote."""
+
+    def __init__(self, unpicklable: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.unpicklable = unpicklable
+
+    def step(self, action):
+        ep = self.episode
+        if ep is not None and ep.task.get("index") == 1 and len(ep.turns) == 1:
+            raise FakeUnpicklableError(threading.Lock()) if self.unpicklable else ValueError("item 1 breaks its env")
+        return super().step(action)
+
+
+@pytest.mark.parametrize("unpicklable", [True, False], ids=["unpicklable", "plain"])
+def test_an_env_whose_step_raises_ends_that_episode_with_its_error_record_in_process_and_under_ray(
+        tiny_chat_policy, tmp_path, unpicklable):
+    kwargs = {"unpicklable": unpicklable, "max_turns": 3}
+    local = RolloutRunner(tiny_chat_policy, lambda: FakeBrokenItemCalculator(**kwargs), GREEDY, k=2,
+                          concurrency=4).run(range(3), tmp_path / "local.jsonl")
+    with RayEnvPool(FakeBrokenItemCalculator, kwargs, workers=2, envs_per_worker=3) as pool:
+        remote = RolloutRunner(tiny_chat_policy, pool, GREEDY, k=2, concurrency=4).run(range(3), tmp_path / "ray.jsonl")
+        assert pool.replaced == 0  # an env that raised is not a lost actor
+    assert len(remote) == 6 and by_id(remote) == by_id(local)  # the same episodes end the same way
+    kind = "FakeUnpicklableError" if unpicklable else "ValueError"
+    for ep in read_episodes(tmp_path / "ray.jsonl", strict=True).episodes:
+        errors = [t.metrics["env_error"] for t in ep.turns if "env_error" in t.metrics]
+        if ep.task["index"] == 1:  # that episode's error record: its second turn, then ended and graded
+            assert [e["type"] for e in errors] == [kind] and len(ep.turns) == 2
+            assert ep.truncated and ep.meta["truncation"] == "env_error" and ep.outcome is not None
+            assert "test_ray_faults.py" in errors[0]["where"]  # where it raised, taken on the worker
+        else:
+            assert errors == [] and len(ep.turns) >= 1
+
+
 class FakeExitingCalculator(CalculatorEnv):
     """A fake (test only): the real calculator whose tool ends its process on one action, as a hostile cell could."""
 

@@ -218,6 +218,32 @@ def test_ray_missing_is_one_line_naming_the_extra(monkeypatch):
     assert "pip install 'turngym[ray]'" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_the_restart_budget_and_step_budget_reach_the_pool_and_bad_ones_are_one_line():
+    from turngym.run.pipeline import PipelineError, RunSpec, ray_pool, validate
+
+    for field, value, said in (("ray_restarts", -1, "--ray-restarts must be >= 0, got -1"),
+                               ("step_budget_s", 0.0, "--step-budget-s must be > 0 seconds, got 0.0")):
+        with pytest.raises(PipelineError, match=said):
+            validate(RunSpec(env_id="turngym/Calculator-v0", ray="auto", **{field: value}))
+    spec = RunSpec(env_id="turngym/Calculator-v0", ray="auto", env_workers=1, ray_restarts=3, step_budget_s=4.0)
+    pool, env = ray_pool(spec, {"max_turns": 2})
+    try:
+        assert pool.deaths.budget == 3 and pool.deadline_s() == 4.0 + pool.deadline_slack_s
+        env.close()
+    finally:
+        pool.shutdown()
+
+
+def test_the_command_line_takes_the_restart_and_step_budgets():
+    from turngym.cli import build_parser
+    from turngym.cli._common import ray_fields
+
+    args = build_parser().parse_args(["eval", "--env", "Calculator-v0", "--ray", "auto", "--ray-restarts", "0",
+                                      "--step-budget-s", "7.5", "--out", "x"])
+    assert ray_fields(args) == {"ray": "auto", "env_workers": 2, "envs_per_worker": None, "ray_restarts": 0,
+                                "step_budget_s": 7.5}
+
+
 def test_eval_through_the_pool_from_the_command_line(tmp_path):
     """``turngym eval --ray auto`` in a fresh process: it starts a local Ray, plays through the pool and writes
     the same episodes as the in-process eval."""
@@ -280,12 +306,17 @@ def test_the_train_config_takes_a_ray_section_and_refuses_unknown_keys(tmp_path)
     path.write_text(yaml.safe_dump({**base, "ray": {"address": "auto", "workers": 4, "envs_per_worker": 16}}))
     assert TrainConfig.load(path).ray == {"address": "auto", "workers": 4, "envs_per_worker": 16}
     path.write_text(yaml.safe_dump({**base, "ray": {"nodes": 2}}))
-    with pytest.raises(ValueError, match=r"unknown key ray.nodes; allowed: \['address', 'envs_per_worker', 'workers'\]"):
+    with pytest.raises(ValueError, match=r"unknown key ray.nodes; allowed: \['address', 'envs_per_worker', 'restarts', "
+                                         r"'step_budget_s', 'workers'\]"):
         TrainConfig.load(path)
+    path.write_text(yaml.safe_dump({**base, "ray": {"restarts": 0, "step_budget_s": 2.5}}))
+    assert TrainConfig.load(path).ray == {"restarts": 0, "step_budget_s": 2.5}
     path.write_text(yaml.safe_dump({**base, "ray": "auto"}))
     assert TrainConfig.load(path).ray == {"address": "auto"}
     for bad, said in (({"workers": 0}, "ray.workers must be a whole number >= 1, got 0"),
                       ({"address": "127.0.0.1"}, "ray.address must be 'auto', HOST:PORT or ray://HOST:PORT"),
+                      ({"restarts": -1}, "ray.restarts must be a whole number >= 0, got -1"),
+                      ({"step_budget_s": 0}, "ray.step_budget_s must be a number of seconds > 0, got 0"),
                       (["auto"], "'ray' must be a mapping")):
         path.write_text(yaml.safe_dump({**base, "ray": bad}))
         with pytest.raises(ValueError, match=said):

@@ -14,6 +14,11 @@ in-process envs is one through :func:`env_factory`. Implemented by every ``TextE
 OpenEnv client, whose episodes run on a server), and by the Ray pool's ``RemoteEnv`` / ``RayEnvPool``;
 ``turngym.agents.checker.check_env_handle`` / ``check_env_factory`` refuse one whose members disagree.
 Nothing probes an env or a factory with ``getattr`` (``tests/test_env_handle.py``).
+
+Failures have two kinds. An env's own ``step`` that raises (in process, or :class:`EnvRaised` from a process
+elsewhere) is that episode's error record (:func:`end_with_env_error`) and the run goes on, the same episodes
+ending the same way wherever the env lives. :class:`EnvBackendError` (a lost cluster, a spent restart budget)
+is where the envs live failing, not an env: it ends the run.
 """
 
 from __future__ import annotations
@@ -22,7 +27,36 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from turngym.episode import Episode
+from turngym.episode import Episode, Turn
+
+
+class EnvBackendError(RuntimeError):
+    """Where the envs live cannot go on (a cluster lost, a crash loop): not one env's fault, so the run ends."""
+
+
+class EnvRaised(Exception):  # noqa: N818 - what happened, carried across a process boundary
+    """An env's own call raised in another process. ``error`` is what the turn record says of it (type, message,
+    where: taken where it raised, as ``turngym.envs.base.describe_error`` does in process)."""
+
+    def __init__(self, error: dict[str, str], message: str | None = None):
+        super().__init__(message or f"{error['type']}: {error['message']}")
+        self.error = dict(error)
+
+
+def end_with_env_error(env: EnvFace, action: str, error: dict[str, str], turns_before: int, reason: str) -> None:
+    """End ``env``'s live episode at ``action`` with its error record: turns the failed call left are dropped,
+    the env grades the episode as it stands (``end_episode(reason)``: truncated), and the action is recorded as
+    a turn holding ``metrics["env_error"]``, so a runner's token ids stay aligned with the turns."""
+    ep = env.episode
+    assert ep is not None
+    del ep.turns[turns_before:]
+    try:
+        env.end_episode(reason)
+    except Exception as exc:  # noqa: BLE001 - an env that cannot even end: the record says so, the run goes on
+        ep.truncated, ep.meta["truncation"] = True, reason
+        ep.meta["end_error"] = f"{type(exc).__name__}: {exc}"[:2000]
+    ep.turns.append(Turn(index=turns_before, action=action, parse_error=f"{error['type']}: {error['message']}",
+                         metrics={"env_error": dict(error)}))
 
 
 @runtime_checkable

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -29,13 +30,22 @@ from typing import Any
 from turngym._version import __version__ as _VERSION
 from turngym.agents.batched_writes import sink
 from turngym.agents.checker import check_env_factory, check_env_handle, check_policy
-from turngym.agents.env_handle import EnvFactory, EnvHandle, env_factory
+from turngym.agents.env_handle import (
+    EnvBackendError,
+    EnvFactory,
+    EnvHandle,
+    EnvRaised,
+    end_with_env_error,
+    env_factory,
+)
 from turngym.agents.options import BATCHING
 from turngym.agents.policy import Generation, GenerationRequest, Policy, PolicyError, SamplingParams
 from turngym.agents.tokenization import ChatTemplateError, ConversationTokenizer, plain_prompt, tokenizer_fingerprint
-from turngym.envs.base import restore
+from turngym.envs.base import describe_error, restore
 from turngym.envs.reader import written_ids
 from turngym.episode import Episode, EpisodeWriter
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -462,7 +472,18 @@ class RolloutRunner:
         prefill, slot.prefill = slot.prefill, None
         # the env is sent prefill + continuation and records the prefill on the turn; only the continuation
         # was generated, so the prefill's ids are prompt tokens before the action's
-        _, _, terminated, truncated, _ = slot.env.step((prefill[0] if prefill else "") + gen.text)
+        action, before = (prefill[0] if prefill else "") + gen.text, len(slot.episode.turns)
+        try:
+            _, _, terminated, truncated, _ = slot.env.step(action)
+        except EnvBackendError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the env's own step raised: that episode's error record, not the run's
+            error = exc.error if isinstance(exc, EnvRaised) else describe_error(exc)
+            log.warning("episode %s: its env's step raised %s: %s (%s); recorded as an env_error turn and the "
+                        "episode ends there; the run goes on", slot.episode.id, error["type"], error["message"][:200],
+                        error["where"], exc_info=not isinstance(exc, EnvRaised))
+            end_with_env_error(slot.env.unwrapped, action, error, before, "env_error")
+            terminated, truncated = False, True
         ep, turn = slot.episode, slot.episode.turns[-1]
         ep.add_run_record(turn.index, generate_ms=gen_ms, finish_reason=gen.finish_reason,
                           prefill_ids=None if prefill is None else prefill[1])

@@ -130,11 +130,18 @@ def add_ray_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--env-workers", type=int, default=2, help="with --ray: env actors (one CPU each)")
     sp.add_argument("--envs-per-worker", type=int, default=None,
                     help="with --ray: live envs per actor (default: enough for --concurrency)")
+    sp.add_argument("--ray-restarts", type=int, default=None, metavar="N",
+                    help="with --ray: env actors the run may lose (died, frozen) before it stops with one line "
+                         "(default: 2 per worker, at least 8)")
+    sp.add_argument("--step-budget-s", type=float, default=None, metavar="S",
+                    help="with --ray: the longest one env step may take; an actor silent past it (plus 10 s) is "
+                         "killed and its episodes replayed (default: the env's own, docs/scale.md)")
 
 
 def ray_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The run spec's Ray pool fields from the command line."""
-    return {"ray": args.ray, "env_workers": args.env_workers, "envs_per_worker": args.envs_per_worker}
+    return {"ray": args.ray, "env_workers": args.env_workers, "envs_per_worker": args.envs_per_worker,
+            "ray_restarts": args.ray_restarts, "step_budget_s": args.step_budget_s}
 
 
 def log_trackers(args: argparse.Namespace, out: Any) -> None:

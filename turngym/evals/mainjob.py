@@ -80,6 +80,13 @@ class MainJobConfig:
     ray: str | None = None  # the evals' envs on a Ray actor pool ("auto" or an address; turngym.run.backends.ray_pool)
     env_workers: int = 2
     envs_per_worker: int | None = None
+    ray_restarts: int | None = None
+    step_budget_s: float | None = None
+
+    def ray_fields(self) -> dict[str, Any]:
+        """The run spec's Ray pool fields (``turngym.run.pipeline.RunSpec``)."""
+        return {"ray": self.ray, "env_workers": self.env_workers, "envs_per_worker": self.envs_per_worker,
+                "ray_restarts": self.ray_restarts, "step_budget_s": self.step_budget_s}
 
 
 @dataclass(frozen=True)
@@ -111,8 +118,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None,
     if cfg.ray is not None:  # a bad address or a missing [ray] extra is one message before the model loads
         from turngym.run.pipeline import RunSpec, join_ray, validate
 
-        probe = RunSpec(env_id="turngym/Calculator-v0", ray=cfg.ray, env_workers=cfg.env_workers,
-                        envs_per_worker=cfg.envs_per_worker)
+        probe = RunSpec(env_id="turngym/Calculator-v0", **cfg.ray_fields())
         validate(probe)
         join_ray(probe)
     if policy is None:
@@ -127,7 +133,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None,
         t0, c0 = time.perf_counter(), time.process_time()
         spec = EvalSpec(env_id=r.env_id, env_kwargs=r.env_kwargs, model=cfg.model, k=cfg.k, limit=r.limit,
                         concurrency=cfg.concurrency, max_new_tokens=r.max_new_tokens, temperature=cfg.temperature,
-                        seed=cfg.seed, ray=cfg.ray, env_workers=cfg.env_workers, envs_per_worker=cfg.envs_per_worker)
+                        seed=cfg.seed, **cfg.ray_fields())
         results[r.name] = run_eval(spec, out / r.name, policy=policy, progress=progress(r.name) if progress else None)
         times["generation_s"][r.name] = round(time.perf_counter() - t0, 1)
         times["cpu_s"][f"generation: {r.name}"] = round(time.process_time() - c0, 1)

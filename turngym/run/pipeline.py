@@ -113,6 +113,8 @@ class RunSpec:
     ray: str | None = None
     env_workers: int = 2
     envs_per_worker: int | None = None  # None: enough for --concurrency (ceil(concurrency / env_workers))
+    ray_restarts: int | None = None  # actors the run may lose before it stops (None: 2 per worker, at least 8)
+    step_budget_s: float | None = None  # the longest one env step may take on the pool (None: the env's own)
 
     def server_options(self) -> dict[str, str]:
         """The OpenAI-compatible policy's arguments (none for a local model)."""
@@ -175,6 +177,10 @@ def validate(spec: RunSpec) -> None:
     if spec.ray is not None:
         if spec.env_workers < 1 or (spec.envs_per_worker is not None and spec.envs_per_worker < 1):
             raise PipelineError("--env-workers and --envs-per-worker must be >= 1")
+        if spec.ray_restarts is not None and spec.ray_restarts < 0:
+            raise PipelineError(f"--ray-restarts must be >= 0, got {spec.ray_restarts}")
+        if spec.step_budget_s is not None and not spec.step_budget_s > 0:
+            raise PipelineError(f"--step-budget-s must be > 0 seconds, got {spec.step_budget_s}")
         from turngym.extras import MissingExtra, require
         from turngym.run.backends.ray_pool import PART
 
@@ -281,7 +287,8 @@ def ray_pool(spec: RunSpec, kwargs: dict[str, Any]) -> tuple[Any, Any]:
 
     per_worker = spec.envs_per_worker or max(1, -(-spec.concurrency // spec.env_workers))
     try:
-        pool = RayEnvPool(spec.env_id, kwargs, workers=spec.env_workers, envs_per_worker=per_worker)
+        pool = RayEnvPool(spec.env_id, kwargs, workers=spec.env_workers, envs_per_worker=per_worker,
+                          restarts=spec.ray_restarts, step_budget_s=spec.step_budget_s)
     except RayPoolError as exc:
         raise PipelineError(str(exc)) from None
     return pool, pool()

@@ -34,7 +34,7 @@ from turngym.progress import is_main_process
 
 KNOWN_KEYS = {"env", "data", "reward", "estimator", "model", "peft", "trl", "stop", "max_episode_tokens", "rollouts", "ray"}
 ROLLOUT_KEYS = {"every", "dir"}
-RAY_KEYS = {"address", "workers", "envs_per_worker"}  # the rollouts' envs on a Ray actor pool (docs/scale.md)
+RAY_KEYS = {"address", "workers", "envs_per_worker", "restarts", "step_budget_s"}  # the rollouts' envs on a Ray actor pool (docs/scale.md)
 DEFAULT_ROLLOUTS_EVERY = 10
 
 
@@ -95,6 +95,12 @@ def ray_section(ray: Any, where: str = "") -> dict[str, Any]:
         value = ray.get(key, 1)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{where}ray.{key} must be a whole number >= 1, got {value!r}")
+    restarts = ray.get("restarts", 0)
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+        raise ValueError(f"{where}ray.restarts must be a whole number >= 0, got {restarts!r}")
+    budget = ray.get("step_budget_s", 1.0)
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
+        raise ValueError(f"{where}ray.step_budget_s must be a number of seconds > 0, got {budget!r}")
     address = ray.get("address", "auto")
     if not isinstance(address, str) or not address:
         raise ValueError(f"{where}ray.address must be 'auto', HOST:PORT or ray://HOST:PORT, got {address!r}")
@@ -229,7 +235,8 @@ def build_trainer(cfg: TrainConfig, progress: Callable[[str], None] | None = Non
         say("starting the Ray env pool (its envs built before the model loads)…")
         try:
             rollout_envs = RayEnvPool(env_id, env_kwargs, workers=int(cfg.ray.get("workers", 2)),
-                                      envs_per_worker=int(cfg.ray.get("envs_per_worker", 8)))
+                                      envs_per_worker=int(cfg.ray.get("envs_per_worker", 8)),
+                                      restarts=cfg.ray.get("restarts"), step_budget_s=cfg.ray.get("step_budget_s"))
         except RayPoolError as exc:
             raise ValueError(str(exc)) from None
     location = resolve_model_dir(str(cfg.model.get("name_or_path", "default")))

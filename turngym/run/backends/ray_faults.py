@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from turngym.agents.env_handle import EnvBackendError, EnvRaised
+
 log = logging.getLogger("turngym.ray")
 
 BACKOFF_S = 0.5  # the pause before the 2nd start in a row of one place; doubled per failed start
@@ -23,7 +25,7 @@ DEFAULT_STEP_BUDGET_S = 10.0  # one step of an env that declares nothing longer 
 POISON_DEATHS = 2  # an episode whose call, sent alone, killed this many actors is poison, not a victim
 
 
-class RayPoolError(RuntimeError):
+class RayPoolError(EnvBackendError):
     """The pool cannot run as asked (Ray missing, cluster unreachable or gone, env not buildable, a crash loop)."""
 
 
@@ -35,8 +37,37 @@ class WorkerLost(Exception):  # noqa: N818 - an event, not an error of the calle
         self.worker, self.cause = worker, cause
 
 
-class EnvCallError(RayPoolError):
-    """An env raised an exception that cannot be pickled back from its worker: its type and message, by episode."""
+class EnvCallError(EnvRaised):
+    """An env's reset or step raised on its Ray worker: ``error`` as the turn record says it (taken on the worker,
+    where the traceback is); ``__cause__`` is the exception itself when it could be pickled back."""
+
+
+@dataclass
+class CallError:
+    """Sent back in place of an env call's answer when the env raised, for that env only."""
+
+    error: dict[str, str]
+    exc: Exception | None  # None: it cannot be pickled (a lock inside, a required argument)
+
+    @classmethod
+    def of(cls, exc: Exception) -> CallError:
+        from ray import cloudpickle
+
+        from turngym.envs.base import describe_error
+
+        try:
+            cloudpickle.loads(cloudpickle.dumps(exc))
+            kept: Exception | None = exc
+        except Exception:  # noqa: BLE001 - an exception that cannot cross
+            kept = None
+        return cls(describe_error(exc), kept)
+
+    def raised(self) -> EnvCallError:
+        e = self.error
+        said = "" if self.exc is not None else "; it cannot be pickled, so its type and message are sent"
+        out = EnvCallError(e, f"{e['type']}: {e['message']} (raised by the env on its Ray worker{said})")
+        out.__cause__ = self.exc
+        return out
 
 
 def lost_errors() -> tuple[type[BaseException], ...]:
@@ -109,16 +140,3 @@ def crossable_info(info: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             out[key] = f"<not picklable: {type(value).__name__}>"
             dropped.append(str(key))
     return out, dropped
-
-
-def crossable_error(exc: Exception) -> Exception:
-    """``exc`` when it survives a pickle round trip (the caller raises the same exception as in process), else an
-    :class:`EnvCallError` with its type and message."""
-    from ray import cloudpickle
-
-    try:
-        cloudpickle.loads(cloudpickle.dumps(exc))
-        return exc
-    except Exception:  # noqa: BLE001 - an exception that cannot cross (a lock inside, a required argument)
-        return EnvCallError(f"{type(exc).__name__}: {exc} (raised by the env on its Ray worker; it cannot be "
-                            f"pickled, so its type and message are sent)")

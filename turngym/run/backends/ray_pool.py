@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from turngym.agents.env_handle import EnvFactory
+from turngym.agents.env_handle import EnvFactory, end_with_env_error
 from turngym.episode import Episode, Turn, reward_view
 from turngym.extras import require
 from turngym.run.backends.ray_address import check_address, gcs_answers
@@ -40,11 +40,11 @@ from turngym.run.backends.ray_faults import (
     DEADLINE_SLACK_S,
     DEFAULT_STEP_BUDGET_S,
     POISON_DEATHS,
+    CallError,
     Death,
     Deaths,
     RayPoolError,
     WorkerLost,
-    crossable_error,
     crossable_info,
     last_line,
     log,
@@ -221,8 +221,8 @@ class EnvWorker:
         for method, slot, args in calls:
             try:
                 out.append(self.reset(slot, *args) if method == "reset" else self.step(slot, *args))
-            except Exception as exc:  # noqa: BLE001 - re-raised in the caller, for that env only
-                out.append(_CallError(crossable_error(exc)))
+            except Exception as exc:  # noqa: BLE001 - raised in the caller as EnvCallError, for that env only
+                out.append(CallError.of(exc))
         return out
 
     def restore(self, slot: int, episode: dict[str, Any], turns: int) -> tuple[list[int], dict[str, Any]]:
@@ -274,13 +274,6 @@ class _Answers:
                 self.lost = lost
                 raise
         return self.values
-
-
-@dataclass
-class _CallError:
-    """An env's reset or step raised on the worker (a bug or a bad task; a bad action is recorded on the turn)."""
-
-    error: Exception
 
 
 class _Poison(Exception):  # noqa: N818 - a verdict on an episode, handled by RemoteEnv.step
@@ -506,8 +499,8 @@ class RayEnvPool(EnvFactory):
                 if time.monotonic() >= deadline:
                     raise self._missed(worker, deadline_s) from None
                 self.check_cluster()
-            except ray.exceptions.RayTaskError as exc:  # the env itself raised: the same exception as in process
-                raise exc.as_instanceof_cause() from None
+            except ray.exceptions.RayTaskError as exc:  # the worker's own code raised (an env's reset and step
+                raise exc.as_instanceof_cause() from None  # come back as CallError, never here)
             except lost_errors() as exc:
                 raise WorkerLost(worker, last_line(exc)) from None
 
@@ -643,14 +636,22 @@ class RemoteEnv:
         while True:
             self._settle(replay)
             worker = self.worker
-            ref = getattr(worker.actor, method).remote(self.slot, *args)
+            guarded = method in ("reset", "step")  # the env's own code: what it raises comes back as CallError
+            ref = (worker.actor.many.remote([(method, self.slot, args)]) if guarded
+                   else getattr(worker.actor, method).remote(self.slot, *args))
             try:
-                return self.pool.wait(ref, worker, self.pool.deadline_s(steps))
+                out = self.pool.wait(ref, worker, self.pool.deadline_s(steps))
             except WorkerLost as lost:
                 self.pool.lost(lost.worker, lost.cause)
                 alone_lost += 1
                 if method == "step" and alone_lost >= POISON_DEATHS:
                     raise _Poison(lost.cause) from None
+                continue
+            if not guarded:
+                return out
+            if isinstance(out[0], CallError):
+                raise out[0].raised()
+            return out[0]
 
     def _settle(self, replay: bool) -> None:
         """Leave a lost actor for a free slot on a live one; restore the live episode there by replay (a slot
@@ -711,8 +712,8 @@ class RemoteEnv:
             except WorkerLost as lost:
                 self.pool.lost(lost.worker, lost.cause)
             else:
-                if isinstance(out, _CallError):
-                    raise out.error
+                if isinstance(out, CallError):
+                    raise out.raised()
                 return out
         elif pending is not None and pending[1] is None:
             self.pool.unqueue(self)
@@ -760,7 +761,7 @@ class RemoteEnv:
     def _poisoned(self, action: str, cause: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """This step killed every actor it was sent to: the episode's error record. The env (restored on a live
         actor) ends the episode as truncated (``meta["truncation"] = "env_process_died"``) and grades it; the
-        step is recorded as a turn with an ``env_error``, so the runner's tokens stay aligned with the turns."""
+        step is recorded as a turn with an ``env_error`` (``end_with_env_error``, as for any env that raised)."""
         ep = self.episode
         assert ep is not None
         n = len(ep.turns)
@@ -768,10 +769,8 @@ class RemoteEnv:
         log.warning("%s: episode %s: its env's process died on turn %d on %d Ray actors (%s); that turn is recorded "
                     "as an env_error and the episode ends there; the run goes on", self.pool.name, ep.id, n, deaths,
                     cause)
-        self._sync(self._call("end_episode", "env_process_died"))
         error = {"type": "WorkerDied", "message": f"the env's process died on this action ({cause})", "where": ""}
-        ep.turns.append(Turn(index=n, action=action, parse_error=f"{error['type']}: {error['message']}",
-                             metrics={"env_error": error}))
+        end_with_env_error(self, action, error, n, "env_process_died")
         ray_meta = dict(ep.meta.get("ray") or {})
         ray_meta["error"] = {"episode": ep.id, "turn": n, "actors_lost": deaths, "cause": cause}
         ep.add_run_record(meta={"ray": ray_meta})
