@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turngym.credit.table import baseline_scores, estimator_scores
-from turngym.envs.reader import read_episodes
 from turngym.episode import Episode, group_episodes, reward_view, turn_labels
+from turngym.episode.reader import read_episodes
 from turngym.rewards.siop import IGPOReward, igpo_tags_balanced
 from turngym.rewards.support import MemoSupportScorer, make_scorer
 

@@ -76,8 +76,8 @@ def chaos_run(url: str, episodes: int, faults: int) -> tuple[list[dict], dict]:
     from turngym.agents.policy import PolicyBase, SamplingParams
     from turngym.agents.runner import RolloutRunner
     from turngym.envs.calculator import CalculatorEnv
-    from turngym.envs.reader import read_episodes
     from turngym.episode import played_content
+    from turngym.episode.reader import read_episodes
     from turngym.run.backends.ray_pool import RayEnvPool
 
     policy = OpenAICompatPolicy(model="fake", base_url=url, server="openai", concurrency=16, timeout_s=300)

@@ -68,8 +68,8 @@ def bare_run(url: str, level: int, episodes: int) -> float:
 def one_run(url: str, level: int, episodes: int, workers: int | None, batching: str) -> float:
     from turngym.agents.openai_compat import OpenAICompatPolicy
     from turngym.cli._progress import BarProgress
+    from turngym.run.outputs import EvalFolderWriter
     from turngym.run.pipeline import RunSpec, execute
-    from turngym.run.writers import EvalFolderWriter
 
     k = 8
     spec = RunSpec(env_id="turngym/Calculator-v0", env_kwargs={"max_turns": 4}, model="fake", base_url=url,
@@ -135,7 +135,7 @@ def kill_run(url: str, episodes: int, kills: int) -> dict[str, int]:
     from turngym.agents.openai_compat import OpenAICompatPolicy
     from turngym.agents.policy import PolicyBase, SamplingParams
     from turngym.agents.runner import RolloutRunner
-    from turngym.envs.reader import read_episodes
+    from turngym.episode.reader import read_episodes
     from turngym.run.backends.ray_pool import RayEnvPool
 
     out = os.path.join(tempfile.mkdtemp(), "episodes.jsonl")

@@ -14,7 +14,7 @@ import sys
 from transformers import AutoTokenizer
 
 from turngym.agents.loading import resolve_model_dir
-from turngym.envs.reader import read_episodes
+from turngym.episode.reader import read_episodes
 from turngym.rewards.support import PseudoAnswer, continuation, end_of_turn_text, scoring_points
 
 tok = AutoTokenizer.from_pretrained(resolve_model_dir("qwen2.5-coder-0.5b-instruct"))

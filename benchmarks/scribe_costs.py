@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from turngym.envs.reader import read_episodes
 from turngym.episode import Episode
+from turngym.episode.reader import read_episodes
 from turngym.rewards import get_reward
 from turngym.rewards.scribe.embed import SentenceEmbedder
 from turngym.rewards.scribe.library import SkillItem, SkillPrototype, build_library

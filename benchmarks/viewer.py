@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from turngym.agents.tiny import tiny_model_dir
-from turngym.envs.reader import read_episodes
 from turngym.episode import Episode, EpisodeWriter, Turn
+from turngym.episode.reader import read_episodes
 from turngym.training.scores import records_for, write_scores
 from turngym.truth import TruthValue
 from turngym.views.viewer import write_viewer

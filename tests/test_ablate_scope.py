@@ -108,7 +108,7 @@ def test_old_files_without_reward_needs_use_the_registered_envs_declaration(epis
 
 
 def test_every_command_that_reads_saved_episodes_fills_old_files_the_same_way(episodes, tmp_path, capsys):
-    from turngym.envs.reader import load_episodes
+    from turngym.episode.reader import load_episodes
     from turngym.views.viewer import write_viewer
 
     path = tmp_path / "old.jsonl"

@@ -11,8 +11,8 @@ import turngym  # noqa: F401
 from turngym.agents.policy import PolicyBase
 from turngym.envs.base import ActionResult
 from turngym.envs.calculator import CalculatorEnv
-from turngym.envs.reader import read_episodes
 from turngym.episode import EpisodeWriter
+from turngym.episode.reader import read_episodes
 
 HUGE = "9" * 4400  # past Python's 4,300-digit int/str conversion limit
 SURROGATE_REPLY = "I will answer \ud800 now \udfff"

@@ -11,7 +11,7 @@ import pytest
 from turngym.agents.policy import Generation, PolicyBase
 from turngym.agents.runner import RolloutRunner
 from turngym.envs.calculator import CalculatorEnv
-from turngym.envs.reader import read_episodes
+from turngym.episode.reader import read_episodes
 
 SLOW_RUN = r"""
 import sys, time

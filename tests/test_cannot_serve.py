@@ -105,8 +105,8 @@ def test_a_reward_that_fails_makes_ablate_exit_non_zero_after_writing_the_rest(t
     group; outcome still scores, the report marks the failure, and the command exits 1 (it used to exit 0)."""
     from turngym.agents.tiny import tiny_model_dir
     from turngym.cli import main
-    from turngym.envs.reader import read_episodes
     from turngym.episode import EpisodeWriter
+    from turngym.episode.reader import read_episodes
     from turngym.evals.harness import EvalSpec, run_eval
 
     run_eval(EvalSpec(env_id="turngym/Calculator-v0", env_kwargs={"max_turns": 2}, model=tiny_chat_policy.name, limit=1,

@@ -3,7 +3,7 @@ import subprocess
 import sys
 
 from turngym.agents.tiny import tiny_model_dir
-from turngym.envs.reader import read_episodes
+from turngym.episode.reader import read_episodes
 
 CLI = [sys.executable, "-m", "turngym.cli"]
 

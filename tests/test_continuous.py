@@ -204,7 +204,7 @@ def test_rollout_command_takes_continuous_batching(tmp_path):
     import sys
 
     from turngym.agents.tiny import tiny_model_dir
-    from turngym.envs.reader import read_episodes
+    from turngym.episode.reader import read_episodes
 
     texts = {}
     for batching in ("static", "continuous"):

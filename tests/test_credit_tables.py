@@ -109,7 +109,7 @@ def test_no_reward_sees_the_truth_in_ablate_creditbench_or_the_trainer():
 
 
 def test_older_files_get_the_truth_their_env_declares(tmp_path):
-    from turngym.envs.reader import load_episodes
+    from turngym.episode.reader import load_episodes
 
     old = ep(0, "g", [], True)
     old.turns = [Turn(index=0, action="<search>q</search>", metrics={"retrieval_hit": True, "tool_ok": True}),

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from turngym.envs.reader import read_episodes, written_ids
 from turngym.episode import SCHEMA_VERSION, Episode, EpisodeFileError, EpisodeWriter, Turn
+from turngym.episode.reader import read_episodes, written_ids
 
 
 def make_episode(i: int, text: str = "héllo ✓ 世界 🚀") -> Episode:

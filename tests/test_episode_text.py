@@ -5,8 +5,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from turngym.envs.reader import read_episodes
 from turngym.episode import Episode, EpisodeWriter, Turn, escape_surrogates
+from turngym.episode.reader import read_episodes
 
 # every code point, surrogates (category Cs) included, with surrogates drawn often
 ANY_CHAR = st.characters(codec=None, categories=None)

@@ -11,8 +11,8 @@ import pytest
 
 from turngym.agents.tiny import tiny_model_dir
 from turngym.credit.ablate import ablate, spearman
-from turngym.envs.reader import read_episodes
 from turngym.episode import Episode, EpisodeWriter, Turn
+from turngym.episode.reader import read_episodes
 from turngym.evals.harness import EvalError, EvalSpec, resolve_subset, run_eval
 from turngym.grading.metrics import behaviour_metrics, outcome_metrics, pass_at_k, wilson
 from turngym.integrations.lm_eval_bridge import parse_reply

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from turngym.envs.parsing import parse_hermes_tool_calls
-from turngym.envs.reader import read_episodes
 from turngym.episode import group_episodes, turn_labels
+from turngym.episode.reader import read_episodes
 from turngym.grading.qa import exact_match, f1_score
 from turngym.importers import Fields, TrajectoryError, import_agentprocessbench, import_messages
 from turngym.truth import TruthError, TruthMap, TruthValue

@@ -576,7 +576,7 @@ def test_the_retrieval_service_takes_only_json_booleans_for_return_scores():
 
 
 def test_the_episode_reader_refuses_what_is_not_a_regular_file(tmp_path):
-    from turngym.envs.reader import read_episodes
+    from turngym.episode.reader import read_episodes
 
     fifo = tmp_path / "episodes.jsonl"
     os.mkfifo(fifo)  # opening it for reading would block; reading a link to an endless file would not stop
@@ -588,7 +588,7 @@ def test_a_full_disk_while_writing_the_viewer_is_one_message_and_the_episodes_st
     import errno
 
     import turngym.views.viewer as viewer
-    from turngym.envs.reader import read_episodes
+    from turngym.episode.reader import read_episodes
     from turngym.evals.harness import EvalError, EvalSpec, run_eval
 
     def full(*args, **kwargs):

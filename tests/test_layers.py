@@ -29,7 +29,10 @@ PACKAGE = Path(turngym.__file__).resolve().parent
 # stands apart from its package); top-level modules are listed whole.
 STAGES = {
     "_version": 0, "cache": 0, "registry": 0, "extras": 0, "progress": 0,
-    "procs": 0, "grading": 0, "oracles": 0, "truth": 0, "episode": 0, "corpora": 0,
+    "procs": 0, "grading": 0, "oracles": 0, "truth": 0, "corpora": 0,
+    # the record, its store, reader and migrations; the reader finds an env's declarations as an
+    # episode.migrations.EnvDeclarations (TextEnv is one), never by importing the envs
+    "episode": 0,
     "sandbox": 0,  # code sandboxes: below the envs that run cells in them
     "envs": 1,
     "turngym": 1,  # the package itself: registers the envs on import
@@ -39,7 +42,7 @@ STAGES = {
     # below the trainer, which plays its rollouts on them
     "run.backends": 4,
     "training": 5, "importers": 5,
-    "run": 6,  # the run pipeline and its writers: episodes into files
+    "run": 6,  # the run pipeline and the outputs it claims (locked, run.json); the runner writes the episodes
     # outward adapters: turngym envs and episodes in other stacks (TRL, SkyRL, verifiers, lm-eval, OpenEnv, verl),
     # above training, whose estimators they score with; nothing below reaches up to them
     "integrations": 7,

@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("ray")
 
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
-from turngym.envs.reader import read_episodes  # noqa: E402
+from turngym.episode.reader import read_episodes  # noqa: E402
 from turngym.run.backends.ray_address import check_address  # noqa: E402
 from turngym.run.backends.ray_faults import RayPoolError  # noqa: E402
 

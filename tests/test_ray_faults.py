@@ -24,7 +24,7 @@ ray = pytest.importorskip("ray")
 from turngym.agents.policy import PolicyBase, SamplingParams  # noqa: E402
 from turngym.agents.runner import RolloutRunner  # noqa: E402
 from turngym.envs.calculator import CalculatorEnv  # noqa: E402
-from turngym.envs.reader import read_episodes  # noqa: E402
+from turngym.episode.reader import read_episodes  # noqa: E402
 from turngym.run.backends.ray_faults import EnvCallError  # noqa: E402
 from turngym.run.backends.ray_pool import RayEnvPool, RayPoolError, init_ray  # noqa: E402
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from turngym.envs.reader import read_episodes
 from turngym.episode import DEFAULT_REWARD_NEEDS, Episode, MissingRewardNeeds, RewardNeeds, Turn
+from turngym.episode.reader import read_episodes
 from turngym.rewards import get_reward
 from turngym.rewards.equivalence import CallMatch, MathEquivalence, NormalizedMatch, make_equivalence
 from turngym.rewards.evidence import evidence_texts, is_tool_result

@@ -12,7 +12,7 @@ import pytest
 from turngym.agents.policy import PolicyBase
 from turngym.agents.tiny import tiny_model_dir
 from turngym.cli import main
-from turngym.envs.reader import read_episodes
+from turngym.episode.reader import read_episodes
 from turngym.evals.harness import EvalError, EvalSpec, run_eval
 from turngym.run.lock import RunError, RunLock, differences, without_identity
 

@@ -14,7 +14,7 @@ import pytest
 import turngym  # noqa: F401 - registers the envs
 from turngym.agents.policy import SamplingParams
 from turngym.agents.runner import RolloutRunner
-from turngym.envs.reader import read_episodes
+from turngym.episode.reader import read_episodes
 from turngym.evals.harness import EvalError, EvalSpec, run_eval
 
 CALC = {"env_id": "turngym/Calculator-v0", "env_kwargs": {"max_turns": 2}, "max_new_tokens": 6, "temperature": 1.0}

@@ -16,7 +16,7 @@ import pytest
 from turngym.agents.policy import PolicyBase
 from turngym.cli import main
 from turngym.envs import ENTRY_POINTS
-from turngym.envs.reader import read_episodes
+from turngym.episode.reader import read_episodes
 from turngym.run.lock import without_identity
 
 COMMANDS = ("play", "rollout", "eval")

@@ -10,7 +10,7 @@ from turngym.agents.policy import GenerationRequest, PolicyBase, SamplingParams
 from turngym.agents.runner import RolloutRunner, RolloutTask
 from turngym.agents.tiny import tiny_model_dir
 from turngym.envs.calculator import CalculatorEnv
-from turngym.envs.reader import read_episodes
+from turngym.episode.reader import read_episodes
 
 
 def test_k_rollouts_share_a_group_and_ids_are_unique(tiny_chat_policy):

@@ -120,7 +120,7 @@ def bfcl_episodes():
 def imported_searchqa_episodes(tmp_path):
     import json
 
-    from turngym.envs.reader import read_episodes
+    from turngym.episode.reader import read_episodes
     from turngym.importers import import_messages
 
     call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"query": "capital of France"}'}}
@@ -278,7 +278,7 @@ def test_commands_reading_old_bfcl_files_fill_the_declaration_of_each_episodes_c
     category's declaration (multi-turn or single-turn) and scores as the reward did before."""
     import json
 
-    from turngym.envs.reader import load_episodes
+    from turngym.episode.reader import load_episodes
 
     dense = get_reward("toolcall_dense")
     lines = []

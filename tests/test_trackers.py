@@ -6,8 +6,8 @@ import json
 import pytest
 
 from turngym.credit.ablate import ablate
-from turngym.envs.reader import read_episodes
 from turngym.episode import EpisodeWriter
+from turngym.episode.reader import read_episodes
 from turngym.evals.harness import EvalSpec, run_eval
 from turngym.rewards import get_reward
 from turngym.views.trackers import (

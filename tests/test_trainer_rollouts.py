@@ -8,7 +8,7 @@ import pytest
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from turngym.credit.ablate import run_ablation  # noqa: E402
-from turngym.envs.reader import read_episodes  # noqa: E402
+from turngym.episode.reader import read_episodes  # noqa: E402
 from turngym.training.rollouts import RolloutSaver  # noqa: E402
 from turngym.training.scores import read_scores  # noqa: E402
 from turngym.views.report import compare_runs  # noqa: E402

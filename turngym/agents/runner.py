@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from turngym._version import __version__ as _VERSION
-from turngym.agents.batched_writes import sink
 from turngym.agents.checker import check_env_factory, check_env_handle, check_policy
 from turngym.agents.env_handle import (
     EnvBackendError,
@@ -42,8 +41,9 @@ from turngym.agents.options import BATCHING
 from turngym.agents.policy import Generation, GenerationRequest, Policy, PolicyError, SamplingParams
 from turngym.agents.tokenization import ChatTemplateError, ConversationTokenizer, plain_prompt, tokenizer_fingerprint
 from turngym.envs.base import describe_error, restore
-from turngym.envs.reader import written_ids
 from turngym.episode import Episode, EpisodeWriter
+from turngym.episode.reader import written_ids
+from turngym.episode.store import sink
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class RolloutRunner:
     # it loaded, is made once and reset for every episode; None: this runner's own pool
     env_pool: list[Any] | None = None
     # finished episodes are written in batches (one fsync each): flushed at write_batch episodes or
-    # when the next one finishes flush_s after the oldest; all before run() returns or raises (batched_writes)
+    # when the next one finishes flush_s after the oldest; all before run() returns or raises (turngym.episode.store)
     write_batch: int = 64
     flush_s: float = 0.5
 

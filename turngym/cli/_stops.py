@@ -1,6 +1,6 @@
 """How a command ends when it is stopped: SIGTERM (a scheduler, ``kill``) exits 143 and Ctrl-C (SIGINT) exits
 130, each with one line and no traceback, after the run's writer flushed every finished episode (the writer's
-``finally`` runs on the way out: ``turngym.agents.batched_writes``). The same in process and under ``--ray``
+``finally`` runs on the way out: ``turngym.episode.store``). The same in process and under ``--ray``
 (the Ray pool keeps this handler across ``ray.init``, whose own would exit 15 at once)."""
 
 from __future__ import annotations

@@ -97,8 +97,8 @@ def _spec(args: argparse.Namespace, env: str | None = None, dataset: str | None 
 def _play(args: argparse.Namespace) -> int:
     from turngym.agents.runner import RolloutTask
     from turngym.cli._progress import TurnPrinter
+    from turngym.run.outputs import NoWriter
     from turngym.run.pipeline import execute
-    from turngym.run.writers import NoWriter
 
     if args.human:
         return _play_human(args)
@@ -149,9 +149,9 @@ def _play_human(args: argparse.Namespace) -> int:
 
 def _rollout(args: argparse.Namespace) -> int:
     from turngym.cli._progress import BarProgress
-    from turngym.envs.reader import read_episodes
+    from turngym.episode.reader import read_episodes
+    from turngym.run.outputs import JsonlWriter
     from turngym.run.pipeline import execute
-    from turngym.run.writers import JsonlWriter
 
     spec = _spec(args, k=args.k, concurrency=args.concurrency, batching=args.batching, start=args.start, limit=args.limit)
     bar = BarProgress()

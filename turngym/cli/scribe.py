@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _episodes(path: str) -> list[Episode]:
-    from turngym.envs.reader import load_episodes
+    from turngym.episode.reader import load_episodes
 
     return attempt(lambda: load_episodes(path).episodes, ValueError)
 

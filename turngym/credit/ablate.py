@@ -33,8 +33,8 @@ from turngym.credit.table import (
     mark_against,
     table,
 )
-from turngym.envs.reader import load_episodes
 from turngym.episode import Episode, EpisodeGroup, group_episodes, reward_view
+from turngym.episode.reader import load_episodes
 from turngym.rewards.base import GroupReward, get_reward, outcome_score, reward_class
 from turngym.truth import TruthMap
 

@@ -19,8 +19,8 @@ from turngym.agents.branching import TurnValue, branch_tasks, turn_values
 from turngym.agents.policy import Policy, SamplingParams
 from turngym.agents.runner import RolloutRunner
 from turngym.envs.base import restore
-from turngym.envs.reader import read_episodes
 from turngym.episode import Episode
+from turngym.episode.reader import read_episodes
 
 
 def run_mc_oracle(episodes: Sequence[Episode], policy: Policy, env_factory: Callable[[], Any], out_dir: str | Path,
@@ -152,7 +152,7 @@ def recorded_settings(episodes_file: str | Path) -> tuple[dict[str, Any], Path |
     """The settings the episodes were recorded with: ``<file>.run.json`` (``turngym rollout``), else the
     ``run.json`` beside them (``turngym eval``); ``({}, None)`` when there is neither."""
     from turngym.run.lock import upgrade_settings
-    from turngym.run.writers import RUN_SETTINGS, rollout_settings_path
+    from turngym.run.outputs import RUN_SETTINGS, rollout_settings_path
 
     path = Path(episodes_file)
     for candidate in (rollout_settings_path(path), path.with_name(RUN_SETTINGS)):

@@ -24,7 +24,7 @@ import numpy as np
 from gymnasium import spaces
 
 from turngym.envs.tools import EnvTool
-from turngym.episode import Episode, RewardNeeds, Turn, json_copy, plain_json, utf8_encodable
+from turngym.episode import EnvDeclarations, Episode, RewardNeeds, Turn, json_copy, plain_json, utf8_encodable
 from turngym.truth import TruthValue, check_declared
 
 MAX_TEXT_LENGTH = 1_000_000
@@ -111,7 +111,7 @@ def _check_serialisable(result: ActionResult) -> None:
         json.dumps(record)
 
 
-class TextEnv(gym.Env):
+class TextEnv(gym.Env, EnvDeclarations):
     """Base class for text environments with turn recording.
 
     Its public surface is what an env author writes and what a user calls, nothing else:

@@ -16,12 +16,12 @@ from typing import Any
 
 from turngym._version import __version__
 from turngym.envs.bfcl.score import bfcl_metrics
-from turngym.envs.reader import read_episodes
 from turngym.episode import Episode
+from turngym.episode.reader import read_episodes
 from turngym.grading.metrics import behaviour_metrics, outcome_metrics, per_dataset, ungraded
+from turngym.run.outputs import LOCK_FILE, RUN_SETTINGS, EvalFolderWriter, FolderWriter
 from turngym.run.pipeline import PipelineError, RunProgress, RunSpec, execute
 from turngym.run.pipeline import resolve_subset as _resolve_subset
-from turngym.run.writers import LOCK_FILE, RUN_SETTINGS, EvalFolderWriter, FolderWriter
 
 EvalError = PipelineError  # a problem the user must fix (bad subset, full disk, server down); nothing written is lost
 EvalSpec = RunSpec  # what to evaluate (turngym.run.pipeline)

@@ -105,7 +105,7 @@ def run_main_job(cfg: MainJobConfig, policy: Any = None,
     from turngym.agents.loading import load_policy, model_identity
     from turngym.credit.ablate import ablate, make_rewards
     from turngym.credit.creditbench import BenchConfig, run_creditbench
-    from turngym.envs.reader import read_episodes
+    from turngym.episode.reader import read_episodes
     from turngym.evals.harness import EvalSpec, run_eval
     from turngym.rewards.base import reward_class
     from turngym.rewards.support import HFSupportScorer

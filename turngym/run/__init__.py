@@ -1,2 +1,2 @@
-"""Running: the one run pipeline (spec → env → policy → runner → writer), its writers, and the lock and
-stored settings of a run's output."""
+"""Running: the one run pipeline (spec → env → policy → runner → writer), the outputs it claims (``outputs.py``:
+the writers), and the lock and stored settings of a run's output."""

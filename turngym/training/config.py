@@ -34,7 +34,8 @@ from turngym.progress import is_main_process
 
 KNOWN_KEYS = {"env", "data", "reward", "estimator", "model", "peft", "trl", "stop", "max_episode_tokens", "rollouts", "ray"}
 ROLLOUT_KEYS = {"every", "dir"}
-RAY_KEYS = {"address", "workers", "envs_per_worker", "restarts", "step_budget_s"}  # the rollouts' envs on a Ray actor pool (docs/scale.md)
+# the rollouts' envs on a Ray actor pool (docs/scale.md)
+RAY_KEYS = {"address", "workers", "envs_per_worker", "restarts", "step_budget_s"}
 DEFAULT_ROLLOUTS_EVERY = 10
 
 

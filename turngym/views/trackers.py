@@ -78,7 +78,7 @@ def sample_rows(episodes: Sequence[Episode], n: int = 20) -> list[dict[str, Any]
 def read_run_dir(run_dir: str | Path, n_samples: int = 20) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The results file of an ``eval`` / ``ablate`` / ``creditbench`` folder, and sample rows of its episodes
     (``episodes.jsonl`` when the folder has one)."""
-    from turngym.envs.reader import read_episodes
+    from turngym.episode.reader import read_episodes
 
     d = Path(run_dir)
     found = [d / f for f in RESULT_FILES if (d / f).is_file()]

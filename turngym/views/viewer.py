@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from turngym._version import __version__
-from turngym.envs.reader import read_episodes
 from turngym.episode import Episode
+from turngym.episode.reader import read_episodes
 from turngym.training.scores import ScoreRecord, beyond_rewards, read_scores
 
 TRUNCATION_MARKERS = ("[output truncated]",)  # what the envs append when they cut a tool output

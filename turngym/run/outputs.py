@@ -1,4 +1,6 @@
-"""Where a run's output goes: the writers behind :func:`turngym.run.pipeline.execute`.
+"""A run's output claimed for one run: locked, checked to hold no other run's episodes, its settings stored
+(``run.json``). These are the writers behind :func:`turngym.run.pipeline.execute`; they write no episodes
+(the runner does, through :mod:`turngym.episode.store`).
 
 One writer per command: ``eval`` writes a folder (``episodes.jsonl``, ``run.json``, then ``results.json``,
 ``report.md``, plots and ``view.html``), ``rollout`` one resumable JSONL file with its settings and subset
@@ -66,7 +68,7 @@ def claim(settings_path: Path, episodes_path: Path, outputs: list[Path], spec: R
                        "more episodes: choose another --out, or pass --overwrite to move it aside")
     if overwrite or not episodes_path.exists():
         return RunIdentity(run_id or new_run_id(), digest, spec.env_id, spec.model, merged)
-    from turngym.envs.reader import read_episodes
+    from turngym.episode.reader import read_episodes
 
     episodes = read_episodes(episodes_path).episodes
     if run_id is None:
@@ -156,7 +158,7 @@ class EvalFolderWriter(FolderWriter):
     """The eval folder; a resumed run first says how many corrupt lines it will play again."""
 
     def before_run(self, spec: RunSpec, prepared: Prepared) -> None:
-        from turngym.envs.reader import read_episodes
+        from turngym.episode.reader import read_episodes
 
         if self.episodes_path.exists():
             report = read_episodes(self.episodes_path)
