@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -244,6 +245,12 @@ class TrainConfig:
     lr: float = 0.005
     model_seed: int = 0
     env: EnvConfig = field(default_factory=EnvConfig)
+    scorer: str = "tiny"  # SIOP's and IGPO's support scorer: "tiny" (official setups) or "reader" (pretrained)
+    support: str | None = None  # with scorer="reader": the precomputed support table (precompute_reader_support)
+
+    @property
+    def stem(self) -> str:
+        return STEM if self.scorer == "tiny" else f"{STEM}_{self.scorer}"
 
 
 def load_lm(cfg: TrainConfig) -> tuple[Any, Any, Item, Any, list[tuple[str, ...]]]:
@@ -261,14 +268,22 @@ def load_lm(cfg: TrainConfig) -> tuple[Any, Any, Item, Any, list[tuple[str, ...]
     return model, tok, item, tree, paths
 
 
-def make_reward(arm: Arm, model: Any, tok: Any) -> Any:
+def make_reward(arm: Arm, model: Any, tok: Any, cfg: TrainConfig | None = None) -> Any:
     """The arm's reward; SIOP scores with a frozen copy of ``model`` (the start policy), IGPO with the live policy
-    (the trainer binds it; outside a trainer, with ``model`` itself)."""
+    (the trainer binds it; outside a trainer, with ``model`` itself). With ``cfg.scorer == "reader"`` both score
+    with the frozen pretrained reader instead, re-tokenising the episodes' text (``tokens: text``), from the table
+    :func:`precompute_reader_support` wrote."""
     from turngym.rewards import get_reward
     from turngym.rewards.support import HFSupportScorer
 
     if arm.reward == "outcome":
         return get_reward("outcome")
+    if cfg is not None and cfg.scorer == "reader":
+        clr = load_module("credit_learning_reader")
+        table = clr.CachedSupportScorer(clr.reader_tokenizer(), json.loads(Path(cfg.support).read_text()))
+        reward = get_reward(arm.reward, tokens="text", **dict(arm.options))
+        reward.bind_scorer(table)
+        return reward
     if arm.reward == "siop":
         frozen = copy.deepcopy(model).eval()
         for p in frozen.parameters():
@@ -303,6 +318,51 @@ class Curve:
     adv_abs_max: list[float] = field(default_factory=list)
 
 
+def precompute_reader_support(cfg: TrainConfig, path: Path) -> dict[str, float]:
+    """The pretrained reader's support for every leaf episode of the item's tree: every scoring point (both cuts,
+    re-tokenised with the reader's tokenizer) against both answers the scripted reader writes (the gold one and the
+    wrong one: SIOP's cluster references and IGPO's gold). The tree is finite and the env deterministic, so this is
+    every point training can ask for; written to ``path`` as ``{point key: {reference: mean log-prob}}``."""
+    import dataclasses as dc
+
+    rt = load_module("reader_tree")
+    from turngym.rewards.support import HFSupportScorer, PseudoAnswer, continuation, end_of_turn_text, scoring_points
+
+    t = time.perf_counter()
+    reader = rt.Reader.load()
+    tok = reader.tok
+    load_s = time.perf_counter() - t
+    _, _, item, _, paths = load_lm(cfg)
+    env = make_env(cfg.env)
+    refs = [item.gold.strip(), item.wrong.strip()]
+    conts = [continuation(tok, PseudoAnswer.make("official"), r, end_of_turn_text(tok)) for r in refs]
+    episodes = []
+    for hist in paths:
+        for name in REPLY_NAMES:
+            env.reset(options={"index": item.index})
+            for prev in hist:
+                env.step(item.reply_text(prev))
+            _, _, terminated, truncated, _ = env.step(item.reply_text(name, "useful" in hist))
+            if terminated or truncated:
+                episodes.append(dc.replace(env.unwrapped.episode))
+    env.close()
+    t = time.perf_counter()
+    scorer = HFSupportScorer(reader.model, tok, method="tree")
+    table: dict[str, dict[str, float]] = {}
+    with scorer.sharing_prompt():
+        for ep in episodes:  # one call per episode: its points are nested prefixes (both cuts together)
+            points = {rt.ids_key(p): p for mode in ("before_observation", "after_observation")
+                      for p in scoring_points(ep, tok, mode, tokens="text")}
+            need = sorted((p for k, p in points.items() if k not in table), key=len)
+            if need:
+                rows = scorer.mean_logprobs(need, conts)
+                table.update({rt.ids_key(p): {r: float(x) for r, x in zip(refs, row, strict=True)}
+                              for p, row in zip(need, rows, strict=True)})
+    path.write_text(json.dumps(table))
+    return {"load_s": load_s, "score_s": time.perf_counter() - t, "points": len(table), "references": len(refs),
+            "episodes": len(episodes)}
+
+
 def train_curve(arm: Arm, seed: int, cfg: TrainConfig) -> Curve:
     from turngym.training.trainer import task_dataset
 
@@ -310,7 +370,7 @@ def train_curve(arm: Arm, seed: int, cfg: TrainConfig) -> Curve:
     wall, cpu = time.perf_counter(), time.process_time()
     model, tok, item, tree, _ = load_lm(cfg)
     tr, js, mass = lm.train_exact(model, tok, tree, env_factory=lambda: make_env(cfg.env),
-                                  reward=make_reward(arm, model, tok), dataset=task_dataset([item.index] * cfg.group),
+                                  reward=make_reward(arm, model, tok, cfg), dataset=task_dataset([item.index] * cfg.group),
                                   estimator=arm.estimator, seed=seed, steps=cfg.steps, group=cfg.group, lr=cfg.lr,
                                   max_episode_tokens=4096)
     logs = [h for h in tr.state.log_history if "turngym/turns_per_episode" in h]
@@ -414,16 +474,18 @@ def write_outputs(curves: Sequence[Curve], res: dict, seeds: Sequence[int], arms
                "summary": {a: {k: v for k, v in s.items() if k not in ("mean", "half")} for a, s in res["arms"].items()},
                "curves": [{**asdict(c), "j": [round(x, 6) for x in c.j],
                            "legal_mass": [float(f"{x:.4g}") for x in c.legal_mass]} for c in curves]}
-    (out / f"{STEM}.json").write_text(json.dumps(summary, indent=1))
-    with (out / f"{STEM}.csv").open("w", newline="") as fh:
+    stem = cfg.stem
+    summary["scorer"] = cfg.scorer
+    (out / f"{stem}.json").write_text(json.dumps(summary, indent=1))
+    with (out / f"{stem}.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["arm", "step", "mean_success", "ci95_half"])
         for arm, a in res["arms"].items():
             for k, (m, h) in enumerate(zip(a["mean"], a["half"], strict=True)):
                 w.writerow([arm, k, f"{m:.4f}", f"{h:.4f}"])
     lines = table_lines(res, seeds, arms, cfg, item)
-    lm_module().write_table(out, STEM, lines)
-    plot(res, out / f"{STEM}.png")
+    lm_module().write_table(out, stem, lines)
+    plot(res, out / f"{stem}.png")
     return lines
 
 
@@ -471,6 +533,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="outcome+grpo and siop_official+turn, 1 seed, 3 steps")
     ap.add_argument("--out", default="docs")
     ap.add_argument("--from-curves", help="summarise a saved run (its curves JSONL or JSON) instead of training")
+    ap.add_argument("--scorer", choices=("tiny", "reader"), default="tiny",
+                    help="SIOP's and IGPO's support scorer: the tiny LM (their official setups) or the frozen "
+                         "pretrained reader (the embedded Qwen; its support over the tree precomputed once)")
     args = ap.parse_args(argv)
     if args.quick:
         args.steps, args.seeds, args.arms = 3, 1, "outcome+grpo,siop_official+turn"
@@ -478,9 +543,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     if unknown := [n for n in names if n not in ARM_NAMES]:
         raise SystemExit(f"credit_learning_real: unknown arm(s) {unknown}; the arms are {list(ARM_NAMES)}")
     arms = [a for a in ARMS if a.name in names]
-    cfg = TrainConfig(steps=args.steps, group=args.group, lr=args.lr, env=EnvConfig(item=args.item))
+    cfg = TrainConfig(steps=args.steps, group=args.group, lr=args.lr, env=EnvConfig(item=args.item), scorer=args.scorer)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if cfg.scorer == "reader":
+        support = out / f"{cfg.stem}_support.json"
+        if not support.exists():
+            cost = precompute_reader_support(cfg, support)
+            print(f"reader support: {cost['points']} points x {cost['references']} references in "
+                  f"{cost['score_s']:.0f} s (load {cost['load_s']:.0f} s)", flush=True)
+        cfg = dataclasses.replace(cfg, support=str(support))
     seeds = list(range(args.seed_start, args.seed_start + args.seeds))
     model, _, item, tree, _ = load_lm(cfg)
     j_start = lm_module().exact_j(model, tree).j
@@ -490,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         have = sorted({c.seed for c in curves if all(any(d.seed == c.seed and d.arm == a for d in curves) for a in names)})
         curves, seeds = [c for c in curves if c.seed in have and c.arm in names], have
     else:
-        sink = out / f"{STEM}_curves.jsonl"
+        sink = out / f"{cfg.stem}_curves.jsonl"
         sink.write_text("")
         start = time.perf_counter()
         curves = run_all(arms, seeds, cfg, args.workers, sink)

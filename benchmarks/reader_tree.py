@@ -21,7 +21,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -310,6 +310,7 @@ class Cache:
     meta: dict[str, Any] = field(default_factory=dict)
     done: set[str] = field(default_factory=set)  # items whose answers and supports are all here
     costs: dict[str, dict[str, float]] = field(default_factory=dict)  # item -> seconds (reader, scorer)
+    screened: dict[str, bool] = field(default_factory=dict)  # item -> the reader screen's verdict
 
     @classmethod
     def open(cls, path: Path) -> Cache:
@@ -333,6 +334,8 @@ class Cache:
                 self.costs[rec["item"]] = rec["cost"]
         elif rec["kind"] == "meta":
             self.meta.update(rec["meta"])
+        elif rec["kind"] == "screen":
+            self.screened[rec["item"]] = rec["ok"]
 
     def append(self, rec: dict[str, Any]) -> None:
         self._take(rec)
@@ -378,11 +381,13 @@ def read_rows(dataset: str) -> list[dict[str, Any]]:
 
 
 def pick_items(datasets: Sequence[tuple[str, str, int]], ecfg: EnvConfig, seed: int = 0,
-               scan: int = 400) -> list[Item]:
+               scan: int = 400, accept: Callable[[list[Item], Any], list[bool]] | None = None,
+               accept_batch: int = 8) -> list[Item]:
     """``n`` items per dataset (``(dataset, kind, n)``), in file order among the first ``scan``, that the tree can
     solve: the question's search, or its follow-up, retrieves a passage holding a gold answer (checked on the
-    index in use). Each gets a distractor: another item's question whose passage holds none. Items alternate
-    train / held-out."""
+    index in use), and ``accept(items, env)`` keeps it (the reader screen, :class:`ReaderScreen`, asked
+    ``accept_batch`` items at a time). Each gets a distractor: another item's question whose passage holds none.
+    Items alternate train / held-out."""
     import numpy as np
 
     from turngym.grading.qa import normalize_answer
@@ -393,7 +398,9 @@ def pick_items(datasets: Sequence[tuple[str, str, int]], ecfg: EnvConfig, seed: 
         base = env.unwrapped
         total = min(base.num_items(), scan)
         rng = np.random.default_rng(seed)
-        chosen = 0
+        kept: list[Item] = []
+        batch: list[Item] = []
+
         for i in range(total):
             it = base.get_item(i)
             golds = tuple(str(a) for a in it.get("answers", []) if str(a).strip())
@@ -422,16 +429,25 @@ def pick_items(datasets: Sequence[tuple[str, str, int]], ecfg: EnvConfig, seed: 
                     break
             if distractor is None:
                 continue
-            out.append(Item(dataset, i, it["question"], golds, distractor, "train" if chosen % 2 == 0 else "heldout",
-                            kind))
-            chosen += 1
-            if chosen == n:
-                break
+            batch.append(dataclasses.replace(probe, distractor=distractor))
+            if len(batch) >= accept_batch:  # the reader screens several items per call (one decode for all)
+                kept += _screened(batch, env, accept)
+                batch = []
+                if len(kept) >= n:
+                    break
+        if batch and len(kept) < n:
+            kept += _screened(batch, env, accept)
+        chosen = min(n, len(kept))
+        out += [dataclasses.replace(it, split="train" if j % 2 == 0 else "heldout") for j, it in enumerate(kept[:n])]
         env.close()
         if chosen < n:
             raise SystemExit(f"credit_learning_reader: only {chosen} of the first {total} items of {dataset} can be "
-                             f"solved by the tree (wanted {n})")
+                             f"solved by the tree{' and the reader' if accept else ''} (wanted {n}); raise --scan")
     return out
+
+
+def _screened(items: list[Item], env: Any, accept: Callable[[list[Item], Any], list[bool]] | None) -> list[Item]:
+    return items if accept is None else [it for it, ok in zip(items, accept(items, env), strict=True) if ok]
 
 
 # ------------------------------------------------------------------ the precompute
@@ -462,20 +478,85 @@ def batches(xs: Sequence[Any], n: int) -> Iterator[Sequence[Any]]:
         yield xs[i:i + n]
 
 
+@dataclass
+class Reader:
+    """The frozen reader, loaded once (the screen and the precompute share it)."""
+
+    model: Any
+    tok: Any
+    load_s: float
+
+    @classmethod
+    def load(cls, model_name: str = READER_MODEL, dtype: str = "auto") -> Reader:
+        from turngym.agents.loading import load_hf_policy
+
+        t = time.perf_counter()
+        policy = load_hf_policy(model_name, dtype=dtype, device="cpu")
+        return cls(policy.model, policy.tokenizer, time.perf_counter() - t)
+
+    def answers(self, question: str, contexts: Sequence[tuple[str, ...]], sampling: Sampling, cache: Cache,
+                item_key: str, batch: int = 6) -> list[list[str]]:
+        """``sampling.k`` answers per context, from ``cache`` where it holds them (sampled and appended otherwise)."""
+        prompts = [reader_prompt(self.tok, question, c) for c in contexts]
+        self.sample([p for p in dict.fromkeys(prompts) if sha(p) not in cache.answers], sampling, cache, item_key, batch)
+        return [cache.answers[sha(p)] for p in prompts]
+
+    def sample(self, prompts: Sequence[str], sampling: Sampling, cache: Cache, item_key: str, batch: int = 8) -> None:
+        """Sample ``prompts`` (``batch`` per call: one decode for all) and append their answers to ``cache``. A
+        prompt's answers depend only on the prompt and the seed drawn from the first prompt of its call."""
+        for b, chunk in enumerate(batches(list(prompts), batch)):
+            got = sample_answers(self.model, self.tok, chunk, sampling, seed=sampling.seed + int(sha(chunk[0])[:6], 16) + b)
+            for p, a in zip(chunk, got, strict=True):
+                cache.append({"kind": "reader", "key": sha(p), "item": item_key, "answers": a})
+
+
+@dataclass
+class ReaderScreen:
+    """``pick_items``' ``accept``: the reader, reading the first passage set of the item's tree that holds a gold
+    answer, writes a gold answer exactly in at least one of its ``k`` samples. An item the reader can never answer
+    teaches no arm anything (the last study's 3 training items). Its answers are a context of the tree, so the
+    precompute reuses them; each verdict is cached (``kind: screen``)."""
+
+    reader: Reader
+    ecfg: EnvConfig
+    sampling: Sampling
+    cache: Cache
+    log: Any
+    seen: int = 0
+    kept: int = 0
+
+    def __call__(self, items: list[Item], env: Any) -> list[bool]:
+        from turngym.grading.qa import exact_match
+
+        todo = [it for it in items if it.key not in self.cache.screened]
+        contexts = {}
+        for it in todo:
+            nodes = grow_tree(it, env, self.ecfg.max_turns)
+            contexts[it.key] = next(n.passages() for n in nodes if any(n.hits))
+        prompts = {it.key: reader_prompt(self.reader.tok, it.question, contexts[it.key]) for it in todo}
+        self.reader.sample([p for p in dict.fromkeys(prompts.values()) if sha(p) not in self.cache.answers],
+                           self.sampling, self.cache, "screen")
+        for it in todo:
+            ok = any(exact_match(a, it.golds) > 0 for a in self.cache.answers[sha(prompts[it.key])])
+            self.cache.append({"kind": "screen", "item": it.key, "ok": ok})
+        verdicts = [self.cache.screened[it.key] for it in items]
+        self.seen += len(items)
+        self.kept += sum(verdicts)
+        self.log(f"screen: {self.kept} of {self.seen} items kept (the reader answers them exactly)")
+        return verdicts
+
+
 def precompute(items: Sequence[Item], ecfg: EnvConfig, sampling: Sampling, cache: Cache, log: Any,
-               reader_batch: int = 6, model_name: str = READER_MODEL, dtype: str = "auto",
-               reverse: bool = False) -> dict[str, float]:
+               reader_batch: int = 6, reader: Reader | None = None, reverse: bool = False) -> dict[str, float]:
     """Reader answers for every item's contexts, then the support log-probabilities of every train item's leaf
     episodes (both cuts) against the item's answers and first gold answer. Skips what ``cache`` holds."""
-    from turngym.agents.loading import load_hf_policy
     from turngym.agents.tokenization import ConversationTokenizer, tokenizer_fingerprint
     from turngym.grading.qa import normalize_answer
     from turngym.rewards.support import HFSupportScorer, PseudoAnswer, continuation, end_of_turn_text, scoring_points
 
-    t0 = time.perf_counter()
-    policy = load_hf_policy(model_name, dtype=dtype, device="cpu")
-    model, tok = policy.model, policy.tokenizer
-    cost = {"load_s": time.perf_counter() - t0}
+    reader = reader or Reader.load()
+    model, tok = reader.model, reader.tok
+    cost = {"load_s": reader.load_s}
     trees = []
     t = time.perf_counter()
     envs: dict[str, Any] = {}
@@ -497,10 +578,7 @@ def precompute(items: Sequence[Item], ecfg: EnvConfig, sampling: Sampling, cache
         t = time.perf_counter()
         todo = list(dict.fromkeys(p for p in (reader_prompt(tok, tr.item.question, c) for c in tr.reader_contexts())
                                   if sha(p) not in cache.answers))
-        for b, chunk in enumerate(batches(todo, reader_batch)):
-            answers = sample_answers(model, tok, chunk, sampling, seed=sampling.seed + int(sha(chunk[0])[:6], 16) + b)
-            for p, a in zip(chunk, answers, strict=True):
-                cache.append({"kind": "reader", "key": sha(p), "item": tr.item.key, "answers": a})
+        reader.answers(tr.item.question, tr.reader_contexts(), sampling, cache, tr.item.key, reader_batch)
         dt = time.perf_counter() - t
         cost["reader_s"] += dt
         msg = f"{tr.item.key} ({tr.item.split}): reader {len(todo)} contexts in {dt:.1f} s"
