@@ -47,6 +47,12 @@ def build_verifiers(retriever):
     return load_environment("SearchQA-v0", indices=[0], dataset="nq", retriever=retriever)
 
 
+def build_verifiers_tools(retriever):
+    from turngym.integrations.verifiers_tools import load_environment
+
+    return load_environment("SearchQA-v0", indices=[0], dataset="nq", retriever=retriever)
+
+
 def build_skyrl(retriever):
     from turngym.integrations.skyrl import make_env
 
@@ -63,6 +69,7 @@ ENTRY_POINTS = {
     "gymnasium.make": lambda r: gymnasium.make("turngym/SearchQA-v0", dataset="nq", retriever=r),
     "trl environment_factory": build_trl,
     "verifiers load_environment": build_verifiers,
+    "verifiers tools load_environment": build_verifiers_tools,
     "skyrl make_env": build_skyrl,
     "openenv make_app": build_openenv,
 }

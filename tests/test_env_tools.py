@@ -1,7 +1,7 @@
 """Envs declare their tools (turngym.envs.tools): name, typed parameters, description, how a call becomes the
 env's action, which call ends the episode. Every adapter with a tool surface builds it from the declaration,
-so a tag renamed inside an env is followed by TRL's tool methods, SkyRL's tool group and the OpenEnv server's
-tool calls at once."""
+so a tag renamed inside an env is followed by TRL's tool methods, SkyRL's tool group, the OpenEnv server's
+tool calls and verifiers' tool env at once."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def renamed():
     del gymnasium.registry[env_id]
 
 
-def test_a_renamed_tag_is_followed_by_every_adapter(renamed):
+def test_a_renamed_tag_is_followed_by_every_adapter(renamed, monkeypatch):
     from turngym.integrations.trl import environment_factory
 
     trl_env = environment_factory(renamed)()
@@ -106,3 +106,20 @@ def test_a_renamed_tag_is_followed_by_every_adapter(renamed):
     assert served.env.unwrapped.episode.turns[-1].action == "<compute>6*7</compute>"
     with pytest.raises(ToolCallError, match="no tool 'calc'"):
         served.step(TurnAction(text="", tool="calc", arguments={"expression": "1"}))
+
+    vf = pytest.importorskip("verifiers")
+    from test_verifiers_env import FakeOpenAIServer  # the verifiers tests' scripted chat server (skips on v1-only)
+    from turngym.episode import Episode
+    from turngym.integrations.verifiers_tools import load_environment
+
+    vf_env = load_environment(renamed, indices=[0])
+    assert [t.name for t in vf_env.tool_defs] == ["calculator", "answer"]
+    (row,) = vf_env.get_eval_dataset()
+    replies = [{"tool_calls": [("calculator", {"expression": "6*7"})]}, {"tool_calls": [("answer", {"answer": "42"})]}]
+    monkeypatch.setenv("FAKE_OPENAI_KEY", "fake")
+    with FakeOpenAIServer({row["prompt"][0]["content"]: replies}) as fake:
+        config = vf.ClientConfig(api_base_url=fake.base_url, api_key_var="FAKE_OPENAI_KEY", max_retries=0)
+        (out,) = vf_env.evaluate_sync(config, "fake-model", state_columns=["turngym_record"])["outputs"]
+    played = Episode.from_dict(out["turngym_record"])
+    assert [t.action for t in played.turns] == ["<compute>6*7</compute>", "<answer>42</answer>"]
+    assert played.turns[0].observation.strip() == "<result>42</result>" and played.terminated

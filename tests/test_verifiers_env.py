@@ -59,7 +59,9 @@ def gym_episode(index: int, actions: list[str]):
 class FakeOpenAIServer:
     """A fake chat-completions server (test only): finds the script by the conversation's first user
     message and answers with the next scripted reply (a text, or a ``(text, finish_reason)`` pair;
-    finish "stop" otherwise), dropping the stop string as the OpenAI spec does."""
+    finish "stop" otherwise), dropping the stop string as the OpenAI spec does. A reply scripted as
+    ``{"tool_calls": [(name, arguments), ...]}`` is a native tool-call message (finish "tool_calls");
+    the script's position is the number of assistant messages so far."""
 
     def __init__(self, scripts_by_prompt: dict[str, list[str]]):
         self.scripts = scripts_by_prompt
@@ -89,13 +91,20 @@ class FakeOpenAIServer:
                 turn = sum(m["role"] == "assistant" for m in msgs)
                 text = server.scripts[first_user][turn]
                 finish = "stop"
-                if isinstance(text, tuple):  # (text, finish_reason): e.g. a reply the token limit cut
-                    text, finish = text
-                for s in body.get("stop") or []:
-                    text = text.split(s)[0] if s in text else text
+                if isinstance(text, dict):  # native tool calls
+                    message = {"role": "assistant", "content": None, "tool_calls": [
+                        {"id": f"call_{turn}_{k}", "type": "function",
+                         "function": {"name": name, "arguments": json.dumps(arguments)}}
+                        for k, (name, arguments) in enumerate(text["tool_calls"])]}
+                    finish = "tool_calls"
+                else:
+                    if isinstance(text, tuple):  # (text, finish_reason): e.g. a reply the token limit cut
+                        text, finish = text
+                    for s in body.get("stop") or []:
+                        text = text.split(s)[0] if s in text else text
+                    message = {"role": "assistant", "content": text}
                 payload = {"id": "fake", "object": "chat.completion", "created": 0, "model": body["model"],
-                           "choices": [{"index": 0, "finish_reason": finish,
-                                        "message": {"role": "assistant", "content": text}}],
+                           "choices": [{"index": 0, "finish_reason": finish, "message": message}],
                            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
                 data = json.dumps(payload).encode()
                 self.send_response(200)

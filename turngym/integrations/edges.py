@@ -7,6 +7,9 @@ the same everywhere and lives here, so the copies cannot drift:
   handle, closed; an unknown id, a bad argument or an index out of range is one message;
 - turning a server's reply into the env's action (:func:`reply_action`): the stop string a spec-following
   server dropped put back when the reply ended at a stop string, then the text cut after the first one;
+- for a stack that calls tools by name (TRL, verifiers' tool envs), the env's declared tools or one message
+  saying why it has none (:func:`tools_of`), the task as such a model is asked it (:func:`task_text`), and one
+  call of a declared tool played as the env's action (:func:`tool_step`);
 - grouping episodes (:func:`turngym.episode.group_episodes`, by ``Episode.group_key``) and scoring the groups
   through the reward's declared estimator (:func:`score_groups`): per-turn rewards, per-turn advantages and
   totals, never an adapter's own baseline.
@@ -21,6 +24,7 @@ from typing import Any
 
 from turngym.agents.checker import check_env_handle
 from turngym.agents.policy import restore_stop, trim_at_stop
+from turngym.envs.tools import EnvTool
 from turngym.episode import Episode, group_episodes, reward_view
 from turngym.integrations.envs import make_turngym_env
 
@@ -55,6 +59,54 @@ def reply_action(text: str, finish_reason: str | None, stop: Sequence[str]) -> s
     if (finish_reason or "stop") == "stop":
         text = restore_stop(text, stop)
     return trim_at_stop(text, stop)[0]
+
+
+class UntypedToolsError(ValueError):
+    """The env declares no tools a tool-calling stack can offer."""
+
+
+def tools_of(raw: Any, env_id: str, role: str) -> tuple[EnvTool, ...]:
+    """The tools the env ``raw`` declares (``TextEnv.declared_tools``), for a stack that offers them as ``role``
+    (e.g. "a TRL environment_factory env"). An env whose tools differ from item to item (``static_tools_absent``)
+    or that declares none is one :class:`UntypedToolsError` saying why; one made to force the start of replies
+    (a reply prefill) is refused, since such a stack generates each reply itself."""
+    if raw.static_tools_absent is not None:
+        raise UntypedToolsError(f"{env_id} cannot be {role}: {raw.static_tools_absent}")
+    tools = raw.declared_tools()
+    if not tools:
+        raise UntypedToolsError(f"{env_id} declares no tools for {role} (its actions are free text; "
+                                "TextEnv.declared_tools)")
+    if raw.prefills:
+        raise ValueError(f"{env_id} was made to force the start of replies (a reply prefill); {role} generates each "
+                         "reply itself, so make it without that option (force_first_search=False)")
+    return tools
+
+
+def task_text(episode: Episode) -> str:
+    """The task as a model calling the env's declared tools is asked it: the item's question, else the prompt's
+    last user message (the env's own prompt describes its text protocol, which such a model does not write)."""
+    question = episode.task.get("question")
+    if isinstance(question, str):
+        return question
+    users = [m["content"] for m in episode.prompt if m.get("role") == "user" and isinstance(m.get("content"), str)]
+    return users[-1] if users else ""
+
+
+def tool_step(env: Any, tool: EnvTool, arguments: Any) -> str:
+    """One call of the declared ``tool`` on a rollout's Gymnasium env: written as the env's action by the
+    declaration (a call it refuses is no turn) and sent to ``env.step``. The tool's result is the observation, or
+    a line saying the episode ended with this call."""
+    episode = env.unwrapped.episode
+    if episode is None:
+        raise RuntimeError("call reset before a tool")
+    if episode.done:
+        raise RuntimeError("the episode has ended; no further tool calls are taken")
+    text, _reward, terminated, truncated, _info = env.step(tool.to_action(arguments))
+    if terminated:
+        return "The answer was recorded; the episode has ended."
+    if truncated:
+        return "The turn limit was reached; the episode has ended."
+    return text.strip()
 
 
 @dataclass(frozen=True)

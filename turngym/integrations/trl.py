@@ -25,7 +25,14 @@ from typing import Any
 from turngym.envs.base import outcome_reward
 from turngym.envs.tools import EnvTool
 from turngym.episode import Episode
-from turngym.integrations.edges import probe, score_groups
+from turngym.integrations.edges import (
+    UntypedToolsError,  # noqa: F401 - re-exported: environment_factory raises it
+    probe,
+    score_groups,
+    task_text,
+    tool_step,
+    tools_of,
+)
 from turngym.integrations.envs import full_env_id, make_turngym_env
 
 # reset(**row) receives the dataset row; these columns choose the episode (the rest, e.g. "prompt", are TRL's)
@@ -60,11 +67,7 @@ class TurngymToolEnv:
         self.env.reset(seed=row.get("seed"), options=options)
         self.episode, self._reported = self.raw.episode, False
         self.episode.meta["trl"] = {"tool_calls": []}
-        task = self.episode.task
-        if isinstance(task.get("question"), str):
-            return task["question"]
-        users = [m["content"] for m in self.episode.prompt if m.get("role") == "user" and isinstance(m.get("content"), str)]
-        return users[-1] if users else ""
+        return task_text(self.episode)
 
     def get_reward(self) -> float:
         ep = self._require_episode()
@@ -82,18 +85,11 @@ class TurngymToolEnv:
 
     def _step(self, tool: EnvTool, arguments: dict[str, Any]) -> str:
         """Send one tool call, written as the env's action by its declaration, to ``env.step``; the observation
-        is the tool's result."""
+        is the tool's result (a refused call or one after the end raises: TRL makes it the {"error": ...} result)."""
         ep = self._require_episode()
-        if ep.done:  # TRL turns a raised error into the tool's {"error": ...} result
-            raise RuntimeError("the episode has ended; no further tool calls are taken")
-        action = tool.to_action(arguments)
+        result = tool_step(self.env, tool, arguments)
         ep.meta["trl"]["tool_calls"].append({"name": tool.name, "arguments": arguments})
-        text, _reward, terminated, truncated, _info = self.env.step(action)
-        if terminated:
-            return "The answer was recorded; the episode has ended."
-        if truncated:
-            return "The turn limit was reached; the episode has ended."
-        return text.strip()
+        return result
 
 
 def tool_method(tool: EnvTool) -> Callable[..., str]:
@@ -117,25 +113,13 @@ def tool_method(tool: EnvTool) -> Callable[..., str]:
     return method
 
 
-class UntypedToolsError(ValueError):
-    """The env declares no tools TRL can expose."""
-
-
 def environment_factory(env_id: str, on_episode: Callable[[Episode], None] | None = None,
                         **env_kwargs: Any) -> Callable[[], TurngymToolEnv]:
     """The zero-argument callable ``GRPOTrainer(environment_factory=...)`` expects, for ``env_id``
     made with ``env_kwargs``. The env is made once here, so an unknown id or bad argument fails now."""
     full = full_env_id(env_id)
     with probe(full, **env_kwargs) as raw:  # unknown ids and bad arguments: one line, now
-        if raw.static_tools_absent is not None:
-            raise UntypedToolsError(f"{full} cannot be a TRL environment_factory env: {raw.static_tools_absent}")
-        tools = raw.declared_tools()
-        if not tools:
-            raise UntypedToolsError(f"{full} declares no tools for TRL's environment_factory (its actions are free "
-                                    "text; TextEnv.declared_tools)")
-        if raw.prefills:
-            raise ValueError(f"{full} was made to force the start of replies (a reply prefill); TRL generates each reply "
-                             "itself, so make it without that option (force_first_search=False)")
+        tools = tools_of(raw, full, "a TRL environment_factory env")
     name = full.split("/", 1)[-1].split("-v", 1)[0] + "ToolEnv"
     members: dict[str, Any] = {t.name: tool_method(t) for t in tools}
     cls = type(name, (TurngymToolEnv,), {**members, "env_id": full, "env_kwargs": dict(env_kwargs),

@@ -6,7 +6,8 @@ model reply to ``env.step`` and answers with the observation; the rollout ends w
 terminates or truncates. Its rubric scores each group of rollouts (the K rollouts of one example,
 verifiers' group) with a turngym reward from :func:`turngym.rewards.get_reward` on the finished
 :class:`~turngym.episode.Episode` records, and writes the per-turn rewards onto verifiers'
-trajectory steps (one step per turn).
+trajectory steps (one step per turn). What a rollout does at its edges (its env, its record, the model check) is
+:class:`TurngymRollouts`, which :mod:`.verifiers_tools` shares to play an env's declared tools natively.
 
 This is the classic API of the ``verifiers`` 0.3 line (``verifiers.legacy``, reached as
 ``import verifiers as vf``); verifiers 0.4 keeps only its v1 API, which runs agents through a
@@ -18,7 +19,7 @@ from __future__ import annotations
 import copy
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -89,6 +90,9 @@ def check_model_served(client: Any, model: str) -> None:
 EPISODE_KEY = "turngym_episode"  # the rollout's turngym Episode in verifiers' state
 RECORD_KEY = "turngym_record"  # its record (Episode.to_dict), set when the rollout ends: a JSON state column
 ENV_KEY = "turngym_env"  # the rollout's Gymnasium env, closed when the rollout ends
+# the trajectory step each turn was made in, where a step makes other than one turn (a reply's tool calls:
+# any number); absent, turn t is step t
+TURN_STEPS_KEY = "turngym_turn_steps"
 
 
 def message_text(message: Any) -> str:
@@ -131,7 +135,8 @@ class TurngymRubric(vf.Rubric):
             state["advantage"] = advantages[0] if advantages else 0.0  # the first turn's: the whole episode's credit
             state["metrics"] = {name: total}
             steps = state["trajectory"]
-            if len(steps) == len(per_turn):  # one verifiers step per turngym turn: per-turn rewards and advantages
+            made_in = state.get(TURN_STEPS_KEY, range(len(per_turn)))
+            if list(made_in) == list(range(len(steps))):  # one step per turn: per-turn rewards and advantages
                 for step, r, a in zip(steps, per_turn, advantages, strict=True):
                     step["reward"], step["advantage"] = r, a
             for step in steps:
@@ -141,7 +146,63 @@ class TurngymRubric(vf.Rubric):
                     step["advantage"] = state["advantage"]
 
 
-class TurngymVerifiersEnv(vf.MultiTurnEnv):
+def loader_args(env_id: str, reward: str, indices: Sequence[int], env_kwargs: dict[str, Any],
+                reward_config: dict | None = None) -> dict[str, Any]:
+    """The arguments of a module's ``load_environment`` that build this env again: verifiers' env server rebuilds
+    the env in a worker process as ``vf.load_environment(module, **args)`` (the env's own id would be imported as
+    a module, "Calculator_v0")."""
+    return {"turngym_env": full_env_id(env_id), "reward": reward, "reward_config": reward_config,
+            "indices": list(indices), **env_kwargs}
+
+
+def eval_rows(raw: Any, indices: Sequence[int], env_id: str, prompt: Callable[[Episode, int], list]) -> Dataset:
+    """The eval dataset of ``raw``'s items ``indices``: each row the messages ``prompt(episode, index)`` gives for
+    the item's fresh episode, and ``info["index"]``."""
+    rows = []
+    for i in check_indices(indices, raw.num_items(), env_id):
+        raw.reset(options={"index": i})
+        rows.append({"prompt": prompt(raw.episode, i), "answer": "", "info": {"index": i}})
+    return Dataset.from_list(rows)
+
+
+class TurngymRollouts:
+    """A rollout's turngym env, for a verifiers ``MultiTurnEnv`` that mixes this in (first): each rollout makes its
+    own Gymnasium env (``env_id``, ``env_kwargs``) and resets it on its row's item, verifiers' example id as the
+    episode's group (the K rollouts of one example form one turngym group). When the rollout ends, an episode the
+    env has not ended (verifiers stopped first: an error, a token budget, a model that stopped calling tools) is
+    ended and graded as it stands, recorded in the state and its env closed. The model name is checked against
+    the server before any rollout."""
+
+    turngym_env_id: str
+    env_kwargs: dict[str, Any]
+
+    async def generate(self, inputs: Any, client: Any, model: str, *args: Any, **kwargs: Any) -> Any:
+        # evaluate, evaluate_sync and vf-eval all come here first: check the name before any rollout, so a
+        # wrong one is one error, not a run of zero rewards
+        check_model_served(client, model)
+        return await super().generate(inputs, client, model, *args, **kwargs)  # type: ignore[misc]
+
+    async def setup_state(self, state: vf.State) -> vf.State:
+        env = make_turngym_env(self.turngym_env_id, **self.env_kwargs)
+        state[ENV_KEY] = env
+        env.reset(options={"index": state["info"]["index"], "group": str(state["example_id"])})
+        state[EPISODE_KEY] = env.unwrapped.episode
+        return state
+
+    @vf.cleanup
+    async def close_turngym_env(self, state: vf.State) -> None:
+        env = state.get(ENV_KEY)
+        episode = state.get(EPISODE_KEY)
+        if env is not None and episode is not None and not episode.done:
+            env.unwrapped.end_episode(f"the verifiers rollout ended first ({state.get('stop_condition')})")
+        if episode is not None:
+            state[RECORD_KEY] = episode.to_dict()
+        if env is not None:
+            env.close()
+            state[ENV_KEY] = None
+
+
+class TurngymVerifiersEnv(TurngymRollouts, vf.MultiTurnEnv):
     """A verifiers multi-turn env whose rollouts are episodes of the turngym env ``env_id``.
 
     Observations go back as chat messages: an env whose ``observation_role`` is ``None`` (the
@@ -160,37 +221,19 @@ class TurngymVerifiersEnv(vf.MultiTurnEnv):
                 raise ValueError(f"{self.turngym_env_id} answers as {raw.observation_role!r} messages; this integration "
                                  "sends observations as user messages (tool messages need native tool calls)")
             self.stop = tuple(raw.stop)
-            rows = []
-            for i in check_indices(indices, raw.num_items(), self.turngym_env_id):
-                raw.reset(options={"index": i})
-                ep = raw.episode
-                if ep.tools:
-                    raise ValueError(f"{self.turngym_env_id} item {i} uses native tool calling; this integration plays "
-                                     "text-protocol envs (build the env with its text tool format)")
-                rows.append({"prompt": copy.deepcopy(ep.prompt), "answer": "", "info": {"index": i}})
-        dataset = Dataset.from_list(rows)
+            dataset = eval_rows(raw, indices, self.turngym_env_id, self.prompt_of)
         sampling = {"stop": list(self.stop)} if self.stop else {}
-        # verifiers' env server rebuilds the env in a worker process as
-        # ``vf.load_environment(env_id, **env_args)``: env_id must be this module and env_args its
-        # load_environment arguments (the env's own id would be imported as a module, "Calculator_v0")
-        if load_args is None:
-            load_args = {"turngym_env": self.turngym_env_id, "reward": reward.name, "indices": list(indices),
-                         **self.env_kwargs}
+        load_args = load_args or loader_args(self.turngym_env_id, reward.name, indices, self.env_kwargs)
         super().__init__(eval_dataset=dataset, rubric=TurngymRubric(reward), sampling_args=sampling,
                          message_type="chat", env_id=__name__, env_args=dict(load_args), **kwargs)
 
-    async def generate(self, inputs: Any, client: Any, model: str, *args: Any, **kwargs: Any) -> Any:
-        # evaluate, evaluate_sync and vf-eval all come here first: check the name before any rollout, so a
-        # wrong one is one error, not a run of zero rewards
-        check_model_served(client, model)
-        return await super().generate(inputs, client, model, *args, **kwargs)
-
-    async def setup_state(self, state: vf.State) -> vf.State:
-        env = make_turngym_env(self.turngym_env_id, **self.env_kwargs)
-        state[ENV_KEY] = env
-        env.reset(options={"index": state["info"]["index"], "group": str(state["example_id"])})
-        state[EPISODE_KEY] = env.unwrapped.episode
-        return state
+    def prompt_of(self, episode: Episode, index: int) -> list:
+        """An item's prompt, as the env renders it; an item with native tool schemas is refused."""
+        if episode.tools:
+            raise ValueError(f"{self.turngym_env_id} item {index} uses native tool calling; this integration plays "
+                             "text-protocol envs (build the env with its text tool format, or play its declared "
+                             "tools with turngym.integrations.verifiers_tools)")
+        return copy.deepcopy(episode.prompt)
 
     def action_of(self, message: Any, finish_reason: str | None) -> str:
         """The turngym action for a model reply: its text, cut after the first stop string. The stop
@@ -209,16 +252,6 @@ class TurngymVerifiersEnv(vf.MultiTurnEnv):
             return []
         return [vf.UserMessage(content=text)]
 
-    @vf.cleanup
-    async def close_turngym_env(self, state: vf.State) -> None:
-        episode = state.get(EPISODE_KEY)
-        if episode is not None:
-            state[RECORD_KEY] = episode.to_dict()
-        env = state.get(ENV_KEY)
-        if env is not None:
-            env.close()
-            state[ENV_KEY] = None
-
 
 def load_environment(env_id: str = "Calculator-v0", reward: str = "outcome", reward_config: dict | None = None,
                      num_examples: int | None = None, indices: Sequence[int] | None = None,
@@ -230,8 +263,14 @@ def load_environment(env_id: str = "Calculator-v0", reward: str = "outcome", rew
     ``num_examples`` (default: all of them). ``turngym_env`` names the env where ``env_id`` cannot be
     passed: ``vf.load_environment(module, **args)`` takes ``env_id`` as its own first argument.
     """
-    if turngym_env is not None:
-        env_id = turngym_env
+    return build_environment(TurngymVerifiersEnv, turngym_env or env_id, reward, reward_config, num_examples, indices,
+                             env_kwargs)
+
+
+def build_environment(cls: type, env_id: str, reward: str, reward_config: dict | None, num_examples: int | None,
+                      indices: Sequence[int] | None, env_kwargs: dict[str, Any]) -> Any:
+    """``cls`` (a :class:`TurngymRollouts` env) for a ``load_environment``'s arguments, read as
+    :func:`load_environment` documents them."""
     if indices is not None and num_examples is not None:
         raise ValueError("pass either indices or num_examples, not both")
     scorer = get_reward(reward, **(reward_config or {}))
@@ -239,6 +278,5 @@ def load_environment(env_id: str = "Calculator-v0", reward: str = "outcome", rew
         n = raw.num_items()
     if indices is None:
         indices = range(n if num_examples is None else min(num_examples, n))
-    load_args = {"turngym_env": full_env_id(env_id), "reward": reward, "reward_config": reward_config,
-                 "indices": list(indices), **env_kwargs}
-    return TurngymVerifiersEnv(env_id, scorer, env_kwargs, list(indices), load_args=load_args)
+    load_args = loader_args(env_id, reward, indices, env_kwargs, reward_config)
+    return cls(env_id, scorer, env_kwargs, list(indices), load_args=load_args)
