@@ -472,3 +472,32 @@ def test_an_unserved_model_on_a_real_server_names_what_it_serves(served, monkeyp
     env = load_environment("Calculator-v0", indices=[3])
     with pytest.raises(ModelNotServed, match=f"does not serve 'no-such-model'; it serves: .*{model}"):
         env.evaluate_sync(config, "no-such-model")
+
+
+@pytest.mark.parametrize("tools", [False, True], ids=["text", "tools"])
+def test_the_rollouts_advantage_is_the_turngym_rewards_after_verifiers_monitors_score(tools):
+    """verifiers adds its turn (and tool-call) monitor rubrics to the env's; a rubric group keeps the last
+    member's ``state["advantage"]``, so the turngym rubric scores last and a group of a right and a wrong episode
+    keeps its advantages (a monitor scoring last set them to 0)."""
+    import asyncio
+
+    import gymnasium
+
+    from turngym.integrations.edges import score_groups
+    from turngym.integrations.verifiers_env import EPISODE_KEY
+    from turngym.integrations.verifiers_tools import load_environment as load_tool_environment
+
+    env = (load_tool_environment if tools else load_environment)("Calculator-v0", reward="outcome", indices=[0])
+    episodes = []
+    for answer in ("5343", "1"):  # item 0's answer is 5343 (the calculator's first item)
+        calc = gymnasium.make("turngym/Calculator-v0", max_turns=2)
+        calc.reset(options={"index": 0, "group": "g"})
+        calc.step(f"<answer>{answer}</answer>")
+        episodes.append(calc.unwrapped.episode)
+    want = score_groups(get_reward("outcome"), episodes)
+    assert want.advantages[0][0] > 0 > want.advantages[1][0]
+    states = [{EPISODE_KEY: ep, "trajectory": [{"reward": None, "advantage": None}], "prompt": [], "completion": [],
+               "responses": [], "turn": 1} for ep in episodes]
+    asyncio.run(env.rubric.score_group(states))
+    assert [s["advantage"] for s in states] == [a[0] for a in want.advantages]
+    assert [s["reward"] for s in states] == [1.0, 0.0]

@@ -176,6 +176,14 @@ class TurngymRollouts:
     turngym_env_id: str
     env_kwargs: dict[str, Any]
 
+    def add_rubric(self, rubric: Any) -> None:
+        """Rubrics verifiers adds (its turn and tool-call monitors) score before the turngym rubric: a rubric group
+        sums its members' rewards but keeps the last member's ``state["advantage"]``, which must be turngym's (a
+        monitor after it set every rollout's advantage to 0)."""
+        super().add_rubric(rubric)  # type: ignore[misc]
+        if isinstance(self.rubric, vf.RubricGroup):  # type: ignore[attr-defined]
+            self.rubric.rubrics.sort(key=lambda r: isinstance(r, TurngymRubric))  # type: ignore[attr-defined]
+
     async def generate(self, inputs: Any, client: Any, model: str, *args: Any, **kwargs: Any) -> Any:
         # evaluate, evaluate_sync and vf-eval all come here first: check the name before any rollout, so a
         # wrong one is one error, not a run of zero rewards
