@@ -2,6 +2,7 @@
 over a real server (OpenEnv's FastAPI app on uvicorn, loopback WebSocket sessions), and an OpenEnv
 env played by turngym's rollout runner. The reference is always ``gymnasium.make`` in-process."""
 
+import contextlib
 import dataclasses
 import json
 import socket
@@ -225,6 +226,29 @@ def test_an_episode_the_runner_ends_for_its_token_budget_is_graded_by_the_server
     assert want.outcome["correct"] is False and want.outcome.get("graded") is not False
     assert got.outcome == want.outcome and got.truncated and got.meta["truncation"] == "episode_token_budget"
     assert not got.ungraded and [t.truth for t in got.turns] == [t.truth for t in want.turns]
+
+
+def test_the_openenv_client_is_an_env_handle_of_its_own_not_a_text_env():
+    """The client implements the runner's declared env face itself (no TextEnv with an ``act`` never called);
+    a server that cannot grade an episode ended from outside leaves it ungraded with the error, not a raise."""
+    from turngym.agents.checker import check_env_handle
+    from turngym.envs.base import TextEnv
+
+    server = Served("Calculator-v0")
+    env = OpenEnvTextEnv(server.url)
+    try:
+        assert not isinstance(env, TextEnv) and not hasattr(env, "act")
+        check_env_handle(env)
+        env.reset(seed=0, options={"index": 0})
+        env.step("<calc>2 * 3</calc>")
+        server.close()  # the server is gone before the runner ends the episode
+        env.end_episode("episode_token_budget")
+        ep = env.episode
+        assert ep.truncated and ep.outcome["graded"] is False and ep.outcome["grading_error"]["type"]
+    finally:
+        with contextlib.suppress(Exception):
+            env.close()
+        server.close()
 
 
 def test_an_outside_env_is_recorded_from_the_fields_it_is_told_to_read():

@@ -136,14 +136,13 @@ class TurngymRubric(vf.Rubric):
             state["metrics"] = {name: total}
             steps = state["trajectory"]
             made_in = state.get(TURN_STEPS_KEY, range(len(per_turn)))
+            # set whatever a rubric before it (verifiers' monitors) filled in: these are the turngym reward's
             if list(made_in) == list(range(len(steps))):  # one step per turn: per-turn rewards and advantages
                 for step, r, a in zip(steps, per_turn, advantages, strict=True):
                     step["reward"], step["advantage"] = r, a
-            for step in steps:
-                if step["reward"] is None:
-                    step["reward"] = total
-                if step["advantage"] is None:
-                    step["advantage"] = state["advantage"]
+            else:
+                for step in steps:
+                    step["reward"], step["advantage"] = total, state["advantage"]
 
 
 def loader_args(env_id: str, reward: str, indices: Sequence[int], env_kwargs: dict[str, Any],

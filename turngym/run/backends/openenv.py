@@ -1,7 +1,8 @@
 """OpenEnv environments played by turngym's rollout runner: a backend of the runner's env seam.
 
-:class:`OpenEnvTextEnv` is a Gymnasium env (an env handle, ``turngym.agents.env_handle``) whose episodes
-happen on an OpenEnv server, through the package's own ``GenericEnvClient``, so the rollout runner,
+:class:`OpenEnvTextEnv` is a Gymnasium env implementing the runner's env handle and face
+(``turngym.agents.env_handle``) directly, not a ``TextEnv``: its episodes happen on an OpenEnv server, through
+the package's own ``GenericEnvClient``, so the rollout runner,
 ``ablate`` and the viewer get ordinary turngym episodes from an outside env. On a turngym server
 (``turngym serve-env``, :mod:`turngym.integrations.openenv`) it keeps the server's own record (prompt, turns,
 outcome, reward needs); on any other OpenEnv server it records the text fields it is told to read
@@ -10,20 +11,23 @@ outcome, reward needs); on any other OpenEnv server it records the text fields i
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 import gymnasium
 from openenv.core import GenericEnvClient
 
-from turngym.envs.base import ActionResult, TextEnv
+from turngym.envs.base import UnicodeText, describe_error, render_episode
 from turngym.episode import Episode, RewardNeeds, Turn
+
+log = logging.getLogger(__name__)
 
 # what an outside env's episodes declare unless told otherwise: no final answer to compare, no tool evidence
 OUTSIDE_REWARD_NEEDS = RewardNeeds(answer_kind="none", answer_cue="answer_tag")
 
 
-class OpenEnvTextEnv(TextEnv):
+class OpenEnvTextEnv(gymnasium.Env):
     """A Gymnasium env played on an OpenEnv server at ``base_url`` (one session per instance).
 
     ``served_by_turngym``: the server is :func:`serve_env`'s, so the record, stop strings and
@@ -32,15 +36,22 @@ class OpenEnvTextEnv(TextEnv):
     one-message user prompt, and ``stop``/``observation_role``/``reward_needs`` are as given.
     """
 
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
     env_name = "turngym/OpenEnv-v0"
     dataset_name = "openenv"
-    outcome_metric = None  # the server's rewards are the task's
+    prefills = False  # a reply never starts with forced text
 
     def __init__(self, base_url: str, served_by_turngym: bool = True, action_field: str = "text",
                  observation_field: str = "text", stop: tuple[str, ...] = (), observation_role: str | None = None,
                  reward_needs: RewardNeeds = OUTSIDE_REWARD_NEEDS, max_turns: int = 64, message_timeout_s: float = 600.0,
                  render_mode: str | None = None):
-        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.max_turns, self.render_mode = int(max_turns), render_mode
+        self.observation_space, self.action_space = UnicodeText(), UnicodeText()
+        self.episode: Episode | None = None
         self.base_url, self.served_by_turngym = base_url, served_by_turngym
         self.action_field, self.observation_field = action_field, observation_field
         self.stop, self.observation_role, self.reward_needs = tuple(stop), observation_role, reward_needs
@@ -71,7 +82,7 @@ class OpenEnvTextEnv(TextEnv):
             self.episode = Episode(id=str(ep_id or f"{self.env_name}:{self.base_url}"), env_id=self.env_name,
                                    task={"dataset": "openenv", **task}, prompt=[{"role": "user", "content": text}],
                                    seed=seed, group=group, reward_needs=self.reward_needs)
-            info = {"episode_id": self.episode.id, "turn_count": 0}
+            info = self._info()
         self.episode.meta["openenv"] = {"base_url": self.base_url}
         text = obs["text"] if self.served_by_turngym else self._text(obs)
         return text, info
@@ -115,25 +126,52 @@ class OpenEnvTextEnv(TextEnv):
         value = obs[self.observation_field]
         return value if isinstance(value, str) else str(value)
 
-    def act(self, action: str) -> ActionResult:  # step is the server's; never called
-        raise NotImplementedError
+    def _info(self) -> dict[str, Any]:
+        ep = self.episode
+        assert ep is not None
+        return {"episode_id": ep.id, "turn_count": len(ep.turns)}
 
-    def grade(self, episode: Episode) -> dict[str, Any]:
-        """Ended from outside (the token budget ran out): a turngym server grades the episode as it stands (an
-        unanswered episode is wrong, never ungraded: running out of budget is the policy's doing); another server's
-        episode scores the rewards it gave."""
+    def reply_prefill(self) -> str:
+        return ""
+
+    def submit_reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """Nothing to send ahead: each session answers its own ``reset`` (the env face's batched form)."""
+        return None
+
+    def submit_step(self, action: str) -> None:
+        return None
+
+    def end_episode(self, reason: str) -> None:
+        """Ended from outside (the token budget ran out): truncated and graded as it stands. A turngym server grades
+        it (an unanswered episode is wrong, never ungraded: running out of budget is the policy's doing); another
+        server's episode scores the rewards it gave. A server that cannot grade leaves ``graded: False`` and the
+        error on the outcome."""
+        ep = self.episode
+        if ep is None or ep.done:
+            return
+        ep.truncated, ep.meta["truncation"] = True, reason
         if not self.served_by_turngym:
-            return {"return": sum(t.reward for t in episode.turns)}
-        self.client.step({"text": "", "end": str(episode.meta.get("truncation") or "ended from outside")})
-        record = Episode.from_dict(self.client.state()["episode"])
-        episode.task, episode.final_answer = record.task, record.final_answer
-        for mine, theirs in zip(episode.turns, record.turns, strict=True):
+            ep.outcome = {"return": sum(t.reward for t in ep.turns)}
+            return
+        try:
+            self.client.step({"text": "", "end": reason})
+            record = Episode.from_dict(self.client.state()["episode"])
+        except Exception as exc:  # noqa: BLE001 - recorded on the outcome; the episode is kept
+            log.warning("%s: the server could not grade episode %s: %s", self.base_url, ep.id, exc)
+            ep.outcome = {"graded": False, "grading_error": describe_error(exc)}
+            return
+        ep.task, ep.final_answer, ep.outcome = record.task, record.final_answer, record.outcome
+        for mine, theirs in zip(ep.turns, record.turns, strict=True):
             mine.truth = theirs.truth
-        return record.outcome
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi" or self.episode is None:
+            return None
+        return render_episode(self.episode)
 
     def close(self) -> None:
         self.client.close()
-        gymnasium.Env.close(self)
+        super().close()
 
 
 def _scalar(value: Any) -> bool:
