@@ -512,13 +512,6 @@ class Reader:
         policy = load_hf_policy(model_name, dtype=dtype, device="cpu")
         return cls(policy.model, policy.tokenizer, time.perf_counter() - t)
 
-    def answers(self, question: str, contexts: Sequence[tuple[str, ...]], sampling: Sampling, cache: Cache,
-                item_key: str, batch: int = 6) -> list[list[str]]:
-        """``sampling.k`` answers per context, from ``cache`` where it holds them (sampled and appended otherwise)."""
-        prompts = [reader_prompt(self.tok, question, c) for c in contexts]
-        self.sample([p for p in dict.fromkeys(prompts) if sha(p) not in cache.answers], sampling, cache, item_key, batch)
-        return [cache.answers[sha(p)] for p in prompts]
-
     def sample(self, prompts: Sequence[str], sampling: Sampling, cache: Cache, item_key: str, batch: int = 8) -> None:
         """Sample ``prompts`` (``batch`` per call: one decode for all) and append their answers to ``cache``. A
         prompt's answers depend only on the prompt and the seed drawn from the first prompt of its call."""
@@ -597,7 +590,7 @@ def precompute(items: Sequence[Item], ecfg: EnvConfig, sampling: Sampling, cache
         t = time.perf_counter()
         todo = list(dict.fromkeys(p for p in (reader_prompt(tok, tr.item.question, c) for c in tr.reader_contexts())
                                   if sha(p) not in cache.answers))
-        reader.answers(tr.item.question, tr.reader_contexts(), sampling, cache, tr.item.key, reader_batch)
+        reader.sample(todo, sampling, cache, tr.item.key, reader_batch)  # the prompts rendered once, above
         dt = time.perf_counter() - t
         cost["reader_s"] += dt
         msg = f"{tr.item.key} ({tr.item.split}): reader {len(todo)} contexts in {dt:.1f} s"
