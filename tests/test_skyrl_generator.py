@@ -121,6 +121,12 @@ def test_each_rows_uid_becomes_its_group_unless_the_row_names_one():
     assert with_groups({"env_extras": rows, "trajectory_ids": None})["env_extras"] is rows
 
 
+def test_reward_options_need_a_reward_named_by_its_string():
+    assert TurnRewardGenerator(object(), "ttrl", unanswered="abstain").reward.unanswered == "abstain"
+    with pytest.raises(ValueError, match="reward_args configure a reward named by its string"):
+        TurnRewardGenerator(object(), score_groups, unanswered="abstain")
+
+
 # ----------------------------------------------------------------------------------- the real generator
 
 

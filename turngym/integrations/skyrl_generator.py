@@ -106,10 +106,10 @@ class TurnRewardGenerator:
     def __init__(self, generator: Any, reward: Any = "outcome", **reward_args: Any):
         from turngym.rewards import get_reward
 
-        self.generator = generator
-        self.reward = get_reward(reward, **reward_args) if isinstance(reward, str) else reward
         if reward_args and not isinstance(reward, str):
             raise ValueError("reward_args configure a reward named by its string; pass a reward object as is")
+        self.generator = generator
+        self.reward = get_reward(reward, **reward_args) if isinstance(reward, str) else reward
 
     def __getattr__(self, name: str) -> Any:
         if name == "generator":  # not set yet (e.g. while unpickling)
@@ -121,8 +121,9 @@ class TurnRewardGenerator:
         meta = input_batch.get("batch_metadata")
         if getattr(meta, "training_phase", "train") == "eval":
             return await self._wrapped(input_batch, disable_tqdm)
+        turngym_class = {c: is_turngym_env(c) for c in set(classes)}
         for i, env_class in enumerate(classes):
-            if not is_turngym_env(env_class):
+            if not turngym_class[env_class]:  # refused before anything is generated
                 raise _not_turngym(i, env_class)
         output = await self._wrapped(with_groups(input_batch), disable_tqdm)
         cfg = getattr(self.generator, "generator_cfg", None)
