@@ -131,6 +131,21 @@ def free_port() -> int:
     return port
 
 
+def pids_of(marker: str) -> list[int]:
+    """Processes whose command line names ``marker`` (e.g. a Ray cluster's own temp folder), to stop or kill
+    exactly the processes a benchmark or test started."""
+    import contextlib
+    from pathlib import Path
+
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker in (p / "cmdline").read_bytes().decode(errors="replace"):
+                    out.append(int(p.name))
+    return out
+
+
 def wait_up(port: int, proc: Any, what: str, timeout_s: float = 120) -> None:
     """Until ``proc`` (a server a benchmark started) accepts connections on ``port``; exits if it dies."""
     import socket

@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench_setup import free_port, wait_up
+from bench_setup import free_port, pids_of, wait_up
 
 KINDS = ("mid-episode", "together", "mid-episode", "restart", "mid-episode", "frozen")
 
@@ -182,16 +182,6 @@ def refusals() -> list[tuple[str, float, str]]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     return rows
-
-
-def pids_of(marker: str) -> list[int]:
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            with contextlib.suppress(OSError):
-                if marker in (p / "cmdline").read_bytes().decode(errors="replace"):
-                    out.append(int(p.name))
-    return out
 
 
 def lost_gcs(gcs: int, temp: str, env: dict[str, str]) -> tuple[float, str]:

@@ -22,6 +22,7 @@ import pytest
 
 pytest.importorskip("ray")
 
+from conftest import load_benchmark  # noqa: E402
 from turngym.agents.tiny import tiny_model_dir  # noqa: E402
 from turngym.episode.reader import read_episodes  # noqa: E402
 from turngym.run.backends.ray_address import check_address  # noqa: E402
@@ -31,21 +32,8 @@ CLI = [sys.executable, "-m", "turngym.cli"]
 TOKEN = "turngym-test-token-0123456789abcdef"  # noqa: S105 - a throwaway cluster's shared secret
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pids_of(marker: str) -> list[int]:
-    """Processes whose command line names ``marker`` (the cluster's own temp folder)."""
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            with contextlib.suppress(OSError):
-                if marker in (p / "cmdline").read_bytes().decode(errors="replace"):
-                    out.append(int(p.name))
-    return out
+free_port = load_benchmark("bench_setup").free_port
+pids_of = load_benchmark("bench_setup").pids_of  # processes naming the cluster's own temp folder
 
 
 @dataclass

@@ -244,6 +244,21 @@ def test_the_command_line_takes_the_restart_and_step_budgets():
                                 "step_budget_s": 7.5}
 
 
+def test_the_ray_pool_fields_are_declared_once_and_every_carrier_has_them():
+    """``RAY_POOL_FIELDS`` names what the command line, the main job and the run spec hand each other."""
+    from dataclasses import fields
+    from pathlib import Path
+
+    from turngym.evals.mainjob import MainJobConfig
+    from turngym.run.pipeline import RAY_POOL_FIELDS, RunSpec
+
+    assert set(RAY_POOL_FIELDS) <= {f.name for f in fields(RunSpec)}
+    assert set(RAY_POOL_FIELDS) <= {f.name for f in fields(MainJobConfig)}
+    cfg = MainJobConfig(out=Path("x"), ray="auto", env_workers=3, ray_restarts=1, step_budget_s=2.0)
+    spec = RunSpec(env_id="turngym/Calculator-v0", **cfg.ray_fields())
+    assert (spec.ray, spec.env_workers, spec.envs_per_worker, spec.ray_restarts, spec.step_budget_s) == ("auto", 3, None, 1, 2.0)
+
+
 def test_eval_through_the_pool_from_the_command_line(tmp_path):
     """``turngym eval --ray auto`` in a fresh process: it starts a local Ray, plays through the pool and writes
     the same episodes as the in-process eval."""

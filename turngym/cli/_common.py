@@ -139,9 +139,10 @@ def add_ray_args(sp: argparse.ArgumentParser) -> None:
 
 
 def ray_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """The run spec's Ray pool fields from the command line."""
-    return {"ray": args.ray, "env_workers": args.env_workers, "envs_per_worker": args.envs_per_worker,
-            "ray_restarts": args.ray_restarts, "step_budget_s": args.step_budget_s}
+    """The run spec's Ray pool fields from the command line (the parser's dests are the fields' names)."""
+    from turngym.run.pipeline import RAY_POOL_FIELDS
+
+    return {name: getattr(args, name) for name in RAY_POOL_FIELDS}
 
 
 def log_trackers(args: argparse.Namespace, out: Any) -> None:

@@ -84,9 +84,10 @@ class MainJobConfig:
     step_budget_s: float | None = None
 
     def ray_fields(self) -> dict[str, Any]:
-        """The run spec's Ray pool fields (``turngym.run.pipeline.RunSpec``)."""
-        return {"ray": self.ray, "env_workers": self.env_workers, "envs_per_worker": self.envs_per_worker,
-                "ray_restarts": self.ray_restarts, "step_budget_s": self.step_budget_s}
+        """The run spec's Ray pool fields (``turngym.run.pipeline.RAY_POOL_FIELDS``), named as here."""
+        from turngym.run.pipeline import RAY_POOL_FIELDS
+
+        return {name: getattr(self, name) for name in RAY_POOL_FIELDS}
 
 
 @dataclass(frozen=True)

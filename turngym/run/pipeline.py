@@ -88,6 +88,9 @@ class Shard:
         return f"{self.index}/{self.count}"
 
 
+RAY_POOL_FIELDS = ("ray", "env_workers", "envs_per_worker", "ray_restarts", "step_budget_s")  # RunSpec's, below
+
+
 @dataclass
 class RunSpec:
     """What to run: the env and its arguments, the model, sampling, and which items."""
@@ -115,6 +118,7 @@ class RunSpec:
     envs_per_worker: int | None = None  # None: enough for --concurrency (ceil(concurrency / env_workers))
     ray_restarts: int | None = None  # actors the run may lose before it stops (None: 2 per worker, at least 8)
     step_budget_s: float | None = None  # the longest one env step may take on the pool (None: the env's own)
+    # (the five Ray pool fields above are RAY_POOL_FIELDS: what `--ray ...` and MainJobConfig hand over)
 
     def server_options(self) -> dict[str, str]:
         """The OpenAI-compatible policy's arguments (none for a local model)."""
