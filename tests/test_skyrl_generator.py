@@ -257,6 +257,23 @@ def test_group_rewards_land_per_turn_on_the_stock_generators_rows(skyrl_api, tok
         assert [sum(r) for r in stock["rewards"]] == [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
 
 
+@pytest.mark.parametrize("name", ["siop", "igpo"])
+def test_scorer_rewards_land_per_turn_on_the_stock_generators_rows(skyrl_api, tokenizer, tiny_chat_policy, name):
+    """SIOP and IGPO, scored by a tiny model on the episodes' text (SkyRL's rows carry no turngym token ids)."""
+    from turngym.rewards import get_reward
+    from turngym.rewards.support import HFSupportScorer
+
+    reward = get_reward(name, scorer=HFSupportScorer(tiny_chat_policy.model, tiny_chat_policy.tokenizer), tokens="text")
+    out = asyncio.run(TurnRewardGenerator(stock_generator(skyrl_api, tokenizer), reward).generate(batch(skyrl_api)))
+    episodes = [Episode.from_dict(m[EPISODE_METRIC]) for m in out["env_metrics"]]
+    per_turn = score_groups(reward, episodes).rewards
+    assert any(len(r) > 1 and any(r[:-1]) for r in per_turn)  # rewards on turns before the last
+    for row, mask, turn_rewards in zip(out["rewards"], out["loss_masks"], per_turn, strict=True):
+        ends = [e - 1 for _s, e in reply_spans(mask)]
+        assert [row[i] for i in ends] == pytest.approx(turn_rewards, abs=1e-6)
+        assert not any(v for i, v in enumerate(row) if i not in ends)
+
+
 def test_a_non_turngym_row_is_refused_in_one_line(skyrl_api, tokenizer):
     classes = [CALC] * 5 + ["gsm8k"]
     extras = [{"extra_info": {"index": p}} for p in (0, 1) for _ in range(3)]
