@@ -743,10 +743,37 @@ def test_build_library_reports_when_the_model_gives_no_json(tmp_path, capsys):
     try:
         eps = tmp_path / "eps.jsonl"
         _write_episodes(eps, 1)
-        with pytest.raises(SystemExit, match="2 of 2 decompositions failed"):
+        with pytest.raises(SystemExit, match=r"no skill items from 2 episode\(s\): 2 of 2 decomposer windows gave no valid JSON\n"):
             main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url,
                   "--out", str(tmp_path / "lib.json")])
         assert not (tmp_path / "lib.json").exists()
+    finally:
+        server.close()
+
+
+def paraphrasing_rule(prompt: str, n: int, sampling) -> str:
+    """As ``scripted_rule``, but the decomposer quotes no turn verbatim (as small models paraphrase)."""
+    if prompt.startswith("Split the agent's work"):
+        steps = [{**st, "starts_with": "In other words, " + st["subgoal"]} for st in fake_steps(prompt)]
+        return json.dumps({"steps": steps})
+    return scripted_rule(prompt, n, sampling)
+
+
+def test_build_library_says_when_every_quote_is_a_paraphrase_and_whole_turn_steps_keep_them(tmp_path):
+    from turngym.cli import main
+
+    server = _serve(paraphrasing_rule)
+    try:
+        eps = tmp_path / "eps.jsonl"
+        _write_episodes(eps)
+        lib = tmp_path / "lib.json"
+        with pytest.raises(SystemExit, match=r"0 of 6 decomposer windows gave no valid JSON; 18 proposed step\(s\) were "
+                                             r"dropped: their quotes are not in the turn's text \(--locate fuzzy"):
+            main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url, "--out", str(lib)])
+        assert not lib.exists()
+        assert main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url, "--out", str(lib),
+                     "--unlocated", "whole_turn", "--min-cluster-size", "2"]) == 0
+        assert SkillLibrary.load(lib).prototypes
     finally:
         server.close()
 

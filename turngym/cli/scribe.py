@@ -33,6 +33,11 @@ def add_parser(sub: Any) -> None:
         sp.add_argument("--concurrency", type=int, default=8, help="LLM calls in flight")
         sp.add_argument("--cache", default=None, help="JSONL file caching LLM replies across runs")
         sp.add_argument("--window-tokens", type=int, default=1024, help="decomposer window (tokens)")
+        sp.add_argument("--unlocated", choices=["drop", "whole_turn"], default="drop",
+                        help="a turn none of whose step quotes is found: drop its steps (SCRIBE's code) or make the "
+                             "whole turn one step (docs/faithfulness.md)")
+        sp.add_argument("--locate", choices=["exact", "fuzzy"], default="exact",
+                        help="find a step's quote verbatim (SCRIBE's code) or, failing that, by word coverage")
 
     b = scribe.add_parser("build-library", help="decompose episodes, cluster skills, distil prototypes")
     common(b)
@@ -74,6 +79,19 @@ def _llm(args: argparse.Namespace, clock: StageClock) -> Any:
                     progress=clock.count)
 
 
+def no_items_reason(decomps: list[Any], args: argparse.Namespace) -> str:
+    """Why decomposition gave no step: windows without valid JSON, or steps whose quotes are not in the turn."""
+    failed = sum(d.failed_windows for d in decomps)
+    windows = sum(d.windows for d in decomps)
+    dropped = sum(d.dropped for d in decomps)
+    why = [f"{failed} of {windows} decomposer windows gave no valid JSON"]
+    if dropped:
+        hint = "" if (args.unlocated, args.locate) == ("whole_turn", "fuzzy") else \
+            " (--locate fuzzy or --unlocated whole_turn keep such steps)"
+        why.append(f"{dropped} proposed step(s) were dropped: their quotes are not in the turn's text{hint}")
+    return f"no skill items from {len(decomps)} episode(s): " + "; ".join(why)
+
+
 def build_library(args: argparse.Namespace, clock: StageClock) -> int:
     clock.stage(f"reading episodes from {args.episodes}…")
     from turngym.rewards.scribe.decompose import decompose
@@ -84,12 +102,11 @@ def build_library(args: argparse.Namespace, clock: StageClock) -> int:
     llm = _llm(args, clock)
     t0 = time.perf_counter()
     clock.stage(f"decomposing {len(episodes)} episodes into steps…")
-    decomps = decompose(episodes, llm, args.window_tokens)
+    decomps = decompose(episodes, llm, args.window_tokens, unlocated=args.unlocated, locate_steps=args.locate)
     items = [it for d in decomps for it in d.items]
     decompose_s = time.perf_counter() - t0
     if not items:
-        fail(f"no skill items: {sum(d.failed for d in decomps)} of {len(episodes)} decompositions failed to give "
-             "valid JSON (see the llm stats below)\n" + json.dumps(llm.stats.to_dict()))
+        fail(no_items_reason(decomps, args) + "\n" + json.dumps(llm.stats.to_dict()))
     lib, timings = build(items, SentenceEmbedder(args.embedder), llm, min_cluster_size=args.min_cluster_size,
                          progress=clock.stage)
     if not lib.prototypes:
@@ -111,7 +128,8 @@ def diagnose(args: argparse.Namespace, clock: StageClock) -> int:
 
     episodes = _episodes(args.episodes)
     scribe = attempt(lambda: get_reward("scribe", llm=_llm(args, clock), library=args.library, embedder=args.embedder,
-                                        router=args.router, window_tokens=args.window_tokens),
+                                        router=args.router, window_tokens=args.window_tokens,
+                                        unlocated_steps=args.unlocated, locate_steps=args.locate),
                      FileNotFoundError, ValueError)
     result = reliability(episodes, scribe, repeats=args.repeats, temperature=args.temperature,
                          neighbour_threshold=args.neighbour_threshold, with_prm=not args.no_prm, progress=clock.stage)
