@@ -1,12 +1,13 @@
 """The README's and docs' ``bash`` and ``python`` blocks run as written (after the set-up command), so the
-pages cannot drift from the code. A block is run in a fresh folder (with the repository's ``configs`` and
-``benchmarks``), with this interpreter's ``turngym`` on PATH. Blocks are tagged by an HTML comment on the line before the
-fence: ``<!-- block: slow -->`` runs under the ``slow`` marker; ``<!-- block: long (reason) -->`` takes longer
-than a CI run affords on 2 cores (a model-scored benchmark, a training run, a whole BFCL category) and runs
-only when asked, ``pytest -m long``; ``<!-- block: skip (reason) -->`` cannot run
-here, for the reason given (a GPU, the network, a placeholder for the reader's own model or files, the test
-suite itself). A block that needs a server starts it in the background and stops it on exit.
-Untagged blocks are fast and run in every test run.
+pages cannot drift from the code. A block is run in a fresh folder (with the repository's ``configs``,
+``benchmarks`` and ``tests``), with this interpreter's ``turngym`` on PATH. Blocks are tagged by an HTML
+comment on the line before the fence: ``<!-- block: slow -->`` runs under the ``slow`` marker;
+``<!-- block: long (reason) -->`` takes longer than a CI run affords on 2 cores (a model-scored benchmark, a
+training run, a whole BFCL category) and runs only when asked, ``pytest -m long``;
+``<!-- block: skip (reason) -->`` cannot run here, for the reason given (``SKIP_REASONS``: a GPU, the network
+beyond PyPI, a hub id, a second environment, packages installed into the running one, the test suite itself).
+A block that needs a server starts it in the background and stops it on exit. Untagged blocks are fast and
+run in every test run.
 
 A block may go on from another of its page: a reason holding ``after "CODE"`` runs the block in the folder of
 the page's block whose code starts with CODE (the nearest above, else the first below; run first if this session
@@ -30,8 +31,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
 TAG = re.compile(r"<!--\s*block:\s*(slow|long|skip)\s*(?:\((.+)\))?\s*-->")
 LANGUAGES = {"bash", "sh", "python"}
-
-
 AFTER = re.compile(r'after "([^"]+)"')
 IN_CHECKOUT = "in the checkout"
 RANK = {None: 0, "slow": 1, "long": 2, "skip": 3}

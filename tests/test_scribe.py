@@ -743,7 +743,8 @@ def test_build_library_reports_when_the_model_gives_no_json(tmp_path, capsys):
     try:
         eps = tmp_path / "eps.jsonl"
         _write_episodes(eps, 1)
-        with pytest.raises(SystemExit, match=r"no skill items from 2 episode\(s\): 2 of 2 decomposer windows gave no valid JSON\n"):
+        with pytest.raises(SystemExit, match=r"no skill items from 2 episode\(s\): 2 of 2 decomposer windows gave no "
+                                             r"valid JSON\n"):
             main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url,
                   "--out", str(tmp_path / "lib.json")])
         assert not (tmp_path / "lib.json").exists()
