@@ -779,17 +779,18 @@ def test_build_library_says_when_every_quote_is_a_paraphrase_and_whole_turn_step
         server.close()
 
 
-def test_ablate_reports_scribe_prm_and_their_reliability_table(tmp_path):
+@pytest.mark.parametrize("label", ["scribe", "scribe[unlocated_steps=whole_turn]"])  # a variant takes the table too
+def test_ablate_reports_scribe_prm_and_their_reliability_table(tmp_path, label):
     from turngym.credit.ablate import run_ablation
 
     server = _serve(scripted_rule)
     try:
         eps = tmp_path / "eps.jsonl"
         _write_episodes(eps)
-        summary = run_ablation(eps, ["outcome", "scribe", "prm", "funrl"], tmp_path / "abl", scribe_llm="m",
+        summary = run_ablation(eps, ["outcome", label, "prm", "funrl"], tmp_path / "abl", scribe_llm="m",
                                scribe_base_url=server.url, reliability_repeats=2)
         assert not summary["errors"], summary["errors"]
-        s = summary["rewards"]["scribe"]
+        s = summary["rewards"][label]
         assert s["library"]["prototypes"] >= 1 and s["llm"]["calls"] > 0
         assert s["credit_accuracy"] is not None and s["credit_accuracy"] > 0.5  # WRONG STEP turns get low credit
         assert summary["rewards"]["prm"]["credit_accuracy"] > 0.5
@@ -798,6 +799,16 @@ def test_ablate_reports_scribe_prm_and_their_reliability_table(tmp_path):
         assert "Judge reliability" in md and "| prm | 2 |" in md
     finally:
         server.close()
+
+
+def test_the_reliability_table_needs_exactly_one_scribe(tmp_path):
+    from turngym.credit.ablate import run_ablation
+
+    eps = tmp_path / "eps.jsonl"
+    _write_episodes(eps, 1)
+    with pytest.raises(ValueError, match="needs one 'scribe' among the rewards$"):
+        run_ablation(eps, ["outcome", "prm"], tmp_path / "abl", scribe_llm="m", scribe_base_url="http://127.0.0.1:9",
+                     reliability_repeats=2)
 
 
 def test_local_model_scores_are_constrained_to_the_scale(tiny_chat_policy):

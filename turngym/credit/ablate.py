@@ -35,7 +35,7 @@ from turngym.credit.table import (
 )
 from turngym.episode import Episode, EpisodeGroup, group_episodes, reward_view
 from turngym.episode.reader import load_episodes
-from turngym.rewards.base import GroupReward, get_reward, outcome_score, reward_class
+from turngym.rewards.base import GroupReward, get_reward, outcome_score, parse_label, reward_class
 from turngym.truth import TruthMap
 
 
@@ -321,9 +321,11 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
     if reliability_repeats:
         from turngym.rewards.scribe.diagnostics import reliability
 
-        if "scribe" not in rewards:
-            raise ValueError("the reliability table needs 'scribe' among the rewards")
-        rel = reliability(report.episodes, rewards["scribe"], repeats=reliability_repeats)
+        scribes = [label for label in rewards if parse_label(label)[0] == "scribe"]  # scribe, or scribe[options]
+        if len(scribes) != 1:
+            raise ValueError("the reliability table needs one 'scribe' among the rewards"
+                             + (f", not {len(scribes)}: {', '.join(scribes)}" if scribes else ""))
+        rel = reliability(report.episodes, rewards[scribes[0]], repeats=reliability_repeats)
     return ablate(report.episodes, rewards, out_dir, reliability=rel, truth=truth, truth_map=truth_map,
                   estimators=estimators, progress=progress)
 
