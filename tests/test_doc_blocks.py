@@ -141,12 +141,15 @@ def _prerequisite(block: Block, among: list[Block] | None = None) -> Block | Non
 _FOLDERS: dict[tuple[str, int], Path] = {}  # the folder each block ran in this session, for the blocks after it
 
 
-def _run(block: Block, tmp_path_factory) -> None:
+def _run(block: Block, tmp_path_factory, chain: tuple[tuple[str, int], ...] = ()) -> None:
+    key = (block.page, block.line)
+    if key in _FOLDERS:  # already run this session, as another block's prerequisite
+        return
+    assert key not in chain, f"{block.page}:{block.line}: its after \"...\" chain comes back to it"
     before = _prerequisite(block)
     if block.after is not None:
-        assert before is not None, f"{block.page}:{block.line}: no earlier block starts with {block.after!r}"
-        if (before.page, before.line) not in _FOLDERS:
-            _run(before, tmp_path_factory)
+        assert before is not None, f"{block.page}:{block.line}: no block of its page starts with {block.after!r}"
+        _run(before, tmp_path_factory, (*chain, key))
         folder = _FOLDERS[(before.page, before.line)]
     elif block.in_checkout:
         folder = ROOT

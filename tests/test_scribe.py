@@ -769,8 +769,17 @@ def test_build_library_says_when_every_quote_is_a_paraphrase_and_whole_turn_step
         _write_episodes(eps)
         lib = tmp_path / "lib.json"
         with pytest.raises(SystemExit, match=r"0 of 6 decomposer windows gave no valid JSON; 18 proposed step\(s\) were "
-                                             r"dropped: their quotes are not in the turn's text \(--locate fuzzy"):
+                                             r"dropped: their quotes are not in the turn's text, or they name a turn "
+                                             r"outside their window \(--locate fuzzy or --unlocated whole_turn keep such"):
             main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url, "--out", str(lib)])
+        import argparse
+
+        from turngym.cli.scribe import no_items_reason
+        from turngym.rewards.scribe.decompose import Decomposition
+
+        tried = argparse.Namespace(locate="fuzzy", unlocated="drop")  # the hint names only what was not tried
+        assert no_items_reason([Decomposition([], dropped=3, windows=1)], tried).endswith(
+            "(--unlocated whole_turn keeps such steps)")
         assert not lib.exists()
         assert main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url, "--out", str(lib),
                      "--unlocated", "whole_turn", "--min-cluster-size", "2"]) == 0
@@ -809,6 +818,9 @@ def test_the_reliability_table_needs_exactly_one_scribe(tmp_path):
     with pytest.raises(ValueError, match="needs one 'scribe' among the rewards$"):
         run_ablation(eps, ["outcome", "prm"], tmp_path / "abl", scribe_llm="m", scribe_base_url="http://127.0.0.1:9",
                      reliability_repeats=2)
+    with pytest.raises(ValueError, match=r"needs one 'scribe' among the rewards, not 2: scribe, scribe\[router=llm\]$"):
+        run_ablation(eps, ["scribe", "scribe[router=llm]"], tmp_path / "abl", scribe_llm="m",  # refused before any build
+                     scribe_base_url="http://127.0.0.1:9", reliability_repeats=2)
 
 
 def test_local_model_scores_are_constrained_to_the_scale(tiny_chat_policy):

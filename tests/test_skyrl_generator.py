@@ -96,6 +96,10 @@ def test_a_row_without_an_episode_or_with_unmatched_turns_is_refused_in_one_line
     out["is_last_step"] = [True] * 3
     with pytest.raises(ValueError, match="step-wise"):
         place_group_rewards(out, "outcome")
+    _eps, out = hand_built()
+    del out["env_metrics"]  # SkyRL's batched single-turn generation returns none
+    with pytest.raises(ValueError, match="^the generator output has no env_metrics .*batched"):
+        place_group_rewards(out, "outcome")
 
 
 def test_overlong_filtered_rows_keep_their_total_and_non_stop_rows_can_be_zeroed():

@@ -86,9 +86,11 @@ def no_items_reason(decomps: list[Any], args: argparse.Namespace) -> str:
     dropped = sum(d.dropped for d in decomps)
     why = [f"{failed} of {windows} decomposer windows gave no valid JSON"]
     if dropped:
-        hint = "" if (args.unlocated, args.locate) == ("whole_turn", "fuzzy") else \
-            " (--locate fuzzy or --unlocated whole_turn keep such steps)"
-        why.append(f"{dropped} proposed step(s) were dropped: their quotes are not in the turn's text{hint}")
+        options = [o for o, on in (("--locate fuzzy", args.locate == "fuzzy"),
+                                   ("--unlocated whole_turn", args.unlocated == "whole_turn")) if not on]
+        hint = f" ({' or '.join(options)} keep{'s' if len(options) == 1 else ''} such steps)" if options else ""
+        why.append(f"{dropped} proposed step(s) were dropped: their quotes are not in the turn's text, or they name a "
+                   f"turn outside their window{hint}")
     return f"no skill items from {len(decomps)} episode(s): " + "; ".join(why)
 
 

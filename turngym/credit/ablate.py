@@ -313,6 +313,10 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
     if truth is not None and not any(truth in t.truth for ep in report.episodes for t in ep.turns):
         keys = sorted({k for ep in report.episodes for t in ep.turns for k in t.truth})
         raise ValueError(f"no turn carries truth {truth!r}; the episodes carry {keys or 'no truth'}")
+    scribes = [name for name in names if parse_label(name)[0] == "scribe"]  # scribe, or scribe[options]
+    if reliability_repeats and len(scribes) != 1:  # said before any library is built
+        raise ValueError("the reliability table needs one 'scribe' among the rewards"
+                         + (f", not {len(scribes)}: {', '.join(scribes)}" if scribes else ""))
     scorer_spec, tokens = _scorer_spec(scorer)
     rewards = make_rewards(names, scorer=scorer_spec, tokens=tokens, scribe_llm=scribe_llm,
                            scribe_episodes=report.episodes, scribe_library=scribe_library,
@@ -321,10 +325,6 @@ def run_ablation(episodes_file: str | Path, names: Sequence[str], out_dir: str |
     if reliability_repeats:
         from turngym.rewards.scribe.diagnostics import reliability
 
-        scribes = [label for label in rewards if parse_label(label)[0] == "scribe"]  # scribe, or scribe[options]
-        if len(scribes) != 1:
-            raise ValueError("the reliability table needs one 'scribe' among the rewards"
-                             + (f", not {len(scribes)}: {', '.join(scribes)}" if scribes else ""))
         rel = reliability(report.episodes, rewards[scribes[0]], repeats=reliability_repeats)
     return ablate(report.episodes, rewards, out_dir, reliability=rel, truth=truth, truth_map=truth_map,
                   estimators=estimators, progress=progress)

@@ -5,7 +5,8 @@ never reaches it. :class:`TurnRewardGenerator` wraps any SkyRL generator: it awa
 and then :func:`place_group_rewards` reads each row's turngym episode back from ``env_metrics`` (where
 ``TurngymSkyRLEnv.get_metrics`` puts it), scores the groups with a turngym reward through
 :func:`turngym.integrations.edges.score_groups` and puts turn t's reward on the last token of turn t's reply,
-as SkyRL's generator places a step's reward (``_build_per_token_rewards``, at the step's ``response_end_idx``).
+as SkyRL's generator places a step's reward (``_build_per_token_rewards``, at the step's ``response_end_idx``)
+when no stop string makes it append a masked EOS (then SkyRL's reward sits on that EOS, one token later).
 
 SkyRL's ``grpo``/``rloo`` estimators sum a row's token rewards into one score; the per-turn placement keeps
 turn credit only under estimators that read positions (``reinforce++``, ``gae``).
@@ -27,7 +28,7 @@ from turngym.integrations.skyrl import EPISODE_METRIC, TurngymSkyRLEnv
 
 def reply_spans(loss_mask: Sequence[int]) -> list[tuple[int, int]]:
     """``(start, end)`` of each run of 1s in a row's loss mask: the reply tokens of each turn, in order
-    (observation tokens, and an EOS SkyRL appended itself, have mask 0)."""
+    (observation tokens have mask 0)."""
     spans, start = [], None
     for i, m in enumerate([*loss_mask, 0]):
         if m and start is None:
@@ -55,7 +56,10 @@ def place_group_rewards(generator_output: dict[str, Any], reward: Any = "outcome
         raise ValueError("step-wise trajectories (generator.step_wise_trajectories) are not supported: "
                          "each row must be a whole trajectory")
     masks = generator_output["loss_masks"]
-    metrics = generator_output.get("env_metrics") or [None] * len(masks)
+    if not generator_output.get("env_metrics"):
+        raise ValueError("the generator output has no env_metrics (SkyRL's batched single-turn generation returns "
+                         "none): the episodes cannot be read back; use SkyRL's agent loop (generator.batched=false)")
+    metrics = generator_output["env_metrics"]
     if len(metrics) != len(masks):
         raise ValueError(f"{len(metrics)} env_metrics rows for {len(masks)} loss masks")
     episodes = []
