@@ -259,6 +259,29 @@ def test_the_ray_pool_fields_are_declared_once_and_every_carrier_has_them():
     assert (spec.ray, spec.env_workers, spec.envs_per_worker, spec.ray_restarts, spec.step_budget_s) == ("auto", 3, None, 1, 2.0)
 
 
+def test_a_stale_recorded_head_is_one_line_within_seconds(tmp_path):
+    """A head that died without ``ray stop`` leaves its address in Ray's temp folder, which ``ray.init()`` joins:
+    ``--ray auto`` says so in one line instead of Ray's silent retries."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on: the dead head
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text(dead)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_TMPDIR"] = str(tmp_path)
+    start = time.monotonic()
+    proc = subprocess.run(CLI + ["eval", "--env", "Calculator-v0", "--limit", "1", "--model", str(tiny_model_dir(chat=True)),
+                                 "--ray", "auto", "--out", str(tmp_path / "run")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - start
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr[-2000:]
+    assert f"the last Ray head started on this machine, {dead}" in lines[0] and "ray stop" in lines[0]
+    assert took < 60, took
+
+
 def test_eval_through_the_pool_from_the_command_line(tmp_path):
     """``turngym eval --ray auto`` in a fresh process: it starts a local Ray, plays through the pool and writes
     the same episodes as the in-process eval."""

@@ -115,11 +115,31 @@ def connect(address: str = "auto", num_cpus: int | None = None) -> None:
     target = address if address != "auto" else os.environ.get("RAY_ADDRESS")
     if target and target not in ("auto", "local"):  # "local": start a cluster here, as Ray reads it
         check_address(target)
+    elif address == "auto" and not target:
+        check_recorded_head()
     try:
         init_ray(address=None if address == "auto" else address, num_cpus=num_cpus, log_to_driver=False,
                  include_dashboard=False, ignore_reinit_error=True)
     except Exception as exc:  # Ray raises a plain Exception for a local node that timed out while starting
         raise RayPoolError(f"cannot join the Ray cluster at {address}: {last_line(exc)}") from None
+
+
+def check_recorded_head() -> None:
+    """``ray.init()`` with no address joins the head the last ``ray start`` on this machine recorded (Ray's temp
+    folder, ``ray_current_cluster``); a head that died without ``ray stop`` leaves it behind, and Ray would retry
+    it for minutes in silence. Such a head is one line (RayPoolError) within seconds."""
+    from ray._common.utils import get_ray_address_file
+    from ray._private.services import find_bootstrap_address
+
+    recorded = find_bootstrap_address(None)
+    if not recorded:
+        return
+    try:
+        check_address(recorded)
+    except RayPoolError as exc:
+        raise RayPoolError(f"--ray auto joins the last Ray head started on this machine, {recorded} (recorded in "
+                           f"{get_ray_address_file(None)}), which does not answer ({exc}); `ray stop` forgets it, "
+                           "or give the address of a running head") from None
 
 
 def check_local_capacity(env_workers: int) -> None:
