@@ -699,6 +699,13 @@ def _serve(rule):
     return FakeJSONServer(reply)
 
 
+def _build_library(server, eps, lib, *extra: str) -> int:
+    """``turngym scribe build-library`` on ``eps`` with the served model ``m``, writing ``lib``."""
+    from turngym.cli import main
+
+    return main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url, "--out", str(lib), *extra])
+
+
 def _write_episodes(path, n_groups=3):
     from turngym.episode import EpisodeWriter
     from turngym.truth import TruthValue
@@ -723,8 +730,7 @@ def test_build_library_and_diagnose_commands_against_a_served_model(tmp_path):
         eps = tmp_path / "eps.jsonl"
         _write_episodes(eps)
         lib = tmp_path / "lib.json"
-        assert main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url, "--out", str(lib),
-                     "--min-cluster-size", "2"]) == 0
+        assert _build_library(server, eps, lib, "--min-cluster-size", "2") == 0
         assert SkillLibrary.load(lib).prototypes
         out = tmp_path / "diag.json"
         assert main(["scribe", "diagnose", str(eps), "--llm", "m", "--base-url", server.url, "--library", str(lib),
@@ -737,16 +743,13 @@ def test_build_library_and_diagnose_commands_against_a_served_model(tmp_path):
 
 
 def test_build_library_reports_when_the_model_gives_no_json(tmp_path, capsys):
-    from turngym.cli import main
-
     server = _serve(lambda p, n, s: "I am not JSON")
     try:
         eps = tmp_path / "eps.jsonl"
         _write_episodes(eps, 1)
         with pytest.raises(SystemExit, match=r"no skill items from 2 episode\(s\): 2 of 2 decomposer windows gave no "
                                              r"valid JSON\n"):
-            main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url,
-                  "--out", str(tmp_path / "lib.json")])
+            _build_library(server, eps, tmp_path / "lib.json")
         assert not (tmp_path / "lib.json").exists()
     finally:
         server.close()
@@ -761,8 +764,6 @@ def paraphrasing_rule(prompt: str, n: int, sampling) -> str:
 
 
 def test_build_library_says_when_every_quote_is_a_paraphrase_and_whole_turn_steps_keep_them(tmp_path):
-    from turngym.cli import main
-
     server = _serve(paraphrasing_rule)
     try:
         eps = tmp_path / "eps.jsonl"
@@ -771,21 +772,23 @@ def test_build_library_says_when_every_quote_is_a_paraphrase_and_whole_turn_step
         with pytest.raises(SystemExit, match=r"0 of 6 decomposer windows gave no valid JSON; 18 proposed step\(s\) were "
                                              r"dropped: their quotes are not in the turn's text, or they name a turn "
                                              r"outside their window \(--locate fuzzy or --unlocated whole_turn keep such"):
-            main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url, "--out", str(lib)])
-        import argparse
-
-        from turngym.cli.scribe import no_items_reason
-        from turngym.rewards.scribe.decompose import Decomposition
-
-        tried = argparse.Namespace(locate="fuzzy", unlocated="drop")  # the hint names only what was not tried
-        assert no_items_reason([Decomposition([], dropped=3, windows=1)], tried).endswith(
-            "(--unlocated whole_turn keeps such steps)")
+            _build_library(server, eps, lib)
         assert not lib.exists()
-        assert main(["scribe", "build-library", str(eps), "--llm", "m", "--base-url", server.url, "--out", str(lib),
-                     "--unlocated", "whole_turn", "--min-cluster-size", "2"]) == 0
+        assert _build_library(server, eps, lib, "--unlocated", "whole_turn", "--min-cluster-size", "2") == 0
         assert SkillLibrary.load(lib).prototypes
     finally:
         server.close()
+
+
+def test_the_no_steps_hint_names_only_the_options_not_tried():
+    import argparse
+
+    from turngym.cli.scribe import no_items_reason
+    from turngym.rewards.scribe.decompose import Decomposition
+
+    tried = argparse.Namespace(locate="fuzzy", unlocated="drop")
+    assert no_items_reason([Decomposition([], dropped=3, windows=1)], tried).endswith(
+        "(--unlocated whole_turn keeps such steps)")
 
 
 @pytest.mark.parametrize("label", ["scribe", "scribe[unlocated_steps=whole_turn]"])  # a variant takes the table too
